@@ -1,0 +1,40 @@
+# Every target sets up what it needs: a fresh clone runs `make demo` or `make test` directly.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# mlc-chakra (the reference, test-only) is installed without its heavy notebook dependencies:
+# the tests use only its schema bindings, framing helpers and text converter.
+REFERENCE := mlc-chakra==1.0.0
+
+.PHONY: install demo test test-all bench proto clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The CPU build from this machine's wheel cache; the extra's range is then already met.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[capture,onnx,dask,test,dev]'
+	$(BIN)/python -m pip install -q --no-deps $(REFERENCE)
+	touch $(STAMP)
+
+demo: install
+	PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
+
+test: install
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+
+test-all: install
+	$(BIN)/python -m pytest -q -n 2 tests
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=chakra_tools/core/schema \
+		--pyi_out=chakra_tools/core/schema proto/et_def.proto
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,30 @@
+"""`make bench`: run every bench/bench_*.py in its own process and print what each prints.
+
+Each benchmark runs ours and the reference on the same input in one run and prints the ratio.
+`--quick` is passed through for smaller inputs (a smoke run); the figures in the docs come from
+full runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    failed = []
+    for script in sorted(HERE.glob("bench_*.py")):
+        print(f"\n=== {script.name} ===", flush=True)
+        rc = subprocess.call([sys.executable, str(script), *sys.argv[1:]])
+        if rc:
+            failed.append(script.name)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The command line: `chakra-tools <command>` and one console script per command.
+
+Each stage keeps its commands in `chakra_tools/cli/<stage>.py` as a typer app; this module only
+assembles them. Stage code is imported inside the commands, so `trace-validate --help` never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from . import capture, convert, replay, validate, visualize
+
+HELP = """Chakra execution traces of distributed ML training: capture, convert, replay, visualize.
+
+Pipeline: trace-capture train.py  ->  trace-convert traces/<run>  ->  trace-replay out/trace
+--network net.yml  ->  trace-visualize report out/trace.
+"""
+
+SUBAPPS = {
+    "capture": capture.app,
+    "convert": convert.app,
+    "replay": replay.app,
+    "validate": validate.app,
+    "visualize": visualize.app,
+}
+
+app = typer.Typer(help=HELP, no_args_is_help=True, add_completion=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+for _name, _sub in SUBAPPS.items():
+    app.add_typer(_sub, name=_name)
+
+
+def main() -> None:
+    app()
+
+
+def _run(name: str) -> None:
+    sub = SUBAPPS[name]
+    argv = sys.argv[1:]
+    prepare = getattr(sys.modules[f"{__package__}.{name}"], "prepare_argv", None)
+    if prepare:
+        argv = prepare(argv)
+    sub(args=argv, prog_name=f"trace-{name}")
+
+
+def capture_main() -> None:
+    _run("capture")
+
+
+def convert_main() -> None:
+    _run("convert")
+
+
+def replay_main() -> None:
+    _run("replay")
+
+
+def validate_main() -> None:
+    _run("validate")
+
+
+def visualize_main() -> None:
+    _run("visualize")

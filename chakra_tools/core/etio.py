@@ -1,0 +1,420 @@
+"""Streaming reader and writer of Chakra `.et` files.
+
+The wire format (REFERENCE §1): a stream of protobuf messages, each preceded by its byte length as
+a base-128 varint; first an optional `GlobalMetadata`, then `Node`s; gzip accepted (magic 1f 8b).
+There is no footer, so a file cut exactly at a message boundary is a valid, shorter trace; any
+other cut, and any message that does not decode, raises `TraceReadError` naming the file, the byte
+offset (in the decompressed stream) and the last good node.
+
+The reader holds one read buffer, never the whole file: `iter_nodes` yields `Node`s one at a time.
+What it had to assume (no GlobalMetadata, an int32 where the contract says int64, a COMM_COLL node
+without `comm_type`, unknown fields) goes to a `Diagnostics` collector as warnings.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+from google.protobuf.message import DecodeError
+
+from .errors import Diagnostic, Diagnostics, TraceReadError, TraceWriteError, InputError
+from .model import CONTRACT, INTEGER_KINDS, Attr, IOInfo, Metadata, Node, NodeType
+from .schema import et_def_pb2 as pb
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK = 1 << 20
+#: protobuf refuses messages over 2 GiB; a larger length prefix can only be corruption.
+MAX_MESSAGE = (1 << 31) - 1
+WRITER_VERSION = "0.0.4"
+
+
+# --------------------------------------------------------------------------------------------
+# framing
+# --------------------------------------------------------------------------------------------
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """Open a trace for reading, transparently gunzipping it."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot open: {e.strerror}") from None
+    if f.read(2) == GZIP_MAGIC:
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    f.seek(0)
+    return f
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Decode a varint at `pos`; returns (value, next pos), or (-1, pos) if `buf` ends inside it."""
+    result = shift = 0
+    n = len(buf)
+    while pos < n:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+    return -1, pos
+
+
+def iter_frames(stream: BinaryIO, path: str | Path = "<stream>") -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, message bytes) for each length-delimited message of the stream."""
+    buf = b""
+    pos = 0
+    base = 0  # stream offset of buf[0]
+    eof = False
+    while True:
+        if pos >= len(buf):
+            if eof:
+                return
+            base += len(buf)
+            buf, pos = _read(stream, path, base), 0
+            if not buf:
+                return
+        start = pos
+        try:
+            length, body = _varint(buf, pos)
+        except ValueError as e:
+            raise TraceReadError(path, base + start, f"corrupt length prefix: {e}") from None
+        while length < 0 or (body + length > len(buf) and not eof):
+            more = _read(stream, path, base + len(buf))
+            if not more:
+                eof = True
+                if length < 0:
+                    raise TraceReadError(path, base + start, "file ends inside a length prefix")
+                break
+            buf, base, pos, start = buf[start:] + more, base + start, 0, 0
+            try:
+                length, body = _varint(buf, 0)
+            except ValueError as e:
+                raise TraceReadError(path, base, f"corrupt length prefix: {e}") from None
+        if length == 0:
+            raise TraceReadError(path, base + start,
+                                 "zero-length message (Chakra's reader would stop here as if at end of file)")
+        if length > MAX_MESSAGE:
+            raise TraceReadError(path, base + start, f"implausible message length {length}")
+        end = body + length
+        if end > len(buf):
+            raise TraceReadError(path, base + start,
+                                 f"truncated message: length prefix says {length} bytes, "
+                                 f"{len(buf) - body} remain")
+        yield base + start, buf[body:end]
+        pos = end
+
+
+def _read(stream: BinaryIO, path, offset: int) -> bytes:
+    try:
+        return stream.read(CHUNK)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise TraceReadError(path, offset, f"cannot decompress: {e}") from None
+
+
+def _looks_like_metadata(msg: bytes) -> bool:
+    """True if every top-level field is GlobalMetadata's (1: version, 2: attr; both length-delimited).
+
+    A Node starts with its id (field 1, a varint) or, for id 0, its name followed by its type
+    (field 3): the two layouts can only coincide for a nameless id-0 INVALID node.
+    """
+    pos = 0
+    try:
+        while pos < len(msg):
+            tag, pos = _varint(msg, pos)
+            if tag < 0 or (tag >> 3) not in (1, 2) or (tag & 7) != 2:
+                return False
+            length, pos = _varint(msg, pos)
+            if length < 0:
+                return False
+            pos += length
+    except ValueError:
+        return False
+    return pos == len(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# protobuf <-> model
+# --------------------------------------------------------------------------------------------
+
+def _attr_from_pb(a) -> Attr:
+    kind = a.WhichOneof("value")
+    if kind is None:
+        return Attr(None, None, a.doc_string)
+    v = getattr(a, kind)
+    if kind[-5:] == "_list":
+        v = tuple(v.values)
+    return Attr(kind, v, a.doc_string)
+
+
+def _io_from_pb(m, field: str) -> IOInfo | None:
+    if not m.HasField(field):
+        return None
+    io_ = getattr(m, field)
+    return IOInfo(io_.values, io_.shapes, io_.types)
+
+
+def node_from_pb(m) -> Node:
+    """Our immutable record of a protobuf `Node` (no checks; see `TraceReader`)."""
+    attrs = {a.name: _attr_from_pb(a) for a in m.attr} if len(m.attr) else {}
+    t = m.type
+    return Node(
+        m.id, m.name, NodeType(t), tuple(m.data_deps), tuple(m.ctrl_deps),
+        m.start_time_micros, m.duration_micros, attrs,
+        _io_from_pb(m, "inputs"), _io_from_pb(m, "outputs"),
+    )
+
+
+def _attr_to_pb(target, name: str, a: Attr) -> None:
+    target.name = name
+    if a.doc:
+        target.doc_string = a.doc
+    if a.kind is None:
+        return
+    if a.kind[-5:] == "_list":
+        getattr(target, a.kind).values.extend(a.value)
+        if not a.value:  # keep the (empty) list kind: mark the sub-message present
+            getattr(target, a.kind).SetInParent()
+    else:
+        setattr(target, a.kind, a.value)
+
+
+def node_to_pb(node: Node):
+    """The protobuf `Node` for our record; attributes sorted by name for deterministic bytes."""
+    m = pb.Node(id=node.id, name=node.name, type=int(node.type),
+                start_time_micros=node.start_time_micros, duration_micros=node.duration_micros)
+    if node.ctrl_deps:
+        m.ctrl_deps.extend(node.ctrl_deps)
+    if node.data_deps:
+        m.data_deps.extend(node.data_deps)
+    for field in ("inputs", "outputs"):
+        v = getattr(node, field)
+        if v is not None:
+            sub = getattr(m, field)
+            sub.SetInParent()
+            sub.values, sub.shapes, sub.types = v.values, v.shapes, v.types
+    for name in sorted(node.attrs):
+        _attr_to_pb(m.attr.add(), name, node.attrs[name])
+    return m
+
+
+def metadata_to_pb(meta: Metadata):
+    m = pb.GlobalMetadata(version=meta.version or WRITER_VERSION)
+    for name in sorted(meta.attrs):
+        _attr_to_pb(m.attr.add(), name, meta.attrs[name])
+    return m
+
+
+def metadata_from_pb(m) -> Metadata:
+    return Metadata(m.version, {a.name: _attr_from_pb(a) for a in m.attr}, True)
+
+
+# --------------------------------------------------------------------------------------------
+# reader
+# --------------------------------------------------------------------------------------------
+
+class TraceReader:
+    """Iterate the nodes of one `.et` file with bounded memory.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.0.et")
+    >>> write_trace(path, [Node(1, "a", NodeType.COMP_NODE), Node(2, "b", NodeType.COMP_NODE, (1,))])
+    2
+    >>> r = TraceReader(path)
+    >>> [str(n) for n in r]
+    ["%1 COMP 'a'", "%2 COMP 'b' deps=[%1]"]
+    >>> r.metadata.version
+    '0.0.4'
+    """
+
+    def __init__(self, path: str | Path, *, rank: int | None = None,
+                 diagnostics: Diagnostics | None = None):
+        self.path = str(path)
+        self.rank = rank
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self.metadata: Metadata | None = None
+        self._stream = open_binary(path)
+        self._frames = iter_frames(self._stream, self.path)
+        self._first: tuple[int, bytes] | None = None
+        self._read_metadata()
+
+    def _warn(self, code: str, message: str, node: Node | None = None) -> None:
+        self.diagnostics.add(Diagnostic(
+            "warning", code, message, file=self.path, rank=self.rank,
+            node_id=node.id if node else None, node_name=node.name if node else None))
+
+    def _read_metadata(self) -> None:
+        try:
+            first = next(self._frames, None)
+        except TraceReadError:
+            self.close()
+            raise
+        if first is not None and _looks_like_metadata(first[1]):
+            try:
+                self.metadata = metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
+                return
+            except DecodeError:
+                pass  # not metadata after all: decode it as a node
+        self.metadata = Metadata("", {}, present=False)
+        if first is not None:
+            self._warn("no-metadata", "no GlobalMetadata message: read the first message as a node")
+        self._first = first
+
+    def __iter__(self) -> Iterator[Node]:
+        last: Node | None = None
+        try:
+            if self._first is not None:
+                last = self._decode(*self._first, last)
+                yield last
+            for offset, msg in self._frames:
+                last = self._decode(offset, msg, last)
+                yield last
+        finally:
+            self.close()
+
+    def _decode(self, offset: int, msg: bytes, last: Node | None) -> Node:
+        try:
+            m = pb.Node.FromString(msg)
+            node = node_from_pb(m)
+        except DecodeError as e:
+            raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}",
+                                 str(last) if last else None) from None
+        except ValueError:
+            raise TraceReadError(self.path, offset, f"node {m.id} has unknown node type {m.type}",
+                                 str(last) if last else None) from None
+        if node.attrs:
+            self._check_contract(node)
+        elif node.type is NodeType.COMM_COLL_NODE:
+            self._warn("missing-comm-type", "COMM_COLL node without comm_type: assumed ALL_REDUCE", node)
+        return node
+
+    def _check_contract(self, node: Node) -> None:
+        attrs = node.attrs
+        for name, a in attrs.items():
+            want = CONTRACT.get(name)
+            if want is not None and a.kind != want:
+                if want in INTEGER_KINDS and a.kind in INTEGER_KINDS:
+                    self._warn("int-kind", f"{name} stored as {a.kind}, read as {want}", node)
+                else:
+                    self._warn("attr-kind", f"{name} stored as {a.kind}, the contract says {want}", node)
+        if node.type is NodeType.COMM_COLL_NODE and "comm_type" not in attrs:
+            self._warn("missing-comm-type", "COMM_COLL node without comm_type: assumed ALL_REDUCE", node)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def iter_nodes(path: str | Path, **kw) -> Iterator[Node]:
+    """Stream the nodes of one file (see `TraceReader`)."""
+    return iter(TraceReader(path, **kw))
+
+
+# --------------------------------------------------------------------------------------------
+# writer
+# --------------------------------------------------------------------------------------------
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@contextmanager
+def atomic_output(path: str | Path, mode: str = "wb"):
+    """Write to a temporary file beside `path` and rename it into place only on success,
+    so a failure never leaves a partial file nor clobbers an existing one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class TraceWriter:
+    """Write one `.et` file node by node; gzip when the name ends in `.gz` (or `compress=True`).
+
+    Output bytes depend only on the nodes: attributes are sorted, gzip has no name or time stamp.
+    The file appears (atomically renamed into place) on `close()`; an exception inside `with`, or
+    `abort()`, leaves nothing behind.
+    """
+
+    def __init__(self, path: str | Path, metadata: Metadata | None = None, *,
+                 compress: bool | None = None):
+        self.path = Path(path)
+        self.count = 0
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            self._raw = open(self._tmp, "wb")
+        except OSError as e:
+            raise InputError(f"{self.path}: cannot write: {e.strerror}") from None
+        if compress if compress is not None else self.path.suffix == ".gz":
+            self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0, filename="", compresslevel=6)
+            self._out = io.BufferedWriter(self._gz, CHUNK)  # type: ignore[arg-type]
+        else:
+            self._gz = None
+            self._out = io.BufferedWriter(self._raw, CHUNK)  # type: ignore[arg-type]
+        try:
+            self._write_message(metadata_to_pb(metadata or Metadata()), "GlobalMetadata")
+        except BaseException:
+            self.abort()
+            raise
+
+    def _write_message(self, m, what: str) -> None:
+        data = m.SerializeToString()
+        if not data:
+            raise TraceWriteError(f"{self.path}: {what} would encode to zero bytes, which Chakra's "
+                                  "reader takes as end of file; give it a name or a type")
+        self._out.write(_varint_bytes(len(data)))
+        self._out.write(data)
+
+    def write(self, node: Node) -> None:
+        self._write_message(node_to_pb(node), f"node {node.id} ({node.name!r})")
+        self.count += 1
+
+    def close(self) -> None:
+        self._out.flush()
+        if self._gz is not None:
+            self._gz.close()
+        self._raw.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._raw.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_trace(path: str | Path, nodes: Iterable[Node], metadata: Metadata | None = None, *,
+                compress: bool | None = None) -> int:
+    """Write `nodes` to `path` atomically; returns how many were written."""
+    with TraceWriter(path, metadata, compress=compress) as w:
+        for n in nodes:
+            w.write(n)
+    return w.count

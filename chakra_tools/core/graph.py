@@ -1,0 +1,308 @@
+"""The graph model: one rank's trace (`Graph`) and a set of ranks (`RankSet`).
+
+A `Graph` owns its nodes (in file order) and derives the edges from each node's data and control
+dependencies; it hands out read-only tuples, never its internal lists. Loading records what the
+reader had to assume (forward references, dependencies on absent nodes) as warnings in
+`graph.diagnostics`; it never rewrites a node's recorded dependencies. networkx appears only at
+the edge, in `to_networkx()`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
+from .etio import TraceReader, TraceWriter
+from .model import Metadata, Node
+
+RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+
+
+class Graph:
+    """One rank's execution trace.
+
+    >>> from chakra_tools.core.model import NodeType as T
+    >>> g = Graph([Node(1, "a", T.COMP_NODE), Node(2, "b", T.COMP_NODE, (1,)),
+    ...            Node(3, "c", T.COMP_NODE, (1,), (2,))])
+    >>> g.successors(1), g.predecessors(3), len(g)
+    ((2, 3), (1, 2), 3)
+    >>> [n.id for n in g.topological_order()]
+    [1, 2, 3]
+    """
+
+    def __init__(self, nodes: Iterable[Node], *, rank: int | None = None,
+                 metadata: Metadata | None = None, source: str | None = None,
+                 diagnostics: Diagnostics | None = None):
+        self.rank = rank
+        self.metadata = metadata or Metadata()
+        self.source = source
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self.nodes: dict[int, Node] = {}
+        self.duplicates: list[Node] = []
+        for n in nodes:
+            if n.id in self.nodes:
+                self.duplicates.append(n)
+            else:
+                self.nodes[n.id] = n
+        self._succ: dict[int, tuple[int, ...]] | None = None
+
+    # -- reading and writing ------------------------------------------------------------------
+    @classmethod
+    def read(cls, path: str | Path, *, rank: int | None = None) -> "Graph":
+        """Read a whole `.et` file, noting forward references and absent dependencies."""
+        if rank is None:
+            m = RANK_FILE.match(Path(path).name)
+            rank = int(m.group("rank")) if m else None
+        diags = Diagnostics()
+        reader = TraceReader(path, rank=rank, diagnostics=diags)
+        g = cls(reader, rank=rank, metadata=reader.metadata, source=str(path), diagnostics=diags)
+        g._note_dependency_quirks()
+        return g
+
+    def write(self, path: str | Path, *, compress: bool | None = None) -> int:
+        with TraceWriter(path, self.metadata, compress=compress) as w:
+            for n in self.nodes.values():
+                w.write(n)
+        return w.count
+
+    def _note_dependency_quirks(self) -> None:
+        seen: set[int] = set()
+        forward = 0
+        for n in self.nodes.values():
+            for kind, deps in (("data", n.data_deps), ("ctrl", n.ctrl_deps)):
+                for d in deps:
+                    if d not in self.nodes:
+                        self._warn(f"dangling-{kind}-dep", f"{kind} dependency on absent node {d}", n)
+                    elif d not in seen:
+                        forward += 1
+                        if forward <= 1:
+                            self._warn("forward-ref", f"{kind} dependency on node {d}, which comes later in the file", n)
+            seen.add(n.id)
+        if forward > 1:
+            self.diagnostics.counts["forward-ref"] = forward
+
+    def _warn(self, code: str, message: str, node: Node) -> None:
+        self.diagnostics.add(Diagnostic("warning", code, message, file=self.source, rank=self.rank,
+                                        node_id=node.id, node_name=node.name))
+
+    # -- access ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes.values())
+
+    def __getitem__(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def __contains__(self, node_id: int) -> bool:
+        return node_id in self.nodes
+
+    def predecessors(self, node_id: int) -> tuple[int, ...]:
+        """Present dependencies (data, then control), each once."""
+        return tuple(d for d in self.nodes[node_id].deps if d in self.nodes)
+
+    def successors(self, node_id: int) -> tuple[int, ...]:
+        if self._succ is None:
+            succ: dict[int, list[int]] = defaultdict(list)
+            for n in self.nodes.values():
+                for d in n.deps:
+                    if d in self.nodes:
+                        succ[d].append(n.id)
+            self._succ = {k: tuple(v) for k, v in succ.items()}
+        return self._succ.get(node_id, ())
+
+    def edges(self) -> Iterator[tuple[int, int, str]]:
+        """(src, dst, "data"|"ctrl") for every dependency whose source is present."""
+        for n in self.nodes.values():
+            for d in n.data_deps:
+                if d in self.nodes:
+                    yield d, n.id, "data"
+            for d in n.ctrl_deps:
+                if d in self.nodes:
+                    yield d, n.id, "ctrl"
+
+    def find_cycle(self) -> list[int] | None:
+        """One dependency cycle as a list of node ids (first == last), or None if acyclic."""
+        state: dict[int, int] = {}  # 1 = on stack, 2 = done
+        for root in self.nodes:
+            if root in state:
+                continue
+            stack = [(root, iter(self.predecessors(root)))]
+            path = [root]
+            state[root] = 1
+            while stack:
+                nid, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    state[nid] = 2
+                    stack.pop()
+                    path.pop()
+                elif state.get(nxt) == 1:
+                    cyc = path[path.index(nxt):] + [nxt]
+                    return cyc[::-1]  # dependency order: a -> b means b depends on a
+                elif nxt not in state:
+                    state[nxt] = 1
+                    stack.append((nxt, iter(self.predecessors(nxt))))
+                    path.append(nxt)
+        return None
+
+    def topological_order(self) -> list[Node]:
+        """Nodes with every present dependency before its dependents; ties in ascending id.
+
+        Raises ChakraToolsError naming a cycle if there is one.
+        """
+        import heapq
+
+        indeg = {nid: len(self.predecessors(nid)) for nid in self.nodes}
+        ready = [nid for nid, k in indeg.items() if k == 0]
+        heapq.heapify(ready)
+        out: list[Node] = []
+        while ready:
+            nid = heapq.heappop(ready)
+            out.append(self.nodes[nid])
+            for s in self.successors(nid):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, s)
+        if len(out) != len(self.nodes):
+            cyc = self.find_cycle() or []
+            raise ChakraToolsError(f"{self.source or 'graph'}: dependency cycle: "
+                                   + " -> ".join(f"%{c}" for c in cyc))
+        return out
+
+    def to_networkx(self):
+        """A networkx.DiGraph: node attributes from the record, edge attribute `kind`."""
+        import networkx as nx
+
+        g = nx.DiGraph(rank=self.rank)
+        for n in self.nodes.values():
+            g.add_node(n.id, name=n.name, type=n.type.name, duration_micros=n.duration_micros,
+                       start_time_micros=n.start_time_micros)
+        for src, dst, kind in self.edges():
+            if g.has_edge(src, dst):
+                g.edges[src, dst]["kind"] = "data+ctrl"
+            else:
+                g.add_edge(src, dst, kind=kind)
+        return g
+
+
+def read_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Read an ASTRA-sim communicator-group file `{"<id>": [ranks...]}`."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}: not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise InputError(f'{path}: expected an object {{"<group id>": [ranks...]}}')
+    return {str(k): tuple(int(r) for r in v) for k, v in data.items()}
+
+
+def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:
+    from .etio import atomic_output
+
+    ordered = {k: list(groups[k]) for k in sorted(groups, key=lambda k: (len(k), k))}
+    with atomic_output(path, "w") as f:
+        json.dump(ordered, f, indent=1)
+        f.write("\n")
+
+
+def find_rank_files(path: str | Path) -> dict[int, Path]:
+    """The files of a rank set: `path` may be a folder, a prefix (`out/trace` for
+    `out/trace.<r>.et`) or one file. Raises InputError if nothing matches or prefixes are mixed."""
+    p = Path(path)
+    if p.is_file():
+        m = RANK_FILE.match(p.name)
+        return {int(m.group("rank")) if m else 0: p}
+    if p.is_dir():
+        candidates = [c for c in sorted(p.iterdir()) if RANK_FILE.match(c.name)]
+        prefixes = {RANK_FILE.match(c.name).group("prefix") for c in candidates}
+        if len(prefixes) > 1:
+            raise InputError(f"{p}: holds several rank sets ({', '.join(sorted(prefixes))}); "
+                             "name one by its prefix, e.g. " + str(p / sorted(prefixes)[0]))
+    else:
+        candidates = [c for c in sorted(p.parent.glob(p.name + ".*.et*"))
+                      if (m := RANK_FILE.match(c.name)) and m.group("prefix") == p.name]
+    files = {int(RANK_FILE.match(c.name).group("rank")): c for c in candidates}
+    if not files:
+        raise InputError(f"{p}: no trace files (expected a .et file, a folder of <prefix>.<rank>.et "
+                         "files, or such a prefix)")
+    return dict(sorted(files.items()))
+
+
+@dataclass
+class RankSet:
+    """The traces of every rank of one run, plus its communicator groups (may be empty)."""
+
+    graphs: dict[int, Graph]
+    comm_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    prefix: str = "trace"
+    comm_group_file: str | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, comm_group: str | Path | None = None) -> "RankSet":
+        """Read every rank; a `comm_group.json` beside the files is used unless one is given."""
+        files = find_rank_files(path)
+        graphs = {}
+        for r, f in files.items():
+            try:
+                graphs[r] = Graph.read(f, rank=r)
+            except ChakraToolsError as e:
+                raise e.add_context(f"rank {r}")
+        first = next(iter(files.values()))
+        m = RANK_FILE.match(first.name)
+        if comm_group is None and (first.parent / "comm_group.json").exists():
+            comm_group = first.parent / "comm_group.json"
+        groups = read_comm_groups(comm_group) if comm_group else {}
+        return cls(graphs, groups, m.group("prefix") if m else first.stem,
+                   str(comm_group) if comm_group else None)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.graphs)
+
+    def __getitem__(self, rank: int) -> Graph:
+        return self.graphs[rank]
+
+    def __iter__(self) -> Iterator[Graph]:
+        return (self.graphs[r] for r in self.ranks)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def group_ranks(self, pg_name: str) -> tuple[int, ...]:
+        """Global ranks of a process group; "" and "0" mean every rank (ASTRA-sim's convention)."""
+        if pg_name in ("", "0") and pg_name not in self.comm_groups:
+            return tuple(self.ranks)
+        return self.comm_groups[pg_name]
+
+    def write(self, out_dir: str | Path, prefix: str | None = None, *,
+              compress: bool = False) -> list[Path]:
+        """Write `<out_dir>/<prefix>.<rank>.et` for each rank and `comm_group.json` if any groups.
+
+        All or nothing: if one rank fails, the files already written by this call are removed.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        prefix = prefix or self.prefix
+        written: list[Path] = []
+        try:
+            for r in self.ranks:
+                path = out / f"{prefix}.{r}.et{'.gz' if compress else ''}"
+                self.graphs[r].write(path, compress=compress)
+                written.append(path)
+            if self.comm_groups:
+                write_comm_groups(out / "comm_group.json", self.comm_groups)
+                written.append(out / "comm_group.json")
+        except BaseException:
+            for p in written:
+                p.unlink(missing_ok=True)
+            raise
+        return written
