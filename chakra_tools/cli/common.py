@@ -14,6 +14,14 @@ from chakra_tools.core.errors import ChakraToolsError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def new_app(help: str | None = None, **kw: Any) -> typer.Typer:
+    """A typer app with the settings every command shares: -h, markdown help (docstring lines
+    are joined into paragraphs; indented lines stay as examples), no completion install."""
+    kw.setdefault("context_settings", {})
+    kw["context_settings"].setdefault("help_option_names", ["-h", "--help"])
+    return typer.Typer(help=help, add_completion=False, rich_markup_mode="markdown", **kw)
+
+
 def handle_errors(fn: F) -> F:
     """Print a ChakraToolsError as one clear line on stderr and exit with its code (2 by default),
     instead of a traceback. Ctrl-C exits 130 quietly."""

@@ -7,11 +7,13 @@ imports torch.
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import typer
 
-from . import capture, convert, replay, validate, visualize
+from . import capture, convert, jsondump, replay, validate, visualize
+from .common import new_app
 
 HELP = """Chakra execution traces of distributed ML training: capture, convert, replay, visualize.
 
@@ -25,12 +27,18 @@ SUBAPPS = {
     "replay": replay.app,
     "validate": validate.app,
     "visualize": visualize.app,
+    "json": jsondump.app,
 }
 
-app = typer.Typer(help=HELP, no_args_is_help=True, add_completion=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+app = new_app(HELP, no_args_is_help=True)
 for _name, _sub in SUBAPPS.items():
-    app.add_typer(_sub, name=_name)
+    if len(_sub.registered_commands) == 1 and not _sub.registered_groups:
+        # A one-command app (trace-validate) is `chakra-tools validate`, not `... validate validate`.
+        _info = copy.copy(_sub.registered_commands[0])
+        _info.name = _name
+        app.registered_commands.append(_info)
+    else:
+        app.add_typer(_sub, name=_name)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
@@ -45,7 +46,9 @@ def open_binary(path: str | Path) -> BinaryIO:
         raise InputError(f"{path}: cannot open: {e.strerror}") from None
     if f.read(2) == GZIP_MAGIC:
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        gz = gzip.GzipFile(fileobj=f, mode="rb")
+        gz.myfileobj = f  # so that closing the GzipFile closes the file too (as gzip.open does)
+        return gz  # type: ignore[return-value]
     f.seek(0)
     return f
 
@@ -114,7 +117,7 @@ def iter_frames(stream: BinaryIO, path: str | Path = "<stream>") -> Iterator[tup
 def _read(stream: BinaryIO, path, offset: int) -> bytes:
     try:
         return stream.read(CHUNK)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; zlib.error is not
         raise TraceReadError(path, offset, f"cannot decompress: {e}") from None
 
 
@@ -205,7 +208,9 @@ def node_to_pb(node: Node):
 
 
 def metadata_to_pb(meta: Metadata):
-    m = pb.GlobalMetadata(version=meta.version or WRITER_VERSION)
+    # An empty version is kept when attributes carry the schema (as Chakra's converter writes);
+    # with nothing at all the message would encode to zero bytes, which readers take as EOF.
+    m = pb.GlobalMetadata(version=meta.version if (meta.version or meta.attrs) else WRITER_VERSION)
     for name in sorted(meta.attrs):
         _attr_to_pb(m.attr.add(), name, meta.attrs[name])
     return m
@@ -275,6 +280,10 @@ class TraceReader:
             for offset, msg in self._frames:
                 last = self._decode(offset, msg, last)
                 yield last
+        except TraceReadError as e:
+            if e.last_good is None and last is not None:  # a framing error: name the last good node
+                raise TraceReadError(e.path, e.offset, e.reason, str(last)) from None
+            raise
         finally:
             self.close()
 
@@ -291,7 +300,7 @@ class TraceReader:
         if node.attrs:
             self._check_contract(node)
         elif node.type is NodeType.COMM_COLL_NODE:
-            self._warn("missing-comm-type", "COMM_COLL node without comm_type: assumed ALL_REDUCE", node)
+            self._warn("assumed-all-reduce", "COMM_COLL node without comm_type: read as ALL_REDUCE", node)
         return node
 
     def _check_contract(self, node: Node) -> None:
@@ -304,7 +313,7 @@ class TraceReader:
                 else:
                     self._warn("attr-kind", f"{name} stored as {a.kind}, the contract says {want}", node)
         if node.type is NodeType.COMM_COLL_NODE and "comm_type" not in attrs:
-            self._warn("missing-comm-type", "COMM_COLL node without comm_type: assumed ALL_REDUCE", node)
+            self._warn("assumed-all-reduce", "COMM_COLL node without comm_type: read as ALL_REDUCE", node)
 
     def close(self) -> None:
         self._stream.close()
@@ -391,14 +400,23 @@ class TraceWriter:
         self.count += 1
 
     def close(self) -> None:
-        self._out.flush()
-        if self._gz is not None:
-            self._gz.close()
-        self._raw.close()
-        os.replace(self._tmp, self.path)
+        try:
+            self._out.flush()
+            if self._gz is not None:
+                self._gz.close()
+            self._raw.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:  # a failed flush or rename must not leave the temporary file behind
+            self.abort()
+            raise
 
     def abort(self) -> None:
-        self._raw.close()
+        for f in (self._out, self._gz, self._raw):  # outermost first; a failed flush is moot now
+            if f is not None:
+                try:
+                    f.close()
+                except Exception:
+                    pass
         self._tmp.unlink(missing_ok=True)
 
     def __enter__(self):

@@ -1,0 +1,53 @@
+"""chakra-tools json dump|load: a rank set as one valid JSON document, and back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import handle_errors, new_app
+
+app = new_app("A rank set as one valid JSON document, and back (lossless).", no_args_is_help=True)
+
+
+@app.command()
+@handle_errors
+def dump(
+    path: Path = typer.Argument(..., metavar="RANKSET", help="A .et file, a folder of traces, or a prefix."),
+    out: Path = typer.Option(..., "--out", "-o", help="The JSON file to write."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file to include."),
+) -> None:
+    """Write every rank of RANKSET into one JSON document.
+
+    Example:
+
+        chakra-tools json dump out/trace -o trace.json
+    """
+    from chakra_tools.core import jsondump
+    from chakra_tools.core.graph import RankSet
+
+    rs = RankSet.load(path, comm_group)
+    jsondump.dump(rs, out)
+    typer.echo(f"{out}: {len(rs)} rank(s), {sum(len(g) for g in rs)} nodes")
+
+
+@app.command()
+@handle_errors
+def load(
+    path: Path = typer.Argument(..., metavar="JSON", help="A document written by `json dump`."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for PREFIX.RANK.et and comm_group.json."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", help="File prefix; default: the one recorded."),
+) -> None:
+    """Write the rank set of a JSON document back as .et files (byte-identical to the originals).
+
+    Example:
+
+        chakra-tools json load trace.json -o roundtrip/
+    """
+    from chakra_tools.core import jsondump
+
+    rs = jsondump.load(path)
+    files = rs.write(out, prefix)
+    typer.echo(f"wrote {len(files)} file(s) to {out}")

@@ -1,0 +1,69 @@
+"""trace-validate: list every violation in a trace or rank set (exit 1 if any error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .common import handle_errors, new_app, print_json
+
+app = new_app()
+
+
+@app.command()
+@handle_errors
+def validate(
+    paths: List[Path] = typer.Argument(..., metavar="PATH", help="A .et file, a folder of PREFIX.RANK.et files, or such a prefix."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g",
+                                              help="Communicator-group file; default: comm_group.json beside the traces."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of text."),
+    stats: bool = typer.Option(False, "--stats", help="Also print a summary: node counts, collectives, bytes, durations."),
+    show: int = typer.Option(50, "--show", help="How many findings of each kind to list (all are counted)."),
+) -> None:
+    """Check traces for everything a simulator needs, within and across ranks.
+
+    Within a rank: duplicate ids, dependencies on absent nodes, cycles, attributes of the wrong
+    protobuf kind, communication nodes missing comm_type/comm_size/comm_src/comm_dst/comm_tag,
+    pg_name not an integer or not in comm_group.json. Across ranks: every process group issues the
+    same collectives in the same order, and every send has a matching receive.
+
+    Exit code: 0 clean (warnings allowed), 1 errors found, 2 input unreadable.
+
+    Example:
+
+        trace-validate out/trace --comm-group out/comm_group.json --stats
+    """
+    from chakra_tools.core.stats import format_summary, summarize_path
+    from chakra_tools.core.validate import validate_path
+
+    reports = [validate_path(p, comm_group, examples_per_code=show) for p in paths]
+    summaries = [summarize_path(p, comm_group) for p in paths] if stats else []
+    if as_json:
+        docs = []
+        for i, (p, r) in enumerate(zip(paths, reports)):
+            doc = {"path": str(p), **r.to_dict()}
+            if stats:
+                doc["stats"] = summaries[i]
+            docs.append(doc)
+        print_json(docs[0] if len(docs) == 1 else docs)
+    else:
+        for i, (p, r) in enumerate(zip(paths, reports)):
+            _print_report(p, r)
+            if stats:
+                typer.echo(format_summary(summaries[i]))
+    if any(r.error_count for r in reports):
+        raise typer.Exit(1)
+
+
+def _print_report(path: Path, report) -> None:
+    for d in report.diagnostics:
+        typer.echo(f"{d.severity}: {d}")
+    for code, n in sorted(report.diagnostics.omitted().items()):
+        typer.echo(f"... and {n} more [{code}]")
+    errors = report.error_count
+    warnings = len(report.diagnostics) - errors
+    verdict = "OK" if not errors else "FAILED"
+    typer.echo(f"{path}: {len(report.ranks)} rank(s), {report.nodes} nodes: "
+               f"{errors} error(s), {warnings} warning(s) — {verdict}")

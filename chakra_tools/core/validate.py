@@ -1,0 +1,383 @@
+"""Validation: every violation of what simulators need, returned as data.
+
+Checks run in two layers. Per rank, while streaming the nodes (so a million-node file is checked
+without holding its nodes): duplicate ids, dependencies on absent nodes, cycles (one is printed),
+contract attributes of the wrong oneof kind, communication nodes missing what a simulator needs,
+and `pg_name`s that are not integer ids or not in the communicator-group file. Across ranks: the
+ranks of each process group issue the same sequence of collectives, and every send has a
+receive with the same (src, dst, tag, size) — mismatches that make ASTRA-sim end "successfully"
+with ranks unfinished.
+
+Collective order is node-id order within a rank (what a feeder issues first when several nodes are
+ready). Sizes are compared for the kinds whose size is the same on every rank; ALL_TO_ALL, GATHER
+and SCATTER legitimately differ per rank (alltoallv splits, the root's buffer) and are compared
+by kind only.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from .errors import Diagnostic, Diagnostics
+from .etio import TraceReader
+from .graph import Graph, RankSet, find_rank_files, read_comm_groups
+from .model import CONTRACT, CommType, Node, NodeType, format_bytes
+
+SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
+                  CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}
+P2P_NEEDS = {
+    NodeType.COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
+    NodeType.COMM_RECV_NODE: ("comm_src", "comm_tag", "comm_size"),
+    NodeType.COMM_COLL_NODE: ("comm_type", "comm_size"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# per node
+# --------------------------------------------------------------------------------------------
+
+def check_node(node: Node, comm_groups: Mapping[str, tuple[int, ...]] | None) -> Iterator[tuple[str, str, str]]:
+    """(severity, code, message) for each problem of one node on its own."""
+    for name, a in node.attrs.items():
+        want = CONTRACT.get(name)
+        if want is not None and a.kind != want:
+            yield ("error", "attr-kind",
+                   f"{name} is {a.kind}, the contract says {want} (readers of {want} see 0 or nothing)")
+    needs = P2P_NEEDS.get(node.type)
+    if needs is None:
+        return
+    for name in needs:
+        if name not in node.attrs:
+            yield "error", f"missing-{name.replace('_', '-')}", f"{node.type.short} node without {name}"
+    if node.type is NodeType.COMM_COLL_NODE and "comm_type" in node.attrs and node.comm_type is None:
+        yield "error", "bad-comm-type", f"comm_type {node.attr('comm_type')} is not a CollectiveCommType"
+    cpu = node.attrs.get("is_cpu_op")
+    if cpu is not None and cpu.value is True:
+        yield "warning", "comm-is-cpu-op", "communication node marked is_cpu_op=true"
+    yield from _check_pg(node, comm_groups)
+
+
+def _check_pg(node: Node, comm_groups) -> Iterator[tuple[str, str, str]]:
+    pg = node.attrs.get("pg_name")
+    if pg is None or pg.kind != "string_val" or pg.value in ("", "0"):
+        return
+    if not pg.value.isdecimal():
+        yield ("error", "pg-not-integer",
+               f"pg_name {pg.value!r} is not a decimal integer id (ASTRA-sim cannot parse it)")
+    elif comm_groups is None:
+        yield ("warning", "no-comm-groups",
+               f"pg_name {pg.value!r} cannot be checked: no comm_group.json was given")
+    elif pg.value not in comm_groups:
+        yield "error", "unknown-pg", f"pg_name {pg.value!r} is not in the communicator-group file"
+
+
+# --------------------------------------------------------------------------------------------
+# per rank: structure (duplicates, dangling deps, cycles) on compact arrays
+# --------------------------------------------------------------------------------------------
+
+class _Structure:
+    """Ids and dependencies in flat integer arrays: about 30 bytes a node plus an id index,
+    instead of the node records, so validation memory stays small on huge files."""
+
+    def __init__(self):
+        self.ids = array("Q")
+        self.dep_ids = array("Q")
+        self.dep_kind = array("b")  # 0 data, 1 ctrl
+        self.dep_end = array("Q")
+        self.index: dict[int, int] = {}
+        #: names of the nodes that depend on a node not seen yet: the only ones that can end up
+        #: in a dangling-dependency or cycle finding (a cycle needs a forward reference)
+        self.names: dict[int, str] = {}
+
+    def add(self, node: Node) -> bool:
+        """Record one node; False if its id was seen before (the duplicate is not recorded)."""
+        if node.id in self.index:
+            return False
+        index = self.index
+        if any(d not in index for d in node.data_deps) or any(d not in index for d in node.ctrl_deps):
+            self.names[node.id] = node.name
+        index[node.id] = len(self.ids)
+        self.ids.append(node.id)
+        self.dep_ids.extend(node.data_deps)
+        self.dep_kind.extend(bytes(len(node.data_deps)))
+        self.dep_ids.extend(node.ctrl_deps)
+        self.dep_kind.extend(b"\x01" * len(node.ctrl_deps))
+        self.dep_end.append(len(self.dep_ids))
+        return True
+
+    def deps_of(self, i: int) -> Iterator[tuple[int, int]]:
+        start = self.dep_end[i - 1] if i else 0
+        for k in range(start, self.dep_end[i]):
+            yield self.dep_ids[k], self.dep_kind[k]
+
+    def dangling(self) -> Iterator[tuple[int, int, str]]:
+        """(node id, missing dep id, "data"|"ctrl") for every dependency on an absent node."""
+        index = self.index
+        for i, nid in enumerate(self.ids):
+            for d, kind in self.deps_of(i):
+                if d not in index:
+                    yield nid, d, "ctrl" if kind else "data"
+
+    def find_cycle(self) -> list[int] | None:
+        """One cycle as node ids in dependency order (first == last), or None (Kahn's algorithm)."""
+        n = len(self.ids)
+        index = self.index
+        indeg = array("Q", bytes(8 * n))
+        succ: dict[int, list[int]] = defaultdict(list)
+        for i in range(n):
+            for d in {d for d, _ in self.deps_of(i)}:
+                j = index.get(d)
+                if j is not None:
+                    indeg[i] += 1
+                    succ[j].append(i)
+        ready = deque(i for i in range(n) if indeg[i] == 0)
+        done = 0
+        while ready:
+            j = ready.popleft()
+            done += 1
+            for i in succ.get(j, ()):
+                indeg[i] -= 1
+                if indeg[i] == 0:
+                    ready.append(i)
+        if done == n:
+            return None
+        return self._walk_back([i for i in range(n) if indeg[i] > 0], indeg)
+
+    def _walk_back(self, left: list[int], indeg) -> list[int]:
+        """Every node left by Kahn has a predecessor also left: walking them must repeat."""
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        i = left[0]
+        while i not in seen:
+            seen[i] = len(path)
+            path.append(i)
+            i = next(self.index[d] for d, _ in self.deps_of(i)
+                     if d in self.index and indeg[self.index[d]] > 0)
+        cyc = path[seen[i]:] + [i]
+        return [self.ids[k] for k in reversed(cyc)]
+
+
+# --------------------------------------------------------------------------------------------
+# per rank: the scan
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class RankScan:
+    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
+
+    rank: int | None
+    file: str | None
+    nodes: int = 0
+    collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
+    sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
+    recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
+
+
+def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
+              comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics) -> RankScan:
+    """Check one rank's nodes as they stream by; return what the cross-rank checks need."""
+    scan = RankScan(rank, file)
+    structure = _Structure()
+
+    def report(severity, code, message, node_id=None, node_name=None):
+        out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
+
+    for node in nodes:
+        scan.nodes += 1
+        if not structure.add(node):
+            report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
+        for severity, code, message in check_node(node, comm_groups):
+            report(severity, code, message, node.id, node.name)
+        if node.type.is_comm:
+            _record_comm(scan, node)
+    names = structure.names
+    for nid, dep, kind in structure.dangling():
+        report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid, names.get(nid))
+    cycle = structure.find_cycle()
+    if cycle:
+        report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
+               cycle[0], names.get(cycle[0]))
+    return scan
+
+
+def _record_comm(scan: RankScan, node: Node) -> None:
+    if node.type is NodeType.COMM_COLL_NODE:
+        scan.collectives[node.pg_name or ""].append((node.id, node.name, node.comm_type, node.comm_size))
+    elif node.type is NodeType.COMM_SEND_NODE:
+        scan.sends.append((node.id, node.name, node.comm_dst, node.comm_tag, node.comm_size))
+    else:
+        scan.recvs.append((node.id, node.name, node.comm_src, node.comm_tag, node.comm_size))
+
+
+# --------------------------------------------------------------------------------------------
+# across ranks
+# --------------------------------------------------------------------------------------------
+
+def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
+                               out: Diagnostics) -> None:
+    """Every rank of a group must issue the same collectives in the same order."""
+    all_ranks = tuple(sorted(scans))
+    pgs = sorted({pg for s in scans.values() for pg in s.collectives}, key=lambda p: (len(p), p))
+    for pg in pgs:
+        members = all_ranks if pg in ("", "0") and pg not in comm_groups else comm_groups.get(pg)
+        if members is None:
+            continue  # reported per node as unknown-pg / no-comm-groups
+        _check_membership(scans, pg, members, out)
+        present = [r for r in members if r in scans]
+        if len(present) < 2:
+            continue
+        if len(present) < len(members):
+            out.add(Diagnostic("warning", "partial-group",
+                               f"group {pg or '(world)'} has ranks {list(members)}, only {present} were given: "
+                               "compared those"))
+        ref = present[0]
+        for r in present[1:]:
+            _compare_sequence(scans[ref], scans[r], pg, out)
+
+
+def _check_membership(scans, pg, members, out) -> None:
+    for r, s in scans.items():
+        if r not in members and s.collectives.get(pg):
+            nid, name, _, _ = s.collectives[pg][0]
+            out.add(Diagnostic("error", "not-in-group",
+                               f"issues collectives on group {pg}, whose ranks {list(members)} exclude rank {r}",
+                               file=s.file, rank=r, node_id=nid, node_name=name))
+
+
+def _describe(entry) -> str:
+    _, _, ct, size = entry
+    return f"{ct.name if ct is not None else '?'} {format_bytes(size)}"
+
+
+def _compare_sequence(ref: RankScan, other: RankScan, pg: str, out: Diagnostics) -> None:
+    a, b = ref.collectives.get(pg, []), other.collectives.get(pg, [])
+    group = pg or "(world)"
+    for k, (x, y) in enumerate(zip(a, b)):
+        same = x[2] == y[2] and (x[2] not in SIZE_INVARIANT or x[3] == y[3])
+        if not same:
+            out.add(Diagnostic(
+                "error", "collective-mismatch",
+                f"collective #{k} on group {group} is {_describe(y)}, but rank {ref.rank} issues "
+                f"{_describe(x)} (node {x[0]} {x[1]!r})",
+                file=other.file, rank=other.rank, node_id=y[0], node_name=y[1]))
+            return
+    if len(a) != len(b):
+        longer, shorter = (ref, other) if len(a) > len(b) else (other, ref)
+        extra = longer.collectives[pg][min(len(a), len(b))]
+        out.add(Diagnostic(
+            "error", "collective-count",
+            f"issues {len(longer.collectives[pg])} collectives on group {group}, rank {shorter.rank} "
+            f"issues {len(shorter.collectives.get(pg, []))}: the first unmatched is {_describe(extra)}",
+            file=longer.file, rank=longer.rank, node_id=extra[0], node_name=extra[1]))
+
+
+def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
+    """Pair sends with receives on (src, dst, tag) in issue order; sizes must agree."""
+    recvs: dict[tuple, deque] = defaultdict(deque)
+    for r, s in scans.items():
+        for nid, name, src, tag, size in s.recvs:
+            recvs[(src, r, tag)].append((nid, name, size))
+    for r, s in sorted(scans.items()):
+        for nid, name, dst, tag, size in s.sends:
+            if dst not in scans:
+                out.add(Diagnostic("warning", "peer-absent", f"sends to rank {dst}, which was not given",
+                                   file=s.file, rank=r, node_id=nid, node_name=name))
+                continue
+            queue = recvs.get((r, dst, tag))
+            if not queue:
+                out.add(Diagnostic("error", "unmatched-send",
+                                   f"send of {format_bytes(size)} to rank {dst} tag {tag} has no receive on rank {dst}",
+                                   file=s.file, rank=r, node_id=nid, node_name=name))
+                continue
+            rid, rname, rsize = queue.popleft()
+            if rsize != size:
+                out.add(Diagnostic("error", "p2p-size-mismatch",
+                                   f"send of {size} B to rank {dst} tag {tag} is received as {rsize} B "
+                                   f"(rank {dst} node {rid} {rname!r})",
+                                   file=s.file, rank=r, node_id=nid, node_name=name))
+    for (src, dst, tag), queue in sorted(recvs.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        for rid, rname, rsize in queue:
+            severity, code = ("warning", "peer-absent") if src not in scans else ("error", "unmatched-recv")
+            out.add(Diagnostic(severity, code, f"receive of {format_bytes(rsize)} from rank {src} tag {tag} has no send",
+                               file=scans[dst].file, rank=dst, node_id=rid, node_name=rname))
+
+
+# --------------------------------------------------------------------------------------------
+# entry points
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class ValidationReport:
+    diagnostics: Diagnostics
+    ranks: list[int]
+    nodes: int
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def error_count(self) -> int:
+        return sum(n for code, n in self.diagnostics.counts.items() if code in self._error_codes())
+
+    def _error_codes(self) -> set[str]:
+        return {d.code for d in self.diagnostics if d.severity == "error"}
+
+    def to_dict(self) -> dict:
+        return {
+            "ranks": self.ranks, "nodes": self.nodes,
+            "errors": self.error_count, "warnings": len(self.diagnostics) - self.error_count,
+            "counts": dict(sorted(self.diagnostics.counts.items())),
+            "omitted": self.diagnostics.omitted(),
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+        }
+
+
+def _cross_rank(scans: dict[int, RankScan], comm_groups, out: Diagnostics) -> None:
+    if len(scans) > 1:
+        check_collective_sequences(scans, comm_groups or {}, out)
+        check_point_to_point(scans, out)
+
+
+def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
+                  examples_per_code: int = 50) -> ValidationReport:
+    """Validate a file, folder or prefix by streaming each rank's file once.
+
+    A comm_group.json beside the files is used unless `comm_group` names one.
+    """
+    files = find_rank_files(path)
+    first = next(iter(files.values()))
+    if comm_group is None and (first.parent / "comm_group.json").exists():
+        comm_group = first.parent / "comm_group.json"
+    groups = read_comm_groups(comm_group) if comm_group else None
+    out = Diagnostics(examples_per_code)
+    scans = {}
+    for rank, f in files.items():
+        reader = TraceReader(f, rank=rank, diagnostics=out)
+        scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out)
+    _cross_rank(scans, groups, out)
+    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()))
+
+
+def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None) -> list[Diagnostic]:
+    """Every violation in one rank's graph (see the module docstring)."""
+    out = Diagnostics(examples_per_code=1 << 30)
+    nodes = list(graph) + graph.duplicates
+    scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out)
+    return list(out)
+
+
+def validate_rankset(rankset: RankSet) -> list[Diagnostic]:
+    """Every violation in a rank set: each rank's own, then across ranks."""
+    out = Diagnostics(examples_per_code=1 << 30)
+    groups = rankset.comm_groups or None
+    scans = {}
+    for g in rankset:
+        scans[g.rank] = scan_rank(list(g) + g.duplicates, rank=g.rank, file=g.source,
+                                  comm_groups=groups, out=out)
+    _cross_rank(scans, groups, out)
+    return list(out)
