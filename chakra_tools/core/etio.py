@@ -16,18 +16,40 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Mapping
 from typing import BinaryIO, Iterable, Iterator
 
 from google.protobuf.message import DecodeError
 
 from .errors import Diagnostic, Diagnostics, TraceReadError, TraceWriteError, InputError
-from .model import CONTRACT, INTEGER_KINDS, Attr, IOInfo, Metadata, Node, NodeType
+from .model import CONTRACT, EMPTY_ATTRS, INTEGER_KINDS, Attr, IOInfo, Metadata, Node, NodeType
 from .schema import et_def_pb2 as pb
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _field_number(kind: str) -> int:
+    return pb.AttributeProto.DESCRIPTOR.fields_by_name[kind].number
+
+
+def _wrong_kind_pattern() -> "re.Pattern[bytes]":
+    """A regex that finds a contract attribute *not* followed by the tag of its contract kind.
+
+    An attribute serialises as field 1 (its name), then the value's field; one C-level scan of the
+    message thus proves every contract kind right without decoding attributes. A match sends the
+    node to the full check, so a false alarm (a doc_string between name and value) costs only time.
+    """
+    alternatives = []
+    for name, kind in CONTRACT.items():
+        wire = 2 if kind.endswith("_list") or kind == "string_val" else 0
+        tag = _varint_bytes(_field_number(kind) << 3 | wire)
+        raw = name.encode()
+        alternatives.append(re.escape(b"\x0a" + bytes([len(raw)]) + raw) + b"(?!" + re.escape(tag) + b")")
+    return re.compile(b"|".join(alternatives))
 CHUNK = 1 << 20
 #: protobuf refuses messages over 2 GiB; a larger length prefix can only be corruption.
 MAX_MESSAGE = (1 << 31) - 1
@@ -146,14 +168,19 @@ def _looks_like_metadata(msg: bytes) -> bool:
 # protobuf <-> model
 # --------------------------------------------------------------------------------------------
 
+# Attr(...) and Node(...) without NamedTuple's keyword-default wrapper: the reader's hot path
+_new_attr = _new_node = tuple.__new__
+_NODE_TYPES = tuple(NodeType)
+
+
 def _attr_from_pb(a) -> Attr:
     kind = a.WhichOneof("value")
     if kind is None:
-        return Attr(None, None, a.doc_string)
+        return _new_attr(Attr, (None, None, a.doc_string))
     v = getattr(a, kind)
     if kind[-5:] == "_list":
         v = tuple(v.values)
-    return Attr(kind, v, a.doc_string)
+    return _new_attr(Attr, (kind, v, a.doc_string))
 
 
 def _io_from_pb(m, field: str) -> IOInfo | None:
@@ -163,15 +190,68 @@ def _io_from_pb(m, field: str) -> IOInfo | None:
     return IOInfo(io_.values, io_.shapes, io_.types)
 
 
+class PbAttrs(Mapping):
+    """A node's attributes, decoded from the protobuf message on first access.
+
+    Decoding attributes costs several times more than decoding the rest of a node, and most
+    consumers (feeders, counters) touch few of them; this keeps streaming reads fast. Read-only,
+    compares equal to the plain dict it decodes to, and pickles as that dict.
+    """
+
+    __slots__ = ("_pb", "_dict")
+
+    def __init__(self, pb_attrs):
+        self._pb = pb_attrs
+        self._dict: dict[str, Attr] | None = None
+
+    def _decoded(self) -> dict[str, Attr]:
+        d = self._dict
+        if d is None:
+            d = self._dict = {a.name: _attr_from_pb(a) for a in self._pb}
+            self._pb = None
+        return d
+
+    def __getitem__(self, name: str) -> Attr:
+        return self._decoded()[name]
+
+    def get(self, name: str, default=None):
+        return self._decoded().get(name, default)
+
+    def __contains__(self, name) -> bool:
+        return name in self._decoded()
+
+    def __iter__(self):
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._pb) if self._dict is None else len(self._dict)
+
+    def __eq__(self, other) -> bool:
+        return self._decoded() == (other._decoded() if isinstance(other, PbAttrs) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
+
+    def __reduce__(self):
+        return dict, (self._decoded(),)
+
+
 def node_from_pb(m) -> Node:
-    """Our immutable record of a protobuf `Node` (no checks; see `TraceReader`)."""
-    attrs = {a.name: _attr_from_pb(a) for a in m.attr} if len(m.attr) else {}
+    """Our immutable record of a protobuf `Node` (no checks; see `TraceReader`).
+
+    Attributes are decoded lazily (`PbAttrs`). Raises ValueError for a type outside the enum.
+    """
     t = m.type
-    return Node(
-        m.id, m.name, NodeType(t), tuple(m.data_deps), tuple(m.ctrl_deps),
-        m.start_time_micros, m.duration_micros, attrs,
-        _io_from_pb(m, "inputs"), _io_from_pb(m, "outputs"),
-    )
+    if not 0 <= t < len(_NODE_TYPES):
+        raise ValueError(t)
+    return _new_node(Node, (
+        m.id, m.name, _NODE_TYPES[t], tuple(m.data_deps), tuple(m.ctrl_deps),
+        m.start_time_micros, m.duration_micros, PbAttrs(m.attr) if m.attr else EMPTY_ATTRS,
+        _io_from_pb(m, "inputs") if m.HasField("inputs") else None,
+        _io_from_pb(m, "outputs") if m.HasField("outputs") else None,
+    ))
 
 
 def _attr_to_pb(target, name: str, a: Attr) -> None:
@@ -288,6 +368,7 @@ class TraceReader:
             self.close()
 
     def _decode(self, offset: int, msg: bytes, last: Node | None) -> Node:
+        """Decode one node; check the contract kinds on the raw bytes (see `_contract_patterns`)."""
         try:
             m = pb.Node.FromString(msg)
             node = node_from_pb(m)
@@ -297,23 +378,21 @@ class TraceReader:
         except ValueError:
             raise TraceReadError(self.path, offset, f"node {m.id} has unknown node type {m.type}",
                                  str(last) if last else None) from None
-        if node.attrs:
-            self._check_contract(node)
-        elif node.type is NodeType.COMM_COLL_NODE:
+        if node.type is NodeType.COMM_COLL_NODE and _COMM_TYPE_NAME not in msg:
             self._warn("assumed-all-reduce", "COMM_COLL node without comm_type: read as ALL_REDUCE", node)
+        if _WRONG_KIND.search(msg) is not None:
+            self._check_contract(node)
         return node
 
     def _check_contract(self, node: Node) -> None:
         attrs = node.attrs
-        for name, a in attrs.items():
-            want = CONTRACT.get(name)
-            if want is not None and a.kind != want:
+        for name in _CONTRACT_NAMES.intersection(attrs):
+            a, want = attrs[name], CONTRACT[name]
+            if a.kind != want:
                 if want in INTEGER_KINDS and a.kind in INTEGER_KINDS:
                     self._warn("int-kind", f"{name} stored as {a.kind}, read as {want}", node)
                 else:
                     self._warn("attr-kind", f"{name} stored as {a.kind}, the contract says {want}", node)
-        if node.type is NodeType.COMM_COLL_NODE and "comm_type" not in attrs:
-            self._warn("assumed-all-reduce", "COMM_COLL node without comm_type: read as ALL_REDUCE", node)
 
     def close(self) -> None:
         self._stream.close()
@@ -436,3 +515,8 @@ def write_trace(path: str | Path, nodes: Iterable[Node], metadata: Metadata | No
         for n in nodes:
             w.write(n)
     return w.count
+
+
+_CONTRACT_NAMES = frozenset(CONTRACT)
+_WRONG_KIND = _wrong_kind_pattern()
+_COMM_TYPE_NAME = b"\x0a\x09comm_type"
