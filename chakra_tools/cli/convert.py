@@ -7,12 +7,16 @@ the subcommand when the first word is not one.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
 
 from . import frontends
+from .common import handle_errors, new_app, print_json
 
-app = typer.Typer(help=__doc__.split("\n\n")[0], no_args_is_help=True, add_completion=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+app = new_app(help=__doc__.split("\n\n")[0], no_args_is_help=True)
 SUBCOMMANDS = {"pytorch", "onnx", "text", "generate"}
 
 
@@ -23,9 +27,85 @@ def prepare_argv(argv: list[str]) -> list[str]:
 
 
 @app.command()
-def pytorch() -> None:
-    """(placeholder until the converter lands)"""
-    raise typer.Exit(2)
+@handle_errors
+def pytorch(
+    run: Optional[Path] = typer.Argument(None, metavar="[RUN_FOLDER]",
+                                         help="A trace-capture run folder (found through its manifest.json)."),
+    host: List[Path] = typer.Option([], "--host", help="A host execution trace (.json or .json.gz); once per rank."),
+    device: List[Path] = typer.Option([], "--device", help="Its Kineto device trace; once per rank, in the same order."),
+    rank: List[int] = typer.Option([], "--rank", help="The global rank of each --host/--device pair (default 0, 1, ...)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Output folder; default RUN_FOLDER/chakra, or ./chakra."),
+    prefix: str = typer.Option("trace", "--prefix", help="Files are OUT/PREFIX.RANK.et."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Ranks converted at once (default: CPU count)."),
+    executor: str = typer.Option("auto", "--executor", help="auto, serial, process or dask."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (with --executor dask)."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Validate the rank set before writing."),
+    force: bool = typer.Option(False, "--force", help="Write even if validation finds errors (they are still listed)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report instead of text."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no summary."),
+) -> None:
+    """Convert PyTorch host (+ device) traces into Chakra execution traces for simulators.
+
+    Writes OUT/PREFIX.RANK.et for every rank and OUT/comm_group.json, ready for ASTRA-sim and
+    trace-replay. Validation runs on the whole rank set first; mismatched collective sequences or
+    unmatched sends stop the conversion (exit 3) unless --force.
+
+    Examples:
+
+        trace-convert traces/train-20260101-120000
+
+        trace-convert --host rank0.et.json --device rank0.kineto.json --rank 0 -o out
+    """
+    from chakra_tools.convert.run import convert, inputs_from_files, inputs_from_run
+    from chakra_tools.core.errors import InputError
+
+    if run is not None and (host or device):
+        raise InputError("give a RUN_FOLDER or --host/--device traces, not both")
+    if run is None and not (host or device):
+        raise InputError("nothing to convert: give a RUN_FOLDER or --host H [--device D] ...")
+    inputs = (inputs_from_run(run) if run is not None
+              else inputs_from_files([str(p) for p in host], [str(p) for p in device], list(rank)))
+    out_dir = out or ((run / "chakra") if run is not None else Path("chakra"))
+    bar = _bar(len(inputs.ranks), enabled=not quiet and not as_json)
+    try:
+        report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
+                         scheduler=scheduler, check=check, force=force,
+                         on_rank_done=lambda r: bar.update(1) if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    if as_json:
+        print_json(_report_doc(report, out_dir))
+    elif not quiet:
+        _print_report(report, out_dir)
+
+
+def _bar(total: int, enabled: bool):
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="converting ranks", unit="rank", leave=False, file=sys.stderr)
+
+
+def _report_doc(report, out_dir: Path) -> dict:
+    return {
+        "out": str(out_dir), "files": [str(f) for f in report.files],
+        "ranks": {str(r): s for r, s in sorted(report.stats.items())},
+        "comm_groups": {k: list(v) for k, v in report.rankset.comm_groups.items()},
+        "counts": dict(sorted(report.diagnostics.counts.items())),
+        "diagnostics": [d.to_dict() for d in report.diagnostics],
+    }
+
+
+def _print_report(report, out_dir: Path) -> None:
+    nodes = sum(s["nodes"] for s in report.stats.values())
+    typer.echo(f"trace-convert: {len(report.stats)} rank(s), {nodes} nodes -> {out_dir}")
+    for d in report.diagnostics:
+        typer.echo(f"  {d.severity}: {d}", err=True)
+    for code, n in report.diagnostics.omitted().items():
+        typer.echo(f"  ... {n} more [{code}]", err=True)
 
 
 frontends.register(app)

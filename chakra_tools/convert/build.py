@@ -1,0 +1,334 @@
+"""Building one rank's Chakra graph from its linked host and device traces.
+
+Node mapping: every host op (roots excepted) becomes a CPU COMP node with its exclusive time;
+every kernel, memcpy and memset a GPU COMP node (`is_cpu_op` false) right after the op that
+launched it; every communication call (comms.py) one COMM_COLL / COMM_SEND / COMM_RECV node in
+place of the ops it is made of; `## process_group:init ##` a METADATA node.
+
+Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an absent node):
+  * host ops in call order per thread; a blocking call (gloo, sync) sits in that chain, an async
+    one (NCCL, `async_op=True`) hangs off it;
+  * across threads: where the timeline switches thread, the op that ran before the switch;
+  * a kernel after its launching op and after the previous work on its stream; an NCCL
+    collective also after the last work of every other stream (ProcessGroupNCCL makes its
+    stream wait for the current one);
+  * a kernel -> the later host op that waits for it: a host op that calls cudaDeviceSynchronize /
+    cudaStreamSynchronize / cudaEventSynchronize / blocking cudaMemcpy depends on the last work
+    of each stream started before the call;
+  * a collective -> its `wait` (record_param_comms 'wait' by sequence number) and -> the first
+    later op that reads a tensor it writes (on GPU: that op's first kernel).
+Any cycle the input implies is broken (graphcheck.py) with a warning naming the nodes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from chakra_tools.core.errors import Diagnostic, Diagnostics
+from chakra_tools.core.model import NodeType
+
+from .comms import CommCall, WaitMark, is_nccl_kernel, op_kind
+from .cost import REGISTRY as COST_REGISTRY, op_cost
+from .hostet import HostOp, HostTrace, PG_INIT
+from .kineto import DeviceTrace, Event
+from .link import Link, runtime_calls_by_op
+from .tensors import elem_bytes_of
+
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy", "hipDeviceSynchronize", "hipStreamSynchronize", "hipMemcpy")
+
+
+class Rec:
+    """A node under construction (mutable; turned into a frozen core Node at the end)."""
+
+    __slots__ = ("id", "name", "type", "deps", "ts", "dur_us", "attrs", "tid", "stream", "call")
+
+    def __init__(self, id: int, name: str, type: NodeType, ts: float = 0.0, dur_us: float = 0.0,
+                 tid=None, stream=None):
+        self.id, self.name, self.type = id, name, type
+        self.deps: list[int] = []
+        self.ts, self.dur_us = ts, dur_us
+        self.attrs: dict = {}
+        self.tid, self.stream = tid, stream
+        self.call: CommCall | None = None
+
+
+@dataclass
+class BuildResult:
+    recs: list[Rec]
+    calls: list[CommCall]
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
+    has_durations: bool = True
+
+
+class Builder:
+    """Turns (host trace, device trace, link) into node records; one method per step."""
+
+    def __init__(self, host: HostTrace, dev: DeviceTrace | None, lk: Link | None, rank: int,
+                 calls: list[CommCall], waits: list[WaitMark], consumers: dict[int, int]):
+        self.host, self.dev, self.lk, self.rank = host, dev, lk or Link(), rank
+        self.calls, self.waits, self.consumers = calls, waits, consumers
+        self.diags = Diagnostics()
+        self.recs: list[Rec] = []
+        self.op_node: dict[int, int] = {}         # host op id -> its node (host or comm)
+        self.kernel_nodes: dict[int, list[int]] = {}  # host op id -> GPU nodes it launched
+        self.chain: dict[int, int] = {}           # thread -> last node in its call chain
+        self.parents = {op.id: op.parent for op in host.ops}
+
+    # -- driver -------------------------------------------------------------------------------
+    def build(self) -> BuildResult:
+        calls = self.calls
+        self.member = {m: c for c in calls for m in c.members}
+        self.costs = self._costs()
+        for op in self.host.ops:
+            self._emit(op)
+        self._stream_order()
+        self._cross_thread()
+        self._sync_edges()
+        self._wait_edges(self.waits)
+        self._consumer_edges()
+        return BuildResult(self.recs, calls, self.diags, self.dev is not None)
+
+    # -- emission -----------------------------------------------------------------------------
+    def _new(self, name: str, type: NodeType, **kw) -> Rec:
+        rec = Rec(len(self.recs) + 1, name, type, **kw)
+        self.recs.append(rec)
+        return rec
+
+    def _emit(self, op: HostOp) -> None:
+        if op.id == self.host.pg_init_id:
+            rec = self._new("process_group:init", NodeType.METADATA_NODE)
+            self.op_node[op.id] = rec.id
+            return
+        call = self.member.get(op.id)
+        if call is not None:
+            if op.id == call.root:
+                self._emit_call(op, call)
+            return
+        self._emit_host(op)
+
+    def _emit_host(self, op: HostOp) -> None:
+        """A host op's CPU node, then the GPU work it launched (the hot path: one per op)."""
+        ev = self.lk.op_event.get(op.id)
+        rec = Rec(len(self.recs) + 1, op.name, NodeType.COMP_NODE, ev.ts if ev else 0.0,
+                  max(ev.dur - ev.child_us, 0.0) if ev else 0.0, op.tid)
+        self.recs.append(rec)
+        rec.attrs["is_cpu_op"] = True
+        prev = self.chain.get(op.tid)
+        if prev is not None:
+            rec.deps.append(prev)
+        self.chain[op.tid] = rid = rec.id
+        self.op_node[op.id] = rid
+        kernels = self.lk.kernels.get(op.id)
+        gpu = self._emit_kernels(kernels, rid) if kernels else ()
+        if gpu:
+            self.kernel_nodes[op.id] = gpu
+        if kernels and len(gpu) < len(kernels):  # NCCL kernels outside any recognised call
+            for g in kernels:
+                if is_nccl_kernel(g.name):
+                    self._emit_kernel_call(op.id, g)
+        cost = self.costs.get(op.id)
+        if cost is not None:
+            target = max(gpu, key=lambda n: self.recs[n - 1].dur_us) if gpu else rid
+            self.recs[target - 1].attrs.update(num_ops=cost[0], tensor_size=cost[1])
+
+    def _chain(self, rec: Rec, tid, blocking: bool) -> None:
+        prev = self.chain.get(tid)
+        if prev is not None:
+            rec.deps.append(prev)
+        if blocking:
+            self.chain[tid] = rec.id
+
+    def _emit_kernels(self, kernels, launcher: int) -> list[int]:
+        out = []
+        for g in kernels:
+            if is_nccl_kernel(g.name):
+                continue
+            rec = self._new(g.name, NodeType.COMP_NODE, ts=g.ts, dur_us=g.dur,
+                            stream=g.args.get("stream"))
+            rec.attrs["is_cpu_op"] = False
+            rec.deps.append(launcher)
+            if g.args.get("stream") is not None:
+                rec.attrs["stream"] = int(g.args["stream"])
+            if g.cat in ("gpu_memcpy", "Memcpy", "gpu_memset", "Memset") and g.args.get("bytes"):
+                rec.attrs["tensor_size"] = int(g.args["bytes"])
+            out.append(rec.id)
+        return out
+
+    def _emit_call(self, op: HostOp, call: CommCall) -> None:
+        kernels = [g for m in sorted(call.members) for g in self.lk.kernels.get(m, ())]
+        nccl = [g for g in kernels if is_nccl_kernel(g.name)]
+        ev = self._call_event(call, op)
+        ts = nccl[0].ts if nccl else (ev.ts if ev else 0.0)
+        dur = sum(g.dur for g in nccl) if nccl else (ev.dur if ev else 0.0)
+        name = _call_name(call, self.host_by_id)
+        rec = self._new(name, _node_type(call), ts=ts, dur_us=dur, tid=op.tid,
+                        stream=nccl[0].args.get("stream") if nccl else None)
+        rec.call = call
+        rec.attrs["is_cpu_op"] = False
+        if rec.stream is not None:
+            rec.attrs["stream"] = int(rec.stream)
+        blocking = not nccl and call.is_async is not True
+        self._chain(rec, op.tid, blocking=blocking)
+        self.op_node[op.id] = rec.id
+        issue = rec.deps[0] if rec.deps else None
+        other = self._emit_kernels([g for g in kernels if not is_nccl_kernel(g.name)],
+                                   issue if issue is not None else rec.id)
+        self.kernel_nodes[op.id] = ([rec.id] if nccl else []) + other
+
+    def _call_event(self, call: CommCall, op: HostOp) -> Event | None:
+        if call.backend is not None and call.backend in self.lk.op_event:
+            return self.lk.op_event[call.backend]
+        return self.lk.op_event.get(op.id)
+
+    def _emit_kernel_call(self, op_id: int, g: Event) -> None:
+        """An NCCL kernel launched outside any recognised call: a collective of its own, sized
+        from the kernel's own metadata when Kineto recorded it (`In msg nelems`, `dtype`)."""
+        kind = op_kind(g.name) or "all_reduce"
+        a = g.args
+        call = CommCall(root=op_id, op=kind, name=f"nccl:{kind}", source="kernel",
+                        dtype=str(a.get("dtype", "")), pg=_opt_str(a.get("Process Group Name")))
+        eb = elem_bytes_of(call.dtype)
+        if a.get("In msg nelems") is not None and eb:
+            call.in_bytes = int(a["In msg nelems"]) * eb
+            call.out_bytes = int(a.get("Out msg nelems", 0)) * eb
+        self.calls.append(call)
+        rec = self._new(call.name, _node_type(call), ts=g.ts, dur_us=g.dur,
+                        stream=a.get("stream"))
+        rec.call = call
+        rec.attrs["is_cpu_op"] = False
+        rec.deps.append(self.op_node[op_id])
+        if rec.stream is not None:
+            rec.attrs["stream"] = int(rec.stream)
+
+    # -- dependencies ---------------------------------------------------------------------------
+    def _gpu_by_stream(self) -> dict:
+        streams: dict = defaultdict(list)
+        for r in self.recs:
+            if r.stream is not None:
+                streams[r.stream].append((r.ts, r.id))
+        for v in streams.values():
+            v.sort()
+        return streams
+
+    def _stream_order(self) -> None:
+        self.streams = self._gpu_by_stream()
+        for stream, items in self.streams.items():
+            for (_, prev), (_, cur) in zip(items, items[1:]):
+                self.recs[cur - 1].deps.append(prev)
+        for r in self.recs:
+            if r.call is not None and r.stream is not None:
+                for s, items in self.streams.items():
+                    if s != r.stream:
+                        last = _last_before(items, r.ts)
+                        if last is not None:
+                            r.deps.append(last)
+
+    def _cross_thread(self) -> None:
+        """Where the timeline switches thread, order the new op after the one that ran before."""
+        tops = [(op, self.op_node[op.id]) for op in self.host.ops
+                if op.parent in self.host.roots and op.id in self.op_node]
+        if self.dev is not None:
+            tops.sort(key=lambda t: (self._host_ts(t[0].id, t[1]), t[0].id))
+        prev = None
+        for op, nid in tops:
+            rec = self.recs[nid - 1]
+            if prev is not None and prev[0].tid != op.tid:
+                ev = self.lk.op_event.get(prev[0].id)
+                if prev[0].id < op.id and (ev is None or ev.end <= self._host_ts(op.id, nid) + 1e-3):
+                    rec.deps.append(prev[1])
+            prev = (op, nid)
+
+    def _host_ts(self, op_id: int, node: int) -> float:
+        ev = self.lk.op_event.get(op_id)
+        return ev.ts if ev is not None else self.recs[node - 1].ts
+
+    def _sync_edges(self) -> None:
+        if self.dev is None or not self.streams:
+            return
+        for op_id, calls in runtime_calls_by_op(self.lk, self.dev).items():
+            node = self.op_node.get(op_id)
+            if node is None:
+                continue
+            for r in calls:
+                if r.name.startswith(SYNC_CALLS):
+                    self._depend_on_streams(node, r.ts)
+
+    def _depend_on_streams(self, node: int, t: float) -> None:
+        rec = self.recs[node - 1]
+        for items in self.streams.values():
+            i = bisect.bisect_left(items, (t, -1))
+            while i and items[i - 1][1] > node:  # its own kernels come after it
+                i -= 1
+            if i:
+                rec.deps.append(items[i - 1][1])
+
+    def _wait_edges(self, waits: list[WaitMark]) -> None:
+        by_seq = {}
+        for r in self.recs:
+            if r.call is not None and r.call.seq is not None:
+                by_seq[r.call.seq] = r.id
+        for w in waits:
+            comm = by_seq.get(w.seq) if w.seq is not None else None
+            node = self.op_node.get(w.op_id)
+            if comm is not None and node is not None:
+                self.recs[node - 1].deps.append(comm)
+
+    def _consumer_edges(self) -> None:
+        for r in self.recs:
+            if r.call is not None and r.call.root in self.consumers:
+                self._consume(r.id, self.consumers[r.call.root])
+
+    def _consume(self, comm: int, op_id: int) -> None:
+        kernels = self.kernel_nodes.get(op_id)
+        target = kernels[0] if kernels else self.op_node.get(op_id)
+        if target is not None and target != comm:
+            self.recs[target - 1].deps.append(comm)
+
+    @property
+    def host_by_id(self) -> dict[int, HostOp]:
+        return self.host.by_id_cache()
+
+    # -- compute cost ----------------------------------------------------------------------------
+    def _costs(self) -> dict[int, tuple[int, int]]:
+        """Cost per host op, kept only on the innermost costed op of a call chain
+        (aten::linear -> aten::addmm counts once, on addmm)."""
+        costs = {}
+        for op in self.host.ops:
+            if op.name in COST_REGISTRY:
+                c = op_cost(op)
+                if c[0]:
+                    costs[op.id] = c
+        for op_id in list(costs):
+            p = self.parents.get(op_id)
+            while p is not None and p in self.parents:
+                costs.pop(p, None)
+                p = self.parents.get(p)
+        return costs
+
+
+def _call_name(call: CommCall, by_id: dict[int, HostOp]) -> str:
+    """`gloo:all_reduce`, `nccl:all_to_all`...: the backend and the call's kind (an annotated
+    reduce_scatter that gloo runs as an all_reduce is still named reduce_scatter)."""
+    if call.backend is not None:
+        return by_id[call.backend].name.split(":", 1)[0] + ":" + call.op
+    return call.name
+
+
+def _node_type(call: CommCall) -> NodeType:
+    if call.op == "send":
+        return NodeType.COMM_SEND_NODE
+    if call.op == "recv":
+        return NodeType.COMM_RECV_NODE
+    return NodeType.COMM_COLL_NODE
+
+
+def _opt_str(v) -> str | None:
+    return None if v is None else str(v)
+
+
+def _last_before(items: list[tuple[float, int]], t: float) -> int | None:
+    i = bisect.bisect_left(items, (t, -1))
+    return items[i - 1][1] if i else None

@@ -1,0 +1,390 @@
+"""Recognising communication in a host trace: what each call did, to whom, how many bytes.
+
+Sources, most exact first (an op nested inside a recognised call belongs to that call):
+
+1. our capture annotations (`chakra_tools.comm:{...}`, see capture/annotations.py): op, group and
+   its global ranks, peer, tag, dtype, element counts, split sizes, root;
+2. `record_param_comms` (NCCL; from schema 1.1.0 with `collective_name`, `pg_name`,
+   `in_msg_nelems`... attributes; before that the name is a string input and the tensors give the
+   sizes);
+3. `c10d::<op>` ops (gloo on CPU records only these and `gloo:<op>`), sized from their tensors;
+4. a lone backend op `nccl:<op>` / `gloo:<op>` (device-only traces).
+
+The backend op (`gloo:*`, `nccl:*`) of a call is found nested in it or, for gloo collectives
+that run on a worker thread, as the next unclaimed backend op of the same kind; its device event
+gives the call's duration.
+
+`comm_size` convention (bytes, what ASTRA-sim's collective models take, see docs/convert.md):
+all_reduce, reduce, broadcast: the buffer; all_gather, gather: this rank's contribution (input);
+reduce_scatter: the whole input; all_to_all: everything this rank sends (sum of its input splits);
+scatter: this rank's chunk (output); barrier: 0; send/recv: the message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from chakra_tools.capture.annotations import parse_annotation, PREFIX as ANNOTATION_PREFIX
+from chakra_tools.core.model import CommType
+
+from .hostet import HostOp
+from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors, tensor_bytes
+
+COMM_TYPES = {
+    "all_reduce": CommType.ALL_REDUCE, "reduce": CommType.REDUCE,
+    "all_gather": CommType.ALL_GATHER, "gather": CommType.GATHER, "scatter": CommType.SCATTER,
+    "broadcast": CommType.BROADCAST, "all_to_all": CommType.ALL_TO_ALL,
+    "reduce_scatter": CommType.REDUCE_SCATTER, "barrier": CommType.BARRIER,
+}
+P2P = ("send", "recv")
+
+#: normalised name (lower case, no underscores, no _base/_coalesced/_into_tensor) -> op
+_KEYS = {
+    "allreduce": "all_reduce", "reduce": "reduce", "allgather": "all_gather", "gather": "gather",
+    "scatter": "scatter", "broadcast": "broadcast", "alltoall": "all_to_all",
+    "alltoallv": "all_to_all", "reducescatter": "reduce_scatter", "barrier": "barrier",
+    "monitoredbarrier": "barrier", "send": "send", "recv": "recv", "recvanysource": "recv",
+    "sendrecv": "all_to_all",
+}
+_STRIP = re.compile(r"(_base|_coalesced|_into_tensor|_tensor)")
+
+#: c10d op -> argument positions: (input, output, root, peer, tag, in_split, out_split, async)
+_C10D_ARGS = {
+    "all_reduce": (0, 0, None, None, None, None, None, -2),
+    "broadcast": (0, 0, 2, None, None, None, None, -2),
+    "reduce": (0, 0, 3, None, None, None, None, -2),
+    "all_gather": (1, 0, None, None, None, None, None, -2),
+    "gather": (1, 0, 3, None, None, None, None, -2),
+    "scatter": (1, 0, 3, None, None, None, None, -2),
+    "reduce_scatter": (1, 0, None, None, None, None, None, -2),
+    "all_to_all": (1, 0, None, None, None, 4, 3, -2),
+    "barrier": (None, None, None, None, None, None, None, -2),
+    "send": (0, None, None, 2, 3, None, None, None),
+    "recv": (None, 0, None, 2, 3, None, None, None),
+}
+
+
+def op_kind(name: str) -> str | None:
+    """The communication op a name stands for, or None.
+
+    >>> op_kind("c10d::_allgather_base_"), op_kind("nccl:all_to_allv"), op_kind("gloo:recv")
+    ('all_gather', 'all_to_all', 'recv')
+    >>> op_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*)"), op_kind("aten::mm")
+    ('reduce_scatter', None)
+    """
+    if name.startswith(("c10d::", "nccl:", "gloo:")):
+        base = name.split(":")[-1]
+    elif name.startswith(("ncclKernel_", "ncclDevKernel_")):
+        base = name.split("_", 1)[1].split("_")[0].split("(")[0]
+    else:
+        base = name
+    key = _STRIP.sub("", base.lower()).replace("_", "")
+    return _KEYS.get(key)
+
+
+def is_backend_op(name: str) -> bool:
+    return name.startswith(("nccl:", "gloo:")) and op_kind(name) is not None
+
+
+def is_nccl_kernel(name: str) -> bool:
+    return name.startswith(("ncclKernel_", "ncclDevKernel_"))
+
+
+@dataclass
+class CommCall:
+    """One communication call of a rank, with what the trace tells about it."""
+
+    root: int                      # host op id of the outermost op of the call
+    op: str                        # all_reduce ... barrier, send, recv
+    name: str                      # the name the output node gets
+    source: str                    # annotation | record_param_comms | c10d | backend
+    in_bytes: int = 0
+    out_bytes: int = 0
+    dtype: str = ""
+    elem_bytes: int = 0
+    in_nelems: int | None = None
+    out_nelems: int | None = None
+    in_split: tuple[int, ...] = ()
+    out_split: tuple[int, ...] = ()
+    pg: str | None = None          # torch's name of the process group, None = default (world)
+    pg_ranks: tuple[int, ...] | None = None
+    pg_desc: str = ""
+    group_size: int | None = None
+    peer: int | None = None        # point-to-point: the other side's global rank
+    tag: int | None = None
+    root_rank: int | None = None
+    is_async: bool | None = None
+    seq: int | None = None         # record_param_comms sequence number (matched by `wait`)
+    backend: int | None = None     # host op id of the nccl:/gloo: op
+    members: set[int] = field(default_factory=set)  # host op ids inside the call
+
+    @property
+    def comm_type(self) -> CommType | None:
+        return COMM_TYPES.get(self.op)
+
+    @property
+    def comm_size(self) -> int:
+        """Bytes by the convention in the module docstring."""
+        if self.op in ("barrier",):
+            return 0
+        if self.op in ("scatter", "recv"):
+            return self.out_bytes or self.in_bytes
+        return self.in_bytes or self.out_bytes
+
+
+@dataclass
+class WaitMark:
+    """A host op that waits for earlier collectives (`record_param_comms` 'wait' by sequence
+    number, `c10d::wait`...)."""
+
+    op_id: int
+    seq: int | None
+
+
+COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:", "_c10d_functional::",
+                 "c10d_functional::")
+
+
+def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
+    """All communication calls and wait marks of a host op list (in call order).
+
+    A call owns the communication ops nested in it and everything below those; other ops that
+    happen to run inside an annotation's range (a tensor allocated between an isend and its
+    irecv) stay ordinary ops, and an annotation nested in another one is a call of its own.
+    """
+    calls: list[CommCall] = []
+    waits: list[WaitMark] = []
+    owner: dict[int, CommCall] = {}
+    maybe: dict[str, bool] = {}  # per distinct name: could it start a call?
+    for op in ops:
+        parent_call = owner.get(op.parent) if owner else None
+        if parent_call is not None and _belongs(op, parent_call):
+            _add_member(parent_call, op)
+            owner[op.id] = parent_call
+            continue
+        m = maybe.get(op.name)
+        if m is None:
+            m = maybe[op.name] = _may_be_comm(op.name)
+        if not m:
+            continue
+        call, wait = _recognise(op)
+        if wait is not None:
+            waits.append(wait)
+            continue
+        if call is None:
+            continue
+        if call.source == "backend":
+            claimer = _claimer(calls, op)
+            if claimer is not None:
+                _add_member(claimer, op)
+                owner[op.id] = claimer
+                continue
+        call.members.add(op.id)
+        owner[op.id] = call
+        calls.append(call)
+    return calls, waits
+
+
+def _may_be_comm(name: str) -> bool:
+    return (name.startswith(COMM_PREFIXES) or name.startswith(ANNOTATION_PREFIX)
+            or name.endswith("::wait_tensor"))
+
+
+def _belongs(op: HostOp, call: CommCall) -> bool:
+    """Whether an op nested in a call's range is part of the call."""
+    if op.name.startswith(ANNOTATION_PREFIX):
+        return False
+    if call.source != "annotation" or op.parent != call.root:
+        return True
+    return op.name.startswith(COMM_PREFIXES)
+
+
+def _add_member(call: CommCall, op: HostOp) -> None:
+    call.members.add(op.id)
+    if call.backend is None and is_backend_op(op.name):
+        _set_backend(call, op)
+    elif op.name == "record_param_comms" and call.source != "annotation":
+        _merge_rpc(call, op)
+
+
+def _claimer(calls: list[CommCall], op: HostOp) -> CommCall | None:
+    """The call a free-standing backend op belongs to: gloo runs collectives on worker threads
+    (or inside a later `wait_tensor`), so the op is recorded outside its call. The latest earlier
+    call of its kind without a backend op, else (gloo implements some kinds with others, e.g. a
+    functional reduce_scatter as all_reduce) the latest annotated call without one."""
+    kind = op_kind(op.name)
+    recent = calls[-16:]
+    for call in reversed(recent):
+        if call.op == kind and call.backend is None and call.source != "backend":
+            return call
+    for call in reversed(recent):
+        if call.backend is None and call.source == "annotation" and call.op != "barrier":
+            return call
+    return None
+
+
+def _set_backend(call: CommCall, op: HostOp) -> None:
+    """Attach the nccl:/gloo: op; its tensors size the call when the call's own did not."""
+    call.backend = op.id
+    if not call.in_bytes and call.op != "barrier":
+        inner = _from_tensors(op, call.op, "backend")
+        call.in_bytes, call.out_bytes = inner.in_bytes, call.out_bytes or inner.out_bytes
+        call.dtype = call.dtype or inner.dtype
+        call.elem_bytes = call.elem_bytes or inner.elem_bytes
+
+
+def _merge_rpc(call: CommCall, op: HostOp) -> None:
+    """Add what a nested `record_param_comms` knows (sequence number, group) to a c10d call."""
+    inner, _ = _from_record_param_comms(op)
+    if inner is None or inner.op != call.op:
+        return
+    call.seq = inner.seq
+    call.pg = call.pg if inner.pg is None else inner.pg
+    call.pg_desc = call.pg_desc or inner.pg_desc
+    call.pg_ranks = call.pg_ranks or inner.pg_ranks
+    call.group_size = call.group_size or inner.group_size
+    call.in_split = call.in_split or inner.in_split
+    call.out_split = call.out_split or inner.out_split
+    call.in_nelems, call.out_nelems = inner.in_nelems, inner.out_nelems
+
+
+def _recognise(op: HostOp) -> tuple[CommCall | None, WaitMark | None]:
+    name = op.name
+    if name.startswith(ANNOTATION_PREFIX):
+        fields = parse_annotation(name)
+        return (_from_annotation(op, fields) if fields else None), None
+    if name == "record_param_comms":
+        return _from_record_param_comms(op)
+    if name.startswith("c10d::"):
+        if name in ("c10d::wait", "c10d::wait_"):
+            return None, WaitMark(op.id, None)
+        kind = op_kind(name)
+        return (_from_c10d(op, kind) if kind else None), None
+    if is_backend_op(name):
+        return _from_tensors(op, op_kind(name), "backend"), None
+    if name.endswith("::wait_tensor"):
+        return None, WaitMark(op.id, None)
+    return None, None
+
+
+def _from_annotation(op: HostOp, f: dict) -> CommCall:
+    ranks = f.get("pg_ranks")
+    return CommCall(
+        root=op.id, op=f["op"], name=f"{f['op']}", source="annotation",
+        in_bytes=int(f.get("in_bytes") or 0), out_bytes=int(f.get("out_bytes") or 0),
+        dtype=f.get("dtype", ""), elem_bytes=int(f.get("elem_bytes") or 0),
+        in_nelems=f.get("in_nelems"), out_nelems=f.get("out_nelems"),
+        in_split=tuple(f.get("in_split") or ()), out_split=tuple(f.get("out_split") or ()),
+        pg=None if f.get("pg") is None else str(f["pg"]),
+        pg_ranks=tuple(ranks) if ranks else None, pg_desc=f.get("pg_desc", "") or "",
+        group_size=len(ranks) if ranks else None, peer=f.get("peer"), tag=f.get("tag"),
+        root_rank=f.get("root"), is_async=f.get("async"), seq=f.get("seq"))
+
+
+def _rpc_name(op: HostOp) -> str | None:
+    n = op.attrs.get("collective_name")
+    if isinstance(n, str) and n:
+        return n
+    for v in op.in_values[3:6]:
+        if isinstance(v, str) and v and not v.startswith("<"):
+            return v
+    return None
+
+
+def _from_record_param_comms(op: HostOp) -> tuple[CommCall | None, WaitMark | None]:
+    cname = _rpc_name(op)
+    if cname is None:
+        return None, None
+    if cname == "wait":
+        seq = op.in_values[0] if op.in_values and type(op.in_values[0]) is int else op.attrs.get("seq")
+        return None, WaitMark(op.id, seq)
+    kind = op_kind(cname)
+    if kind is None:
+        return None, None
+    a = op.attrs
+    vals = op.in_values
+    call = CommCall(root=op.id, op=kind, name=f"nccl:{kind}", source="record_param_comms")
+    call.in_bytes = tensor_bytes(vals[0]) if vals else 0
+    call.out_bytes = tensor_bytes(op.out_values[0]) if op.out_values else 0
+    types = op.in_types
+    call.dtype = str(a.get("dtype") or (dtype_name(types[0]) if types else ""))
+    call.elem_bytes = next((t[4] for t in iter_tensors(vals[:1])), 0) or elem_bytes_of(call.dtype)
+    call.in_nelems = a.get("in_msg_nelems")
+    call.out_nelems = a.get("out_msg_nelems")
+    if call.in_nelems is not None and call.elem_bytes and not call.in_bytes:
+        call.in_bytes = call.in_nelems * call.elem_bytes
+    if call.out_nelems is not None and call.elem_bytes and not call.out_bytes:
+        call.out_bytes = call.out_nelems * call.elem_bytes
+    call.in_split = _ints(a.get("in_split_size", vals[5] if len(vals) > 5 else ()))
+    call.out_split = _ints(a.get("out_split_size", vals[6] if len(vals) > 6 else ()))
+    call.seq = vals[1] if len(vals) > 1 and type(vals[1]) is int else a.get("seq")
+    _rpc_group(call, a, vals)
+    return call, None
+
+
+def _rpc_group(call: CommCall, a: dict, vals: list) -> None:
+    if a.get("pg_name") is not None:
+        call.pg = str(a["pg_name"])
+        call.pg_desc = str(a.get("pg_desc") or "")
+    size = a.get("pg_size")
+    if size is None and len(vals) > 7 and type(vals[7]) is int:
+        size = vals[7]
+    call.group_size = size
+    start, stride = a.get("global_rank_start"), a.get("global_rank_stride")
+    if size and start is not None and start >= 0 and stride:
+        call.pg_ranks = tuple(start + stride * i for i in range(size))
+
+
+def _ints(v) -> tuple[int, ...]:
+    if isinstance(v, str):
+        v = [int(x) for x in re.findall(r"-?\d+", v)]
+    return tuple(int(x) for x in v if type(x) is int) if isinstance(v, (list, tuple)) else ()
+
+
+def _from_c10d(op: HostOp, kind: str) -> CommCall:
+    i_in, i_out, i_root, i_peer, i_tag, i_isp, i_osp, i_async = _C10D_ARGS[kind]
+    vals, shapes, types = op.in_values, op.in_shapes, op.in_types
+    call = CommCall(root=op.id, op=kind, name=op.name, source="c10d")
+    if i_in is not None:
+        call.in_bytes = arg_bytes(vals, shapes, types, i_in)
+    if i_out is not None:
+        call.out_bytes = arg_bytes(vals, shapes, types, i_out)
+    call.root_rank = _int_at(vals, i_root)
+    call.peer = _int_at(vals, i_peer)
+    call.tag = _int_at(vals, i_tag)
+    if i_isp is not None:
+        call.in_split = _ints(vals[i_isp]) if i_isp < len(vals) else ()
+        call.out_split = _ints(vals[i_osp]) if i_osp < len(vals) else ()
+    if i_async is not None and len(vals) >= -i_async and type(vals[i_async]) is bool:
+        call.is_async = vals[i_async]
+    _set_dtype(call, vals, types)
+    return call
+
+
+def _from_tensors(op: HostOp, kind: str, source: str) -> CommCall:
+    vals, shapes, types = op.in_values, op.in_shapes, op.in_types
+    call = CommCall(root=op.id, op=kind, name=op.name, source=source)
+    call.in_bytes = sum(arg_bytes(vals, shapes, types, i) for i in range(max(len(vals), len(shapes))))
+    call.out_bytes = call.in_bytes
+    _set_dtype(call, vals, types)
+    return call
+
+
+def _set_dtype(call: CommCall, vals: list, types: list) -> None:
+    for i, t in enumerate(types):
+        if isinstance(t, str) and ("Tensor(" in t or elem_bytes_of(t)):
+            call.dtype = dtype_name(t)
+            call.elem_bytes = next((x[4] for x in iter_tensors(vals[i:i + 1])), 0) or elem_bytes_of(t)
+            return
+
+
+def _int_at(vals: list, i: int | None) -> int | None:
+    if i is None or i >= len(vals):
+        return None
+    v = vals[i]
+    if type(v) is int:
+        return v
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    return None

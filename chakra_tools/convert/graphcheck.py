@@ -1,0 +1,125 @@
+"""Turning node records into core Nodes: clean dependencies, no cycles, integer microseconds.
+
+Durations are whole microseconds in the format. A measured duration rounds to the nearest
+microsecond but never below 1: a 0.4 us kernel becomes 1 us rather than vanishing (ASTRA-sim
+would replay 0 as 1 ns), and its exact length is kept in the `duration_ns` attribute.
+"""
+
+from __future__ import annotations
+
+from chakra_tools.core.errors import Diagnostic, Diagnostics
+from chakra_tools.core.model import Attr, Node, make_attrs
+
+
+def micros(us: float) -> int:
+    """Whole microseconds, at least 1 for any positive duration.
+
+    >>> micros(0.0), micros(0.3), micros(2.5), micros(7.49)
+    (0, 1, 3, 7)
+    """
+    if us <= 0:
+        return 0
+    return max(1, int(us + 0.5))
+
+
+def clean_deps(recs: list) -> None:
+    """Each dependency once, none on itself or on an absent node, ascending."""
+    n = len(recs)
+    for r in recs:
+        if r.deps:
+            r.deps = sorted({d for d in r.deps if 0 < d <= n and d != r.id})
+
+
+def break_cycles(recs: list, diags: Diagnostics, *, source: str | None = None,
+                 rank: int | None = None) -> int:
+    """Remove edges until the graph is acyclic; each removal is a warning naming both nodes.
+    Returns the number of edges removed."""
+    removed = 0
+    while True:
+        cycle = find_cycle(recs)
+        if cycle is None:
+            return removed
+        dep, node = _edge_to_cut(cycle)
+        recs[node - 1].deps.remove(dep)
+        removed += 1
+        names = _cycle_text(cycle, recs)
+        diags.add(Diagnostic("warning", "cycle-broken",
+                             f"the input implies a dependency cycle {names}; dropped the "
+                             f"dependency of node {node} on node {dep}",
+                             file=source, rank=rank, node_id=node, node_name=recs[node - 1].name))
+
+
+def _cycle_text(cycle: list[int], recs: list) -> str:
+    shown = cycle if len(cycle) <= 8 else cycle[:4] + [None] + cycle[-3:]
+    text = " -> ".join("..." if c is None else f"%{c} ({recs[c - 1].name!r})" for c in shown)
+    return text + (f" ({len(cycle) - 1} nodes)" if len(cycle) > 8 else "")
+
+
+def _edge_to_cut(cycle: list[int]) -> tuple[int, int]:
+    """The edge of the cycle that points backwards in emission order (dep id > node id)."""
+    edges = list(zip(cycle, cycle[1:]))
+    back = [(d, n) for d, n in edges if d > n]
+    return max(back or edges, key=lambda e: e[0] - e[1])
+
+
+def find_cycle(recs: list) -> list[int] | None:
+    """A cycle in dependency order (first == last), or None. Kahn's algorithm first, so an
+    acyclic graph costs one linear pass."""
+    indeg = [0] * (len(recs) + 1)
+    succ: list[list[int]] = [[] for _ in range(len(recs) + 1)]
+    for r in recs:
+        indeg[r.id] = len(r.deps)
+        for d in r.deps:
+            succ[d].append(r.id)
+    ready = [r.id for r in recs if not r.deps]
+    seen = 0
+    while ready:
+        x = ready.pop()
+        seen += 1
+        for s in succ[x]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    if seen == len(recs):
+        return None
+    left = {r.id for r in recs if indeg[r.id] > 0}
+    return _cycle_in(recs, left)
+
+
+def _cycle_in(recs: list, left: set[int]) -> list[int]:
+    """Walk dependencies inside the unresolved set until a node repeats."""
+    start = min(left)
+    path, pos = [start], {start: 0}
+    cur = start
+    while True:
+        cur = next(d for d in recs[cur - 1].deps if d in left)
+        if cur in pos:
+            cyc = path[pos[cur]:] + [cur]
+            return cyc[::-1]
+        pos[cur] = len(path)
+        path.append(cur)
+
+
+#: kinds of the attributes compute nodes carry (contract kinds; `stream`, `duration_ns` int64)
+_KINDS = {"is_cpu_op": "bool_val", "num_ops": "int64_val", "tensor_size": "uint64_val",
+          "stream": "int64_val", "duration_ns": "int64_val"}
+_CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
+
+
+def to_nodes(recs: list, *, with_durations: bool) -> list[Node]:
+    """Frozen core Nodes from the records (compute nodes' few attributes are built directly;
+    communication nodes go through make_attrs)."""
+    out = []
+    append = out.append
+    for r in recs:
+        attrs = r.attrs
+        dur = r.dur_us
+        if with_durations and dur > 0 and dur != int(dur):
+            attrs["duration_ns"] = int(round(dur * 1000))
+        if r.call is None and attrs.keys() <= _KINDS.keys():
+            built = {k: (_CPU[v] if k == "is_cpu_op" else Attr(_KINDS[k], v)) for k, v in attrs.items()}
+        else:
+            built = make_attrs(attrs)
+        append(Node(r.id, r.name, r.type, tuple(r.deps), (), int(r.ts) if r.ts > 0 else 0,
+                    micros(dur), built))
+    return out

@@ -1,0 +1,221 @@
+"""Converting one rank: read, link, build, check; the unit of work the executors run.
+
+`convert_rank` is a pure function of its files (plus the run's known process groups), so ranks
+convert in parallel in a process pool or on Dask workers. Process-group names and
+point-to-point tags are left rank-local here (`pg_name` = torch's group name) and made global
+by `crossrank.py`, which sees every rank.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics
+from chakra_tools.core.graph import Graph
+from chakra_tools.core.model import Metadata, make_attrs
+
+from .build import Builder, Rec
+from .comms import COMM_PREFIXES, CommCall, find_calls
+from .cost import REGISTRY as COST_REGISTRY
+from .graphcheck import break_cycles, clean_deps, to_nodes
+from .hostet import HostTrace, parse_host_bytes
+from .jsonio import gc_paused, read_bytes
+from .kineto import DeviceTrace, parse_device_bytes
+from .link import link
+from .readers import first_readers
+from chakra_tools.capture.annotations import PREFIX as ANNOTATION_PREFIX
+
+ARG_PREFIXES = COMM_PREFIXES + (ANNOTATION_PREFIX, "##")
+
+DEFAULT_PG = "0"  # torch's name of the default (world) group
+
+
+@dataclass
+class GroupInfo:
+    ranks: tuple[int, ...] | None = None
+    desc: str = ""
+    size: int | None = None
+
+
+@dataclass
+class RankResult:
+    rank: int
+    graph: Graph
+    groups: dict[str, GroupInfo]
+    world_size: int | None
+    diagnostics: Diagnostics
+    stats: dict = field(default_factory=dict)
+
+
+def convert_rank(host: str | Path | None, device: str | Path | None, rank: int,
+                 known_groups: dict[str, GroupInfo] | None = None) -> RankResult:
+    """Convert one rank's host trace (and device trace, if any) into a Graph.
+
+    Raises ChakraToolsError naming the rank and file on unreadable input.
+    """
+    try:
+        return _convert(host, device, rank, known_groups or {})
+    except ChakraToolsError as e:
+        raise e.add_context(f"rank {rank}")
+
+
+def _convert(host_path, device_path, rank: int, known: dict) -> RankResult:
+    t0 = time.perf_counter()
+    source = str(host_path or device_path)
+    with gc_paused():
+        host, dev, calls, waits, consumers = _read(host_path, device_path)
+        lk = link(host, dev) if dev is not None else None
+        t1 = time.perf_counter()
+        result = Builder(host, dev, lk, rank, calls, waits, consumers).build()
+        groups = _local_groups(host, dev, result.calls, known)
+        world = _world_size(dev, groups, known)
+        meta = _metadata(host, dev, lk, rank)
+        stats = {"link": lk.method if lk else "none", "linked": len(lk.op_event) if lk else 0,
+                 "host_ops": len(host.ops)}
+        has_device = dev is not None
+        del host, dev, lk  # the traces' records: free them before the nodes are made
+        graph = _finish(result, rank, groups, meta, has_device, source)
+    stats.update(nodes=len(graph), parse_s=t1 - t0, build_s=time.perf_counter() - t1)
+    return RankResult(rank, graph, groups, world, graph.diagnostics, stats)
+
+
+def _read(host_path, device_path):
+    """(host, device, calls, waits, consumers); the host file's bytes are dropped as soon as the
+    consumers are found in them, before the device trace is read."""
+    host = read_host(host_path) if host_path else None
+    calls, waits = find_calls(host.ops) if host else ([], [])
+    consumers = first_readers(host, calls) if host else {}
+    if host is not None:
+        host.release()
+    dev = (parse_device_bytes(read_bytes(device_path), str(device_path), full_args=host is None)
+           if device_path else None)
+    if host is None:
+        if dev is None:
+            raise ChakraToolsError("neither a host nor a device trace was given")
+        host = host_from_device(dev)
+        calls, waits = find_calls(host.ops)
+    return host, dev, calls, waits, consumers
+
+
+def read_host(path) -> HostTrace:
+    return parse_host_bytes(read_bytes(path), str(path), needs_args)
+
+
+def needs_args(name: str) -> bool:
+    """Ops whose inputs and outputs the converter reads: costed compute ops, communication,
+    annotations and `## ... ##` markers (process-group setup)."""
+    return name in COST_REGISTRY or name.startswith(ARG_PREFIXES) or name.endswith("wait_tensor")
+
+
+def _finish(result, rank: int, groups: dict, meta: Metadata, has_device: bool,
+            source: str) -> Graph:
+    _comm_attrs(result.recs, rank, groups)
+    diags = result.diagnostics
+    clean_deps(result.recs)
+    break_cycles(result.recs, diags, source=source, rank=rank)
+    nodes = to_nodes(result.recs, with_durations=has_device)
+    result.recs = None
+    if not has_device:
+        diags.add(Diagnostic("warning", "durations-missing",
+                             "host trace only: node durations are 0 (no device trace given)",
+                             file=source, rank=rank))
+    return Graph(nodes, rank=rank, metadata=meta, source=source, diagnostics=diags)
+
+
+def host_from_device(dev: DeviceTrace) -> HostTrace:
+    """A host trace synthesised from a device trace's host events (device-only conversion):
+    ids in start order, callers by time containment, shapes and types from `Input Dims` /
+    `Input type`."""
+    from .hostet import HostOp
+
+    order = sorted(dev.host, key=lambda e: (e.ts, -e.dur, e.idx))  # callers before callees
+    ids = {e.idx: i + 1 for i, e in enumerate(order)}
+    ops = []
+    tids: dict = {}
+    for e in order:
+        tid = tids.setdefault(e.tid, len(tids) + 1)
+        a = e.args
+        ops.append(HostOp(ids[e.idx], e.name, ids.get(e.parent, 0), tid,
+                          a.get("Record function id"),
+                          ([], a.get("Input Dims", []), a.get("Input type", [])), ([], [], []), {}))
+    trace = HostTrace(dev.path, "kineto", ops, roots={0})
+    return trace
+
+
+def _local_groups(host: HostTrace, dev: DeviceTrace | None, calls: list[CommCall],
+                  known: dict[str, GroupInfo]) -> dict[str, GroupInfo]:
+    """torch group name -> what this rank knows of it (every source merged)."""
+    groups: dict[str, GroupInfo] = {k: GroupInfo(v.ranks, v.desc, v.size) for k, v in known.items()}
+    pg_lists = [host.process_groups]
+    if dev is not None:
+        pg_lists.append(dev.dist_info.get("pg_config") or [])
+    for lst in pg_lists:
+        for g in lst:
+            name = str(g.get("pg_name", ""))
+            info = groups.setdefault(name, GroupInfo())
+            ranks = g.get("ranks") or None
+            info.ranks = info.ranks or (tuple(ranks) if ranks else None)
+            info.desc = info.desc or str(g.get("pg_desc", "") or "")
+            info.size = info.size or g.get("group_size") or g.get("pg_size")
+    for c in calls:
+        info = groups.setdefault(c.pg if c.pg is not None else DEFAULT_PG, GroupInfo())
+        info.ranks = info.ranks or c.pg_ranks
+        info.desc = info.desc or c.pg_desc
+        info.size = info.size or c.group_size
+    groups.setdefault(DEFAULT_PG, GroupInfo(desc="default_pg"))
+    return groups
+
+
+def _world_size(dev: DeviceTrace | None, groups: dict[str, GroupInfo], known: dict) -> int | None:
+    if dev is not None and dev.dist_info.get("world_size"):
+        return int(dev.dist_info["world_size"])
+    g = groups.get(DEFAULT_PG)
+    if g is not None and (g.size or g.ranks):
+        return g.size or len(g.ranks)
+    return None
+
+
+def _comm_attrs(recs: list[Rec], rank: int, groups: dict[str, GroupInfo]) -> None:
+    for r in recs:
+        if r.call is not None:
+            r.attrs.update(comm_attrs(r.call, rank, groups))
+
+
+def comm_attrs(c: CommCall, rank: int, groups: dict[str, GroupInfo]) -> dict:
+    """The contract and extra attributes of a communication node (pg_name still rank-local)."""
+    pg = c.pg if c.pg is not None else DEFAULT_PG
+    a: dict = {"is_cpu_op": False, "pg_name": pg, "comm_size": c.comm_size}
+    if c.comm_type is not None:
+        a["comm_type"] = int(c.comm_type)
+    if c.op in ("send", "recv") and c.peer is not None:
+        peer = _global_rank(c.peer, groups.get(pg), c.source)
+        a["comm_src"], a["comm_dst"] = (rank, peer) if c.op == "send" else (peer, rank)
+        if c.tag is not None:
+            a["comm_tag"] = c.tag
+    eb = c.elem_bytes
+    a.update(dtype=c.dtype or None,
+             in_nelems=c.in_nelems if c.in_nelems is not None else (c.in_bytes // eb if eb else None),
+             out_nelems=c.out_nelems if c.out_nelems is not None else (c.out_bytes // eb if eb else None),
+             in_split=list(c.in_split) or None, out_split=list(c.out_split) or None,
+             group_size=c.group_size or (groups[pg].size if pg in groups else None),
+             pg_desc=c.pg_desc or (groups[pg].desc if pg in groups else "") or None,
+             root_rank=c.root_rank, seq=c.seq, comm_source=c.source,
+             is_async=c.is_async)
+    return a
+
+
+def _global_rank(peer: int, group: GroupInfo | None, source: str) -> int:
+    """Annotations record global peers; c10d records the rank within the group."""
+    if source == "annotation" or group is None or not group.ranks or peer >= len(group.ranks):
+        return peer
+    return group.ranks[peer]
+
+
+def _metadata(host: HostTrace, dev: DeviceTrace | None, lk, rank: int) -> Metadata:
+    attrs = {"converter": "chakra-tools trace-convert", "host_schema": host.schema, "rank": rank,
+             "durations": "measured" if dev is not None else "missing"}
+    if lk is not None:
+        attrs["link_method"] = lk.method
+    return Metadata(version="0.0.4", attrs=make_attrs(attrs))

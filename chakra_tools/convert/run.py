@@ -1,0 +1,237 @@
+"""Converting a whole run: find the ranks, convert them in parallel, make names global, check,
+write all or nothing.
+
+Executors: "serial" (in this process), "process" (a process pool, `jobs` workers; the default
+when there is more than one rank) and "dask" (the same per-rank function on a Dask cluster:
+`scheduler` is its address; the trace files must be readable by the workers at the same paths).
+A rank that fails stops the conversion with its file named, and nothing is written.
+
+>>> from chakra_tools.convert.run import RankSpec
+>>> RankSpec(0, "run/rank-0.host.json.gz", None).describe()
+'rank 0 (run/rank-0.host.json.gz)'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
+from chakra_tools.core.graph import RankSet
+
+from .crossrank import assign_groups, globalise, world_of
+from .rank import GroupInfo, RankResult, convert_rank
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "chakra-tools-capture/1"
+
+
+class ConversionCheckError(ChakraToolsError):
+    """The converted rank set violates what simulators need; nothing was written."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, diagnostics: list[Diagnostic]):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    rank: int
+    host: str | None
+    device: str | None
+
+    def describe(self) -> str:
+        return f"rank {self.rank} ({self.host or self.device})"
+
+
+@dataclass
+class RunInputs:
+    ranks: list[RankSpec]
+    groups: dict[str, GroupInfo] = field(default_factory=dict)
+    world_size: int | None = None
+    source: str = ""
+
+
+@dataclass
+class ConvertReport:
+    files: list[Path]
+    rankset: RankSet
+    diagnostics: Diagnostics
+    stats: dict[int, dict]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+
+def inputs_from_run(folder: str | Path) -> RunInputs:
+    """The ranks of a `trace-capture` run folder, from its manifest."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise InputError(f"{folder}: no {MANIFEST} (not a trace-capture run folder); "
+                         "give the traces with --host/--device/--rank instead")
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: unreadable manifest: {e}") from None
+    if m.get("format") != MANIFEST_FORMAT:
+        raise InputError(f"{path}: format {m.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+    specs = []
+    for r in m.get("ranks", []):
+        if not r.get("host_trace") and not r.get("device_trace"):
+            raise InputError(f"{path}: rank {r.get('rank')} has no traces (status "
+                             f"{r.get('status')!r}: {r.get('error') or 'no error recorded'})")
+        specs.append(RankSpec(int(r["rank"]), _under(folder, r.get("host_trace")),
+                              _under(folder, r.get("device_trace"))))
+    if not specs:
+        raise InputError(f"{path}: lists no ranks")
+    groups = {str(g["name"]): GroupInfo(tuple(g.get("ranks") or ()) or None, g.get("desc") or "",
+                                        len(g.get("ranks") or ()) or None)
+              for g in m.get("process_groups") or []}
+    return RunInputs(specs, groups, m.get("world_size"), str(folder))
+
+
+def _under(folder: Path, name: str | None) -> str | None:
+    return str(folder / name) if name else None
+
+
+def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) -> RunInputs:
+    """Ranks given one by one; `ranks` defaults to 0..n-1 in the order given."""
+    n = max(len(hosts), len(devices))
+    if hosts and devices and len(hosts) != len(devices):
+        raise InputError(f"{len(hosts)} --host and {len(devices)} --device traces: give one of "
+                         "each per rank (or only --host)")
+    ranks = ranks or list(range(n))
+    if len(ranks) != n:
+        raise InputError(f"{len(ranks)} --rank values for {n} ranks")
+    if len(set(ranks)) != len(ranks):
+        raise InputError(f"--rank values repeat: {ranks}")
+    for p in hosts + devices:
+        if not Path(p).is_file():
+            raise InputError(f"{p}: no such file")
+    specs = [RankSpec(r, hosts[i] if hosts else None, devices[i] if devices else None)
+             for i, r in enumerate(ranks)]
+    return RunInputs(specs, source="command line")
+
+
+def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str = "trace",
+            jobs: int | None = None, executor: str = "auto", scheduler: str | None = None,
+            check: bool = True, force: bool = False,
+            on_rank_done: Callable[[int], None] | None = None) -> ConvertReport:
+    """Convert every rank, globalise groups and tags, validate, then write (unless out_dir is None).
+
+    Raises ConversionCheckError (nothing written) when validation finds errors and not `force`.
+    """
+    results = run_ranks(inputs, jobs=jobs, executor=executor, scheduler=scheduler,
+                        on_rank_done=on_rank_done)
+    diags = Diagnostics()
+    for r in results:
+        diags.extend(r.diagnostics)
+    world = world_of(results, inputs.world_size)
+    ids, groups = assign_groups(results, world, diags)
+    globalise(results, ids, diags)
+    rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
+    if check:
+        _check(rankset, diags, force)
+    files = rankset.write(out_dir, prefix) if out_dir is not None else []
+    return ConvertReport(files, rankset, diags, {r.rank: r.stats for r in results})
+
+
+def _check(rankset: RankSet, diags: Diagnostics, force: bool) -> None:
+    from chakra_tools.core.validate import validate_rankset
+
+    found = validate_rankset(rankset)
+    diags.extend(found)
+    errors = [d for d in found if d.severity == "error"]
+    if errors and not force:
+        shown = "\n  ".join(str(d) for d in errors[:20])
+        more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise ConversionCheckError(
+            f"the converted traces fail validation ({len(errors)} errors), nothing written "
+            f"(--force writes them anyway):\n  {shown}{more}", errors)
+
+
+def run_ranks(inputs: RunInputs, *, jobs: int | None = None, executor: str = "auto",
+              scheduler: str | None = None,
+              on_rank_done: Callable[[int], None] | None = None) -> list[RankResult]:
+    """RankResults in rank order, computed by the chosen executor."""
+    specs = sorted(inputs.ranks, key=lambda s: s.rank)
+    if executor == "auto":
+        executor = "process" if len(specs) > 1 and (jobs or os.cpu_count() or 1) > 1 else "serial"
+    runner = {"serial": _serial, "process": _process, "dask": _dask}.get(executor)
+    if runner is None:
+        raise InputError(f"unknown executor {executor!r} (serial, process, dask)")
+    done = on_rank_done or (lambda r: None)
+    results = runner(specs, inputs.groups, jobs=jobs, scheduler=scheduler, done=done)
+    return sorted(results, key=lambda r: r.rank)
+
+
+def _one(spec: RankSpec, groups: dict) -> RankResult:
+    return convert_rank(spec.host, spec.device, spec.rank, groups)
+
+
+def _serial(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+    out = []
+    for s in specs:
+        out.append(_one(s, groups))
+        done(s.rank)
+    return out
+
+
+def _process(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
+    out = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_one, s, groups): s for s in specs}
+        try:
+            for f in as_completed(futures):
+                out.append(_result(f, futures[f]))
+                done(futures[f].rank)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return out
+
+
+def _result(future, spec: RankSpec) -> RankResult:
+    try:
+        return future.result()
+    except ChakraToolsError:
+        raise
+    except Exception as e:  # a bug or an unexpected input: still name the rank and its file
+        raise ChakraToolsError(f"{spec.describe()}: conversion failed: {type(e).__name__}: {e}") from e
+
+
+def _dask(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+    try:
+        from dask.distributed import Client, as_completed as dask_completed
+    except ImportError:
+        raise InputError("--executor dask needs Dask: pip install 'chakra-tools[dask]'") from None
+    if not scheduler:
+        raise InputError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
+    out = []
+    with Client(scheduler) as client:
+        futures = [client.submit(_one, s, groups, pure=False) for s in specs]
+        by_key = {f.key: s for f, s in zip(futures, specs)}
+        for f in dask_completed(futures):
+            spec = by_key[f.key]
+            out.append(_result(f, spec))
+            done(spec.rank)
+    return out
+
+
+def convert_run(folder: str | Path, out_dir: str | Path | None = None, **kw) -> ConvertReport:
+    """Convert a `trace-capture` run folder into `out_dir` (default `<folder>/chakra`).
+
+    Keyword arguments are those of `convert` (prefix, jobs, executor, scheduler, check, force).
+    """
+    out = Path(folder) / "chakra" if out_dir is None else out_dir
+    return convert(inputs_from_run(folder), out, **kw)
