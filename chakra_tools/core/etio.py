@@ -111,7 +111,12 @@ def iter_frames(stream: BinaryIO, path: str | Path = "<stream>") -> Iterator[tup
         except ValueError as e:
             raise TraceReadError(path, base + start, f"corrupt length prefix: {e}") from None
         while length < 0 or (body + length > len(buf) and not eof):
-            more = _read(stream, path, base + len(buf))
+            if length > MAX_MESSAGE:
+                break
+            # read what the message still needs (up to 64 MiB at a time) rather than 1 MiB: growing
+            # the buffer chunk by chunk copies it over and over (minutes for a few hundred MiB)
+            need = CHUNK if length < 0 else min(max(CHUNK, body + length - len(buf)), 64 * CHUNK)
+            more = _read(stream, path, base + len(buf), need)
             if not more:
                 eof = True
                 if length < 0:
@@ -136,9 +141,9 @@ def iter_frames(stream: BinaryIO, path: str | Path = "<stream>") -> Iterator[tup
         pos = end
 
 
-def _read(stream: BinaryIO, path, offset: int) -> bytes:
+def _read(stream: BinaryIO, path, offset: int, size: int = CHUNK) -> bytes:
     try:
-        return stream.read(CHUNK)
+        return stream.read(size)
     except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; zlib.error is not
         raise TraceReadError(path, offset, f"cannot decompress: {e}") from None
 
@@ -147,7 +152,7 @@ def _looks_like_metadata(msg: bytes) -> bool:
     """True if every top-level field is GlobalMetadata's (1: version, 2: attr; both length-delimited).
 
     A Node starts with its id (field 1, a varint) or, for id 0, its name followed by its type
-    (field 3): the two layouts can only coincide for a nameless id-0 INVALID node.
+    (field 3): the two layouts can only coincide for an id-0 INVALID node with nothing but a name.
     """
     pos = 0
     try:
@@ -290,17 +295,24 @@ def node_to_pb(node: Node):
 # -- a direct encoder: the same bytes as node_to_pb(node).SerializeToString(), 3x faster ----------
 
 _SMALL_VARINTS = [bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(1 << 14)]
+#: the 14 low bits of a larger number as two continuation bytes
+_CONTINUED_14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
 _ATTR_CACHE: dict[tuple, bytes] = {}
 _ATTR_CACHE_LIMIT = 1 << 16
 _FLOAT_KINDS = frozenset(("float_val", "double_val", "float_list", "double_list"))
 
 
 def _uvarint(n: int) -> bytes:
-    if n < 16384:
+    """Varint bytes by table, 14 bits at a time (time stamps in µs are 7-8 byte varints)."""
+    if 0 <= n < 16384:  # a negative n would index the table from its end: silently wrong bytes
         return _SMALL_VARINTS[n]
-    if n < 2097152:
-        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
-    return _varint_bytes(n)
+    if n < 0 or n >> 64:
+        raise ValueError(f"{n} is out of range for a uint64 field")
+    head = b""
+    while n >= 16384:
+        head += _CONTINUED_14[n & 0x3FFF]
+        n >>= 14
+    return head + _SMALL_VARINTS[n]
 
 
 def _len_field(tag: bytes, payload: bytes) -> bytes:
@@ -308,7 +320,7 @@ def _len_field(tag: bytes, payload: bytes) -> bytes:
 
 
 def _packed(tag: bytes, values: tuple[int, ...]) -> bytes:
-    return _len_field(tag, b"".join(_uvarint(v) for v in values))
+    return _len_field(tag, b"".join(map(_uvarint, values)))
 
 
 def _io_bytes(tag: bytes, v: IOInfo) -> bytes:
@@ -316,9 +328,10 @@ def _io_bytes(tag: bytes, v: IOInfo) -> bytes:
     return _len_field(tag, body)
 
 
-def _attr_bytes(name: str, a: Attr) -> bytes:
-    """One serialised AttributeProto, through protobuf itself and cached: attributes repeat a lot
-    (is_cpu_op=false on every node), so the slow path runs once per distinct attribute."""
+def _attr_field(name: str, a: Attr) -> bytes:
+    """One attribute as a framed field 10 of Node, serialised by protobuf itself and cached:
+    attributes repeat a lot (is_cpu_op=false on every node), so the slow path runs once per
+    distinct attribute."""
     # floats are not cached: 0.0 == -0.0 (same key) but they encode differently
     key = None if a.kind in _FLOAT_KINDS else (name, a.kind, a.value, a.doc)
     try:
@@ -329,36 +342,40 @@ def _attr_bytes(name: str, a: Attr) -> bytes:
         key = None
     m = pb.AttributeProto()
     _attr_to_pb(m, name, a)
-    data = m.SerializeToString()
-    if key is not None and len(_ATTR_CACHE) < _ATTR_CACHE_LIMIT:
+    data = _len_field(b"\x52", m.SerializeToString())
+    # only small attributes: the cache outlives every writer, and a large unique value (a model's
+    # source text, a blob) would otherwise stay in memory for good, twice (key and bytes)
+    if key is not None and len(data) <= 256 and len(_ATTR_CACHE) < _ATTR_CACHE_LIMIT:
         _ATTR_CACHE[key] = data
     return data
 
 
 def encode_node(node: Node) -> bytes:
-    """The node's protobuf bytes (fields in number order, defaults omitted, attributes sorted)."""
+    """The node's protobuf bytes (fields in number order, defaults omitted, attributes sorted):
+    the same bytes as `node_to_pb(node).SerializeToString()`, several times faster."""
+    nid, name, ntype, data_deps, ctrl_deps, start, duration, attrs, inputs, outputs = node
+    uv = _uvarint
     parts = []
-    if node.id:
-        parts.append(b"\x08" + _uvarint(node.id))
-    if node.name:
-        parts.append(_len_field(b"\x12", node.name.encode()))
-    if node.type:
-        parts.append(b"\x18" + _uvarint(int(node.type)))
-    if node.ctrl_deps:
-        parts.append(_packed(b"\x22", node.ctrl_deps))
-    if node.data_deps:
-        parts.append(_packed(b"\x2a", node.data_deps))
-    if node.start_time_micros:
-        parts.append(b"\x30" + _uvarint(node.start_time_micros))
-    if node.duration_micros:
-        parts.append(b"\x38" + _uvarint(node.duration_micros))
-    if node.inputs is not None:
-        parts.append(_io_bytes(b"\x42", node.inputs))
-    if node.outputs is not None:
-        parts.append(_io_bytes(b"\x4a", node.outputs))
-    attrs = node.attrs
-    for name in sorted(attrs):
-        parts.append(_len_field(b"\x52", _attr_bytes(name, attrs[name])))
+    if nid:
+        parts.append(b"\x08" + uv(nid))
+    if name:
+        parts.append(_len_field(b"\x12", name.encode()))
+    if ntype:
+        parts.append(b"\x18" + uv(int(ntype)))
+    if ctrl_deps:
+        parts.append(_packed(b"\x22", ctrl_deps))
+    if data_deps:
+        parts.append(_packed(b"\x2a", data_deps))
+    if start:
+        parts.append(b"\x30" + uv(start))
+    if duration:
+        parts.append(b"\x38" + uv(duration))
+    if inputs is not None:
+        parts.append(_io_bytes(b"\x42", inputs))
+    if outputs is not None:
+        parts.append(_io_bytes(b"\x4a", outputs))
+    if attrs:
+        parts.extend([_attr_field(k, attrs[k]) for k in sorted(attrs)])
     return b"".join(parts)
 
 
@@ -453,7 +470,9 @@ class TraceReader:
         except ValueError:
             raise TraceReadError(self.path, offset, f"node {m.id} has unknown node type {m.type}",
                                  str(last) if last else None) from None
-        if node.type is NodeType.COMM_COLL_NODE and _COMM_TYPE_NAME not in msg:
+        # the name's bytes may also occur inside another attribute's value: then look properly
+        if node.type is NodeType.COMM_COLL_NODE and (_COMM_TYPE_NAME not in msg
+                                                     or "comm_type" not in node.attrs):
             self._warn("assumed-all-reduce", "COMM_COLL node without comm_type: read as ALL_REDUCE", node)
         if _WRONG_KIND.search(msg) is not None:
             self._check_contract(node)
@@ -489,6 +508,8 @@ def iter_nodes(path: str | Path, **kw) -> Iterator[Node]:
 # --------------------------------------------------------------------------------------------
 
 def _varint_bytes(n: int) -> bytes:
+    if n < 0 or n >> 64:
+        raise ValueError(f"{n} is out of range for a uint64 field")
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -553,7 +574,11 @@ class TraceWriter:
         self._out.write(data)
 
     def write(self, node: Node) -> None:
-        self._write_frame(encode_node(node), node)
+        try:
+            data = encode_node(node)
+        except (ValueError, TypeError, OverflowError, UnicodeError) as e:  # e.g. a negative id
+            raise TraceWriteError(f"{self.path}: node {node.id} ({node.name!r}) cannot be encoded: {e}") from None
+        self._write_frame(data, node)
         self.count += 1
 
     def close(self) -> None:

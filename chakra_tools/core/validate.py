@@ -29,6 +29,7 @@ from .model import CONTRACT, CommType, Node, NodeType, format_bytes
 
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
                   CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}
+_CONTRACT_NAMES = frozenset(CONTRACT)
 P2P_NEEDS = {
     NodeType.COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
     NodeType.COMM_RECV_NODE: ("comm_src", "comm_tag", "comm_size"),
@@ -42,9 +43,10 @@ P2P_NEEDS = {
 
 def check_node(node: Node, comm_groups: Mapping[str, tuple[int, ...]] | None) -> Iterator[tuple[str, str, str]]:
     """(severity, code, message) for each problem of one node on its own."""
-    for name, a in node.attrs.items():
-        want = CONTRACT.get(name)
-        if want is not None and a.kind != want:
+    attrs = node.attrs
+    for name in _CONTRACT_NAMES.intersection(attrs) if attrs else ():
+        a, want = attrs[name], CONTRACT[name]
+        if a.kind != want:
             yield ("error", "attr-kind",
                    f"{name} is {a.kind}, the contract says {want} (readers of {want} see 0 or nothing)")
     needs = P2P_NEEDS.get(node.type)
@@ -83,53 +85,61 @@ class _Structure:
     """Ids and dependencies in flat integer arrays: about 30 bytes a node plus an id index,
     instead of the node records, so validation memory stays small on huge files."""
 
-    def __init__(self):
+    def __init__(self, track_names: bool):
         self.ids = array("Q")
         self.dep_ids = array("Q")
-        self.dep_kind = array("b")  # 0 data, 1 ctrl
+        self.dep_ctrl_from = array("Q")  # per node: where its ctrl deps start in dep_ids
         self.dep_end = array("Q")
         self.index: dict[int, int] = {}
-        #: names of the nodes that depend on a node not seen yet: the only ones that can end up
-        #: in a dangling-dependency or cycle finding (a cycle needs a forward reference)
-        self.names: dict[int, str] = {}
+        #: streaming only: names of the nodes that depend on a node not seen yet, the only ones
+        #: that can end up in a dangling-dependency or cycle finding (a cycle needs a forward ref)
+        self.names: dict[int, str] | None = {} if track_names else None
 
     def add(self, node: Node) -> bool:
         """Record one node; False if its id was seen before (the duplicate is not recorded)."""
-        if node.id in self.index:
-            return False
         index = self.index
-        if any(d not in index for d in node.data_deps) or any(d not in index for d in node.ctrl_deps):
-            self.names[node.id] = node.name
-        index[node.id] = len(self.ids)
-        self.ids.append(node.id)
-        self.dep_ids.extend(node.data_deps)
-        self.dep_kind.extend(bytes(len(node.data_deps)))
-        self.dep_ids.extend(node.ctrl_deps)
-        self.dep_kind.extend(b"\x01" * len(node.ctrl_deps))
-        self.dep_end.append(len(self.dep_ids))
+        nid = node.id
+        if nid in index:
+            return False
+        deps = node.data_deps + node.ctrl_deps
+        if self.names is not None and deps and not index.keys() >= set(deps):
+            self.names[nid] = node.name
+        index[nid] = len(self.ids)
+        self.ids.append(nid)
+        dep_ids = self.dep_ids
+        dep_ids.extend(node.data_deps)
+        self.dep_ctrl_from.append(len(dep_ids))
+        dep_ids.extend(node.ctrl_deps)
+        self.dep_end.append(len(dep_ids))
         return True
 
-    def deps_of(self, i: int) -> Iterator[tuple[int, int]]:
-        start = self.dep_end[i - 1] if i else 0
-        for k in range(start, self.dep_end[i]):
-            yield self.dep_ids[k], self.dep_kind[k]
+    def _spans(self) -> Iterator[tuple[int, int, int, int]]:
+        """(node index, first dep, first ctrl dep, end) over the flat arrays."""
+        start = 0
+        for i, (ctrl, end) in enumerate(zip(self.dep_ctrl_from, self.dep_end)):
+            yield i, start, ctrl, end
+            start = end
 
     def dangling(self) -> Iterator[tuple[int, int, str]]:
         """(node id, missing dep id, "data"|"ctrl") for every dependency on an absent node."""
-        index = self.index
-        for i, nid in enumerate(self.ids):
-            for d, kind in self.deps_of(i):
-                if d not in index:
-                    yield nid, d, "ctrl" if kind else "data"
+        index, dep_ids, ids = self.index, self.dep_ids, self.ids
+        for i, start, ctrl, end in self._spans():
+            if start == end:
+                continue
+            for k in range(start, end):
+                if dep_ids[k] not in index:
+                    yield ids[i], dep_ids[k], "ctrl" if k >= ctrl else "data"
 
     def find_cycle(self) -> list[int] | None:
         """One cycle as node ids in dependency order (first == last), or None (Kahn's algorithm)."""
         n = len(self.ids)
-        index = self.index
+        index, dep_ids = self.index, self.dep_ids
         indeg = array("Q", bytes(8 * n))
         succ: dict[int, list[int]] = defaultdict(list)
-        for i in range(n):
-            for d in {d for d, _ in self.deps_of(i)}:
+        for i, start, _, end in self._spans():
+            if start == end:
+                continue
+            for d in set(dep_ids[start:end]):
                 j = index.get(d)
                 if j is not None:
                     indeg[i] += 1
@@ -149,13 +159,15 @@ class _Structure:
 
     def _walk_back(self, left: list[int], indeg) -> list[int]:
         """Every node left by Kahn has a predecessor also left: walking them must repeat."""
+        start_of = {i: (s, e) for i, s, _, e in self._spans()}
         seen: dict[int, int] = {}
         path: list[int] = []
         i = left[0]
         while i not in seen:
             seen[i] = len(path)
             path.append(i)
-            i = next(self.index[d] for d, _ in self.deps_of(i)
+            s, e = start_of[i]
+            i = next(self.index[d] for d in self.dep_ids[s:e]
                      if d in self.index and indeg[self.index[d]] > 0)
         cyc = path[seen[i]:] + [i]
         return [self.ids[k] for k in reversed(cyc)]
@@ -178,10 +190,15 @@ class RankScan:
 
 
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
-              comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics) -> RankScan:
-    """Check one rank's nodes as they stream by; return what the cross-rank checks need."""
+              comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics,
+              graph: Graph | None = None) -> RankScan:
+    """Check one rank's nodes as they stream by; return what the cross-rank checks need.
+
+    With `graph` (the nodes are in memory anyway) findings take node names from it; streaming,
+    only the names that findings can need are kept.
+    """
     scan = RankScan(rank, file)
-    structure = _Structure()
+    structure = _Structure(track_names=graph is None)
 
     def report(severity, code, message, node_id=None, node_name=None):
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
@@ -194,13 +211,17 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
             report(severity, code, message, node.id, node.name)
         if node.type.is_comm:
             _record_comm(scan, node)
-    names = structure.names
+    def name_of(nid: int) -> str | None:
+        if graph is not None:
+            return graph.nodes[nid].name if nid in graph.nodes else None
+        return structure.names.get(nid)
+
     for nid, dep, kind in structure.dangling():
-        report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid, names.get(nid))
+        report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid, name_of(nid))
     cycle = structure.find_cycle()
     if cycle:
         report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
-               cycle[0], names.get(cycle[0]))
+               cycle[0], name_of(cycle[0]))
     return scan
 
 
@@ -367,7 +388,7 @@ def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | No
     """Every violation in one rank's graph (see the module docstring)."""
     out = Diagnostics(examples_per_code=1 << 30)
     nodes = list(graph) + graph.duplicates
-    scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out)
+    scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out, graph=graph)
     return list(out)
 
 
@@ -378,6 +399,6 @@ def validate_rankset(rankset: RankSet) -> list[Diagnostic]:
     scans = {}
     for g in rankset:
         scans[g.rank] = scan_rank(list(g) + g.duplicates, rank=g.rank, file=g.source,
-                                  comm_groups=groups, out=out)
+                                  comm_groups=groups, out=out, graph=g)
     _cross_rank(scans, groups, out)
     return list(out)
