@@ -78,7 +78,7 @@ class Graph:
                 for d in deps:
                     if d not in self.nodes:
                         self._warn(f"dangling-{kind}-dep", f"{kind} dependency on absent node {d}", n)
-                    elif d not in seen:
+                    elif d not in seen and d != n.id:  # a self-dependency is a cycle, not a forward ref
                         forward += 1
                         if forward <= 1:
                             self._warn("forward-ref", f"{kind} dependency on node {d}, which comes later in the file", n)
