@@ -81,16 +81,62 @@ def _check_pg(node: Node, comm_groups) -> Iterator[tuple[str, str, str]]:
 # per rank: structure (duplicates, dangling deps, cycles) on compact arrays
 # --------------------------------------------------------------------------------------------
 
+class _IdIndex:
+    """Node id -> position in the file. While ids arrive as first, first+1, ... (what converters
+    and generators write) this is two integers instead of a dict of a million entries; the first
+    id out of that run turns it into a dict."""
+
+    __slots__ = ("first", "count", "table")
+
+    def __init__(self):
+        self.first: int | None = None
+        self.count = 0
+        self.table: dict[int, int] | None = None
+
+    def get(self, nid: int, default=None):
+        if self.table is not None:
+            return self.table.get(nid, default)
+        k = nid - self.first if self.first is not None else -1
+        return k if 0 <= k < self.count else default
+
+    def __contains__(self, nid: int) -> bool:
+        return self.get(nid) is not None
+
+    def __getitem__(self, nid: int) -> int:
+        k = self.get(nid)
+        if k is None:
+            raise KeyError(nid)
+        return k
+
+    def add(self, nid: int, ids_so_far) -> bool:
+        """Give `nid` the next position; False (and no change) if it is already there."""
+        if self.table is None:
+            if self.first is None:
+                self.first, self.count = nid, 1
+                return True
+            if nid == self.first + self.count:
+                self.count += 1
+                return True
+            if 0 <= nid - self.first < self.count:
+                return False
+            self.table = {v: i for i, v in enumerate(ids_so_far)}
+        if nid in self.table:
+            return False
+        self.table[nid] = len(self.table)
+        return True
+
+
 class _Structure:
-    """Ids and dependencies in flat integer arrays: about 30 bytes a node plus an id index,
-    instead of the node records, so validation memory stays small on huge files."""
+    """Ids and dependencies in flat integer arrays (about 30 bytes a node, and an id index that is
+    free for consecutive ids) instead of the node records, so validation memory stays small on
+    huge files."""
 
     def __init__(self, track_names: bool):
         self.ids = array("Q")
         self.dep_ids = array("Q")
         self.dep_ctrl_from = array("Q")  # per node: where its ctrl deps start in dep_ids
         self.dep_end = array("Q")
-        self.index: dict[int, int] = {}
+        self.index = _IdIndex()
         #: streaming only: names of the nodes that depend on a node not seen yet, the only ones
         #: that can end up in a dangling-dependency or cycle finding (a cycle needs a forward ref)
         self.names: dict[int, str] | None = {} if track_names else None
@@ -99,12 +145,12 @@ class _Structure:
         """Record one node; False if its id was seen before (the duplicate is not recorded)."""
         index = self.index
         nid = node.id
-        if nid in index:
-            return False
         deps = node.data_deps + node.ctrl_deps
-        if self.names is not None and deps and not index.keys() >= set(deps):
+        if self.names is not None and deps and not all(d in index for d in deps):
             self.names[nid] = node.name
-        index[nid] = len(self.ids)
+        if not index.add(nid, self.ids):
+            self.names is not None and self.names.pop(nid, None)
+            return False
         self.ids.append(nid)
         dep_ids = self.dep_ids
         dep_ids.extend(node.data_deps)
@@ -130,8 +176,16 @@ class _Structure:
                 if dep_ids[k] not in index:
                     yield ids[i], dep_ids[k], "ctrl" if k >= ctrl else "data"
 
+    def self_deps(self) -> Iterator[int]:
+        """Ids of the nodes that depend on themselves (no feeder can ever issue them)."""
+        ids, dep_ids = self.ids, self.dep_ids
+        for i, start, _, end in self._spans():
+            if start != end and ids[i] in dep_ids[start:end]:
+                yield ids[i]
+
     def find_cycle(self) -> list[int] | None:
-        """One cycle as node ids in dependency order (first == last), or None (Kahn's algorithm)."""
+        """One cycle of two or more nodes, as ids in dependency order (first == last), or None
+        (Kahn's algorithm; self-dependencies are reported apart)."""
         n = len(self.ids)
         index, dep_ids = self.index, self.dep_ids
         indeg = array("Q", bytes(8 * n))
@@ -141,7 +195,7 @@ class _Structure:
                 continue
             for d in set(dep_ids[start:end]):
                 j = index.get(d)
-                if j is not None:
+                if j is not None and j != i:
                     indeg[i] += 1
                     succ[j].append(i)
         ready = deque(i for i in range(n) if indeg[i] == 0)
@@ -168,7 +222,7 @@ class _Structure:
             path.append(i)
             s, e = start_of[i]
             i = next(self.index[d] for d in self.dep_ids[s:e]
-                     if d in self.index and indeg[self.index[d]] > 0)
+                     if d in self.index and self.index[d] != i and indeg[self.index[d]] > 0)
         cyc = path[seen[i]:] + [i]
         return [self.ids[k] for k in reversed(cyc)]
 
@@ -218,6 +272,8 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
 
     for nid, dep, kind in structure.dangling():
         report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid, name_of(nid))
+    for nid in structure.self_deps():
+        report("error", "self-dep", "depends on itself: no simulator can ever issue it", nid, name_of(nid))
     cycle = structure.find_cycle()
     if cycle:
         report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
