@@ -1,11 +1,150 @@
-"""trace-replay: placeholder until the replay stage lands (see its issue)."""
+"""trace-replay: how long would this step take on that system? (see chakra_tools.replay)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
-app = typer.Typer(help="(not implemented yet)", add_completion=False)
+from .common import handle_errors, new_app, print_json
+
+app = new_app()
 
 
 @app.command()
-def replay() -> None:
-    """Not implemented yet."""
-    raise typer.Exit(2)
+@handle_errors
+def replay(
+    rankset: Path = typer.Argument(..., metavar="RANKSET",
+                                   help="A folder of PREFIX.RANK.et files, such a prefix, or one .et file."),
+    network: Optional[Path] = typer.Option(None, "--network", "-n",
+                                           help="ASTRA-sim analytical network YAML (default: one Switch of all ranks, 50 GB/s, 500 ns)."),
+    system: Optional[Path] = typer.Option(None, "--system", "-s",
+                                          help="ASTRA-sim system JSON (collective algorithms, chunks, endpoint delay, roofline)."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g",
+                                              help="comm_group.json; default: the one beside the traces."),
+    memory: Optional[Path] = typer.Option(None, "--memory", "-m",
+                                          help="ASTRA-sim remote memory JSON (memory-type, remote-mem-bw, ...)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also save the JSON document here."),
+    timeline: Optional[Path] = typer.Option(None, "--timeline", help="Write a Chrome/Perfetto trace (.json or .json.gz)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest",
+                                            help="A trace-capture manifest.json: print measured vs predicted step time."),
+    roofline: Optional[bool] = typer.Option(None, "--roofline/--no-roofline",
+                                            help="Compute time from num_ops and tensor_size (default: as the system JSON says)."),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="Peak compute for the roofline (overrides peak-perf)."),
+    mem_bw: Optional[float] = typer.Option(None, "--mem-bw-gbps", help="Local memory bandwidth (overrides local-mem-bw)."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="What-if multipliers, e.g. compute=0.5,comm=2 (host, compute, comm, memory)."),
+    limits: Optional[str] = typer.Option(None, "--limits",
+                                         help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0."),
+    comm: str = typer.Option("model", "--comm",
+                             help="model: cost communication with the network model; measured: use the trace's own durations where recorded (a capture replayed on the system it ran on)."),
+    host_gaps: bool = typer.Option(False, "--host-gaps",
+                                   help="Keep the recorded time between host ops (Python between operators), as Lumos does; for captured runs."),
+    align: str = typer.Option("start", "--align",
+                              help="start: every rank begins at 0; recorded: at its first recorded start time relative to the earliest rank (a capture's skew between ranks)."),
+    offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
+    resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
+    window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
+) -> None:
+    """Replay a rank set on a simulated system and print per-rank finish, compute, exposed
+    communication, overlap and idle time.
+
+    Example (ASTRA-sim's own 4-NPU all-reduce, 43,000 ns there):
+
+        trace-replay traces/all_reduce --network Ring_4npus.yml --system Ring_4chunks.json
+    """
+    from chakra_tools.replay import open_rankset, parse_limits
+    from chakra_tools.replay.engine import Replayer, recorded_starts
+
+    for value, name, choices in ((align, "--align", ("start", "recorded")), (comm, "--comm", ("model", "measured"))):
+        if value not in choices:
+            raise typer.BadParameter("use " + " or ".join(choices), param_hint=name)
+    feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
+    backend = _backend(rankset, max(feeders), network, system, memory, offload, peak_tflops, mem_bw,
+                       scale, roofline)
+    starts = recorded_starts(feeders) if align == "recorded" else None
+    result = Replayer(feeders, backend, groups=groups, limits=parse_limits(limits),
+                      measured_comm=comm == "measured", host_gaps=host_gaps, start_ns=starts).run()
+    _emit(result, manifest, out, timeline, as_json)
+
+
+def _backend(rankset, top_rank, network, system, memory, offload, peak_tflops, mem_bw, scale, roofline):
+    """The AnalyticalBackend the options describe (defaults: one Switch of every rank, ring)."""
+    from chakra_tools.core.errors import InputError
+    from chakra_tools.replay import AnalyticalBackend, Scales, default_network, load_memory, load_network, load_system
+    from chakra_tools.replay.config import MemoryConfig, SystemConfig
+
+    net = _with_offload(load_network(network) if network else default_network(top_rank + 1), offload)
+    if top_rank >= net.npus:
+        raise InputError(f"{rankset}: rank {top_rank} but the network has only {net.npus} NPUs")
+    sysc = load_system(system) if system else SystemConfig()
+    if peak_tflops is not None:
+        sysc = dataclasses.replace(sysc, peak_perf_tflops=peak_tflops)
+    if mem_bw is not None:
+        sysc = dataclasses.replace(sysc, local_mem_bw_gbps=mem_bw)
+    try:
+        scales = Scales.parse(scale)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--scale") from None
+    return AnalyticalBackend(net, sysc, load_memory(memory) if memory else MemoryConfig(), scales, roofline)
+
+
+def _emit(result, manifest, out, timeline, as_json) -> None:
+    """Print the table (or the JSON), save --out and --timeline, compare with --manifest."""
+    from chakra_tools.core.etio import atomic_output
+    from chakra_tools.replay.fidelity import compare_with_manifest, format_comparison
+
+    doc = result.to_dict()
+    if manifest:
+        doc["fidelity"] = compare_with_manifest(doc, manifest)
+    if out:
+        with atomic_output(out, "w") as f:
+            _dump(doc, f)
+    if timeline:
+        result.timeline().write(timeline)
+    if as_json:
+        if len(doc.get("events", ())) <= PRETTY_LIMIT:
+            print_json(doc)
+        else:
+            _dump(doc, sys.stdout)
+        return
+    typer.echo(result.table())
+    if manifest:
+        typer.echo(format_comparison(doc["fidelity"]))
+    for d in result.diagnostics:
+        typer.echo(f"warning: {d}", err=True)
+
+
+#: above this many events the JSON is written compactly (json's indenting encoder is pure Python)
+PRETTY_LIMIT = 20_000
+
+
+def _dump(doc: dict, f) -> None:
+    """One JSON document, one top-level key per line: compact enough for millions of events."""
+    f.write("{\n" + ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), default=str)}"
+                                for k, v in doc.items()) + "\n}\n")
+
+
+def _resolve(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not kinds or not set(kinds) <= {"data", "ctrl"}:
+        raise typer.BadParameter("use data,ctrl | data | ctrl", param_hint="--resolve")
+    return kinds
+
+
+def _with_offload(net, dims: List[int]):
+    if not dims:
+        return net
+    from chakra_tools.core.errors import InputError
+    from chakra_tools.replay.config import NetworkConfig
+
+    new = list(net.dims)
+    for d in dims:
+        if not 0 <= d < len(new) or new[d].topology != "Switch":
+            raise InputError(f"--offload {d}: dimension {d} is not a Switch dimension of the network")
+        new[d] = dataclasses.replace(new[d], in_network_offload=True)
+    return NetworkConfig(tuple(new), net.source)

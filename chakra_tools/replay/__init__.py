@@ -1,0 +1,23 @@
+"""Replay: a multi-rank discrete-event replayer with ASTRA-sim's analytical network model.
+
+    from chakra_tools.replay import replay, AnalyticalBackend, load_network, load_system
+    backend = AnalyticalBackend(load_network("net.yml"), load_system("sys.json"))
+    result = replay("out/trace", backend)
+    print(result.table())
+
+engine.py (the kernel and the per-kind handlers), backend.py (compute, memory, network cost),
+collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
+(statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps).
+"""
+
+from .backend import AnalyticalBackend, Scales
+from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
+                     load_network, load_system)
+from .engine import DEFAULT_LIMITS, Replayer, open_rankset, parse_limits, replay
+from .fidelity import compare_with_manifest
+from .result import ReplayResult
+
+__all__ = ["AnalyticalBackend", "Scales", "Dim", "MemoryConfig", "NetworkConfig", "SystemConfig",
+           "default_network", "load_memory", "load_network", "load_system", "DEFAULT_LIMITS",
+           "Replayer", "open_rankset", "parse_limits", "replay", "compare_with_manifest",
+           "ReplayResult"]

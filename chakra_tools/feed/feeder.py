@@ -1,0 +1,426 @@
+"""`ETFeeder`: one rank's `.et` file handed out as dependency-resolved nodes, in bounded memory.
+
+The contract (the one ASTRA-sim's feeder implements, REFERENCE §4): a node becomes *issuable* when
+every dependency it has (data and control, or only the kinds named in `resolve`) has finished; the
+issuable nodes are handed out in ascending id; `finish(id)` frees the node's children.
+
+Memory stays flat on files of millions of nodes because the feeder holds a *window* of the file,
+not the file: it decodes nodes ahead of the consumer only until `window` nodes are loaded and not
+yet finished, and forgets a node once it has finished (a bitmap remembers which ids finished, one
+bit per id). It reads further than the window only when it must: when nothing is issuable and
+nothing is in flight (a forward reference, a long chain of blocked nodes), or when a consumer asks
+with `expand()` (the replayer does so before it declares a cross-rank deadlock). So "issuable" means
+issuable among the nodes read so far; with the default window (64k nodes) that is the whole
+frontier of any real trace.
+
+Dependencies are resolved, never rewritten: `lookup(id)` returns the node exactly as recorded. A
+dependency on a node that comes later in the file (forward reference) waits for it; one on a node
+that never appears is dropped at end of file and reported in `diagnostics` ("dangling-dep"). When
+nodes remain but none is issuable and none is in flight, `check_deadlock()` raises `DeadlockError`
+naming the blocked nodes and what each waits for.
+
+>>> import tempfile, os
+>>> from chakra_tools.core.etio import write_trace
+>>> from chakra_tools.core.model import Node, NodeType as T
+>>> path = os.path.join(tempfile.mkdtemp(), "t.0.et")
+>>> _ = write_trace(path, [Node(1, "a", T.COMP_NODE), Node(2, "b", T.COMP_NODE, (1,)),
+...                        Node(3, "c", T.COMP_NODE)])
+>>> f = ETFeeder(path)
+>>> f.issuable()
+[1, 3]
+>>> f.take(1); f.finish(1)   # returns the children it freed
+[2]
+>>> f.issuable()
+[2, 3]
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
+from chakra_tools.core.etio import _looks_like_metadata, metadata_from_pb, node_from_pb, open_binary
+from chakra_tools.core.model import Metadata, Node
+from chakra_tools.core.schema import et_def_pb2 as pb
+from google.protobuf.message import DecodeError
+
+from .framing import frames
+from .info import NodeInfo, node_info
+
+DEFAULT_WINDOW = 1 << 16
+#: ids below this are remembered in a bitmap (1 bit each); larger ids in a set.
+BITMAP_LIMIT = 1 << 27
+
+
+class DeadlockError(ChakraToolsError):
+    """Nodes remain but none can ever issue: names each blocked node and what it waits for."""
+
+    exit_code = 3
+
+
+class FinishedIds:
+    """Which ids have finished: a growable bitmap for dense ids, a set for the rest."""
+
+    __slots__ = ("_bits", "_other")
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+        self._other: set[int] = set()
+
+    def add(self, i: int) -> None:
+        if i < BITMAP_LIMIT:
+            byte = i >> 3
+            if byte >= len(self._bits):
+                self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
+            self._bits[byte] |= 1 << (i & 7)
+        else:
+            self._other.add(i)
+
+    def __contains__(self, i: int) -> bool:
+        if i < BITMAP_LIMIT:
+            byte = i >> 3
+            return byte < len(self._bits) and bool(self._bits[byte] >> (i & 7) & 1)
+        return i in self._other
+
+    def nbytes(self) -> int:
+        return len(self._bits) + 64 * len(self._other)
+
+
+class _Loaded:
+    """One node in the window: its raw message, its `NodeInfo`, what it still waits for."""
+
+    __slots__ = ("raw", "info", "deps", "waiting", "children", "state")
+
+    def __init__(self, raw: bytes, deps: tuple[int, ...]):
+        self.raw = raw
+        self.info: NodeInfo | None = None  # decoded on first use
+        self.deps = deps
+        self.waiting = 0
+        self.children: list[int] = []
+        self.state = 0  # 0 blocked, 1 issuable, 2 in flight
+
+
+class ETFeeder:
+    """Dependency-resolved nodes of one rank's trace; see the module docstring for the contract."""
+
+    def __init__(self, path: str | Path, *, resolve: Iterable[str] = ("data", "ctrl"),
+                 window: int = DEFAULT_WINDOW, rank: int | None = None,
+                 diagnostics: Diagnostics | None = None, eager_info: bool = False):
+        resolve = tuple(resolve)
+        if not set(resolve) <= {"data", "ctrl"} or not resolve:
+            raise ValueError(f"resolve must name 'data' and/or 'ctrl', not {resolve!r}")
+        self.path = str(path)
+        self.rank = rank
+        self.window = max(1, window)
+        self._eager_info = eager_info  # decode NodeInfo while loading (a replayer reads every node)
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self._use_data = "data" in resolve
+        self._use_ctrl = "ctrl" in resolve
+        self._loaded: dict[int, _Loaded] = {}
+        self._finished = FinishedIds()
+        self._unseen: dict[int, list[int]] = {}  # absent id -> loaded nodes waiting for it
+        self._ready: list[int] = []  # heap of issuable ids
+        self._in_flight = 0
+        self._unfinished = 0  # loaded and not finished
+        self.nodes_read = 0
+        self.nodes_finished = 0
+        self._stream = open_binary(path)
+        self._frames: Iterator[tuple[int, bytes]] | None = frames(self._stream, self.path)
+        self.metadata = self._read_metadata()
+        self._fill()
+
+    # -- reading --------------------------------------------------------------------------------
+    def _read_metadata(self) -> Metadata:
+        first = next(self._frames, None)
+        if first is None:
+            self._close()
+            return Metadata("", {}, present=False)
+        if _looks_like_metadata(first[1]):
+            try:
+                return metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
+            except DecodeError:
+                pass
+        self._warn("no-metadata", "no GlobalMetadata message: read the first message as a node")
+        self._load(*first)
+        return Metadata("", {}, present=False)
+
+    @property
+    def eof(self) -> bool:
+        return self._frames is None
+
+    def _close(self) -> None:
+        if self._frames is not None:
+            self._frames = None
+            self._stream.close()
+            self._drop_unseen()
+
+    def _read_one(self) -> bool:
+        """Decode the next node into the window; False at end of file."""
+        if self._frames is None:
+            return False
+        nxt = next(self._frames, None)
+        if nxt is None:
+            self._close()
+            return False
+        self._load(*nxt)
+        return True
+
+    def _load(self, offset: int, msg: bytes) -> None:
+        try:
+            m = pb.Node.FromString(msg)
+        except DecodeError as e:
+            raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}") from None
+        nid = m.id
+        self.nodes_read += 1
+        loaded, finished = self._loaded, self._finished
+        if nid in loaded or nid in finished:
+            self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
+            return
+        data = m.data_deps if self._use_data else ()
+        ctrl = m.ctrl_deps if self._use_ctrl else ()
+        if ctrl:
+            deps = tuple(dict.fromkeys((*data, *ctrl)))
+        else:
+            deps = tuple(dict.fromkeys(data)) if len(data) > 1 else tuple(data)
+        rec = _Loaded(msg, deps)
+        if self._eager_info:
+            rec.info = node_info(m)
+        loaded[nid] = rec
+        self._unfinished += 1
+        if deps:
+            bits, nbits = finished._bits, len(finished._bits) << 3
+            waiting = 0
+            for d in deps:  # inlined `d in finished`: this loop runs for every edge of the file
+                if d < nbits and bits[d >> 3] >> (d & 7) & 1 or d >= BITMAP_LIMIT and d in finished:
+                    continue
+                waiting += 1
+                parent = loaded.get(d)
+                if parent is not None:
+                    parent.children.append(nid)
+                else:
+                    self._unseen.setdefault(d, []).append(nid)
+            rec.waiting = waiting
+        if self._unseen:
+            waiters = self._unseen.pop(nid, None)
+            if waiters:
+                rec.children.extend(waiters)
+        if rec.waiting == 0:
+            rec.state = 1
+            heapq.heappush(self._ready, nid)
+
+    def _drop_unseen(self) -> None:
+        """At end of file: dependencies on nodes that never appeared are dropped (and reported)."""
+        for d in sorted(self._unseen):
+            for nid in self._unseen[d]:
+                self._warn("dangling-dep", f"depends on node {d}, which is not in the file: ignored", nid)
+                self._release(nid)
+        self._unseen.clear()
+
+    def _fill(self) -> None:
+        """Read ahead until the window is full; further only while nothing can move."""
+        frames, load = self._frames, self._load
+        while frames is not None and self._unfinished < self.window:
+            nxt = next(frames, None)  # `_read_one`, inlined: this loop runs once per node
+            if nxt is None:
+                self._close()
+                break
+            load(*nxt)
+        while not self._ready and not self._in_flight and self._read_one():
+            pass
+
+    def expand(self, limit: int | None = None) -> bool:
+        """Read past the window until a new node is issuable (or `limit` nodes, or end of file).
+
+        Returns True if something became issuable. A multi-rank driver calls this before it
+        declares a deadlock, since the node that would unblock another rank may lie beyond the
+        window.
+        """
+        before = len(self._ready)
+        n = 0
+        while len(self._ready) == before and (limit is None or n < limit) and self._read_one():
+            n += 1
+        return len(self._ready) > before
+
+    # -- the contract ---------------------------------------------------------------------------
+    def issuable(self) -> list[int]:
+        """The ids that are issuable now, ascending (a snapshot; nothing is taken)."""
+        return sorted(self._ready)
+
+    def has_issuable(self) -> bool:
+        return bool(self._ready)
+
+    def next_issuable(self) -> int | None:
+        """Take the smallest issuable id (it is now in flight), or None."""
+        if not self._ready:
+            return None
+        nid = heapq.heappop(self._ready)
+        self._loaded[nid].state = 2
+        self._in_flight += 1
+        return nid
+
+    def take(self, nid: int) -> None:
+        """Take a specific issuable node (now in flight)."""
+        rec = self._loaded.get(nid)
+        if rec is None or rec.state != 1:
+            raise ValueError(f"{self._where()}node {nid} is not issuable")
+        self._ready.remove(nid)
+        heapq.heapify(self._ready)
+        rec.state = 2
+        self._in_flight += 1
+
+    def push_back(self, nid: int) -> None:
+        """Return a taken node to the issuable set (its resource was busy)."""
+        rec = self._loaded.get(nid)
+        if rec is None or rec.state != 2:
+            raise ValueError(f"{self._where()}node {nid} is not in flight")
+        rec.state = 1
+        self._in_flight -= 1
+        heapq.heappush(self._ready, nid)
+
+    def finish(self, nid: int) -> list[int]:
+        """Mark a taken node finished; returns the children that became issuable."""
+        loaded = self._loaded
+        rec = loaded.get(nid)
+        if rec is None or rec.state != 2:
+            raise ValueError(f"{self._where()}node {nid} is not in flight")
+        del loaded[nid]
+        bits = self._finished._bits
+        if nid < BITMAP_LIMIT and (nid >> 3) < len(bits):  # inlined FinishedIds.add: hot path
+            bits[nid >> 3] |= 1 << (nid & 7)
+        else:
+            self._finished.add(nid)
+        self._in_flight -= 1
+        self._unfinished -= 1
+        self.nodes_finished += 1
+        freed = []
+        ready = self._ready
+        if rec.children:
+            for c in rec.children:
+                child = loaded[c]
+                child.waiting -= 1
+                if child.waiting == 0 and child.state == 0:
+                    child.state = 1
+                    heapq.heappush(ready, c)
+                    freed.append(c)
+        if self._unfinished < self.window or not ready:
+            self._fill()
+        return freed
+
+    def _release(self, nid: int) -> bool:
+        rec = self._loaded[nid]
+        rec.waiting -= 1
+        if rec.waiting == 0 and rec.state == 0:
+            rec.state = 1
+            heapq.heappush(self._ready, nid)
+            return True
+        return False
+
+    def has_nodes_to_issue(self) -> bool:
+        """True until every node of the file has finished (Chakra's `hasNodesToIssue`)."""
+        return bool(self._unfinished) or not self.eof
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def done(self) -> bool:
+        return not self.has_nodes_to_issue()
+
+    # -- access ---------------------------------------------------------------------------------
+    def info(self, nid: int) -> NodeInfo:
+        """The typed contract fields of a loaded node (see `NodeInfo`)."""
+        rec = self._loaded[nid]
+        if rec.info is None:
+            rec.info = node_info(pb.Node.FromString(rec.raw))
+        return rec.info
+
+    def lookup(self, nid: int) -> Node:
+        """The node as recorded in the file (dependencies untouched); only loaded nodes."""
+        rec = self._loaded.get(nid)
+        if rec is None:
+            raise KeyError(f"{self._where()}node {nid} is not loaded (finished, or not read yet)")
+        return node_from_pb(pb.Node.FromString(rec.raw))
+
+    def loaded_ids(self) -> list[int]:
+        """The ids in the window now (read, not finished), in file order."""
+        return list(self._loaded)
+
+    def deps(self, nid: int) -> tuple[int, ...]:
+        """The dependencies the feeder resolves for a node (per `resolve`), as recorded."""
+        return self._loaded[nid].deps
+
+    def memory_bytes(self) -> int:
+        """A rough count of what the window holds (for benchmarks), bitmap included."""
+        raw = sum(len(r.raw) for r in self._loaded.values())
+        return raw + 400 * len(self._loaded) + self._finished.nbytes()
+
+    # -- deadlock -------------------------------------------------------------------------------
+    def blocked(self, limit: int = 10) -> list[tuple[int, list[int]]]:
+        """Up to `limit` blocked nodes with the dependencies each still waits for."""
+        out = []
+        for nid in sorted(self._loaded):
+            rec = self._loaded[nid]
+            if rec.state == 0:
+                waits = [d for d in rec.deps if d not in self._finished]
+                out.append((nid, waits))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def check_deadlock(self) -> None:
+        """Raise `DeadlockError` if nodes remain, none is issuable and none is in flight."""
+        self._fill()
+        if self._ready or self._in_flight or not self._unfinished:
+            return
+        while self._read_one():
+            if self._ready:
+                return
+        if self._ready or not self._unfinished:
+            return
+        raise DeadlockError(self.deadlock_message())
+
+    def deadlock_message(self) -> str:
+        parts = [f"%{nid} {self.info(nid).name!r} waits for "
+                 + ", ".join(f"%{d}" for d in waits) for nid, waits in self.blocked()]
+        more = self._unfinished - len(parts)
+        tail = f" (and {more} more)" if more > 0 else ""
+        return (f"{self._where()}deadlock: {self._unfinished} nodes left, none issuable, none in "
+                f"flight: " + "; ".join(parts) + tail)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"{self.path}: " + (f"rank {self.rank}: " if self.rank is not None else "")
+
+    def _warn(self, code: str, message: str, nid: int | None = None) -> None:
+        self.diagnostics.add(Diagnostic("warning", code, message, file=self.path, rank=self.rank,
+                                        node_id=nid))
+
+    def drain(self) -> Iterator[int]:
+        """Issue and finish every node in contract order (for tests and benchmarks)."""
+        while True:
+            nid = self.next_issuable()
+            if nid is None:
+                if self.done:
+                    return
+                self.check_deadlock()
+                continue
+            yield nid
+            self.finish(nid)
+
+    # -- Chakra's names (its C++ ETFeeder), for users porting a backend ---------------------------
+    def get_next_issuable_node(self) -> Node | None:
+        """Chakra's `getNextIssuableNode`: take the next issuable node and return it."""
+        nid = self.next_issuable()
+        return None if nid is None else self.lookup(nid)
+
+    def push_back_issuable_node(self, nid: int) -> None:
+        self.push_back(nid)
+
+    def free_children_nodes(self, nid: int) -> None:
+        self.finish(nid)
+
+    def lookup_node(self, nid: int) -> Node:
+        return self.lookup(nid)

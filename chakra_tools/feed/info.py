@@ -1,0 +1,80 @@
+"""`NodeInfo`: the few typed fields a simulator reads from a node, decoded straight from protobuf.
+
+Building a full `core.model.Node` (every attribute, inputs, outputs) costs about ten times the
+protobuf decode itself; a replayer that touches every node of a multi-million-node trace needs
+only the type, the duration and the contract attributes. `node_info()` reads exactly those, with
+the contract's defaults (REFERENCE §1): a missing `is_cpu_op` means a host op (as Chakra's feeder
+reads it), a COMM_COLL node without `comm_type` is an ALL_REDUCE (the proto3 default), and any
+integer kind is accepted where the contract names one (old generators wrote int32 or uint64).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from chakra_tools.core.model import IS_CPU_OP_DEFAULT, SCALAR_KINDS, NodeType
+
+_COMM_COLL = int(NodeType.COMM_COLL_NODE)
+_INT_KINDS = frozenset(k for k in SCALAR_KINDS if "int" in k or "fixed" in k)
+_INT_ATTRS = {"num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst",
+              "comm_tag", "comm_priority"}
+
+
+class NodeInfo(NamedTuple):
+    """What the replayer needs of one node; `None` where the trace says nothing."""
+
+    id: int
+    name: str
+    type: int  # NodeType value
+    duration_micros: int
+    is_cpu_op: bool
+    num_ops: int
+    tensor_size: int
+    comm_type: int | None
+    comm_size: int
+    comm_src: int | None
+    comm_dst: int | None
+    comm_tag: int | None
+    pg_name: str
+    involved_dim: tuple[bool, ...] | None
+    start_time_micros: int = 0
+
+
+_new = tuple.__new__
+
+
+def node_info(m) -> NodeInfo:
+    """The `NodeInfo` of a protobuf `Node` message (no copy of the other attributes)."""
+    vals: dict | None = None
+    is_cpu = IS_CPU_OP_DEFAULT
+    pg = ""
+    involved = None
+    for a in m.attr:
+        name = a.name
+        if name == "is_cpu_op":
+            if a.WhichOneof("value") == "bool_val":
+                is_cpu = a.bool_val
+        elif name in _INT_ATTRS:
+            kind = a.WhichOneof("value")
+            if kind in _INT_KINDS:
+                if vals is None:
+                    vals = {}
+                vals[name] = getattr(a, kind)
+        elif name == "pg_name":
+            if a.WhichOneof("value") == "string_val":
+                pg = a.string_val
+        elif name == "involved_dim" and a.WhichOneof("value") == "bool_list":
+            involved = tuple(a.bool_list.values)
+    t = m.type
+    # tuple.__new__ skips NamedTuple's Python-level __new__: this runs once per node of a replay
+    if vals is None:
+        return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, 0, 0,
+                               0 if t == _COMM_COLL else None, 0, None, None, None, pg, involved,
+                               m.start_time_micros))
+    ct = vals.get("comm_type")
+    if ct is None and t == _COMM_COLL:
+        ct = 0
+    return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, vals.get("num_ops", 0),
+                           vals.get("tensor_size", 0), ct, vals.get("comm_size", 0),
+                           vals.get("comm_src"), vals.get("comm_dst"), vals.get("comm_tag"), pg,
+                           involved, m.start_time_micros))

@@ -1,0 +1,211 @@
+"""`AnalyticalBackend`: the ASTRA-sim-compatible cost model behind the replayer (see feed.Backend).
+
+Compute: the measured duration (`duration_micros`, whole µs; 0 becomes 1 ns as in ASTRA-sim), or,
+with roofline on and `num_ops` known, `num_ops / min(local_mem_bw * num_ops / tensor_size,
+peak_perf)`. Communication: collectives decomposed over the dimensions their group spans
+(collectives.py); point-to-point messages take the analytical network's time on the first
+dimension where source and destination differ. Memory: ASTRA-sim 2.0's remote-memory options
+(per-NPU, per-node pooled, one disaggregated pool) with FIFO ports; without expansion a memory
+node reads local memory at `local-mem-bw`. Scale factors per kind are for what-if studies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil, prod
+from typing import Sequence
+
+from chakra_tools.core.model import CommType
+from chakra_tools.feed.info import NodeInfo
+
+from . import collectives as C
+from .config import MemoryConfig, NetworkConfig, SystemConfig
+
+#: CommType -> (native collective it is costed as, divisor applied to comm_size)
+COLLECTIVE_OF = {
+    CommType.ALL_REDUCE: (C.ALL_REDUCE, 1),
+    CommType.REDUCE_SCATTER: (C.REDUCE_SCATTER, 1),
+    CommType.REDUCE_SCATTER_BLOCK: (C.REDUCE_SCATTER, 1),
+    CommType.ALL_GATHER: (C.ALL_GATHER, 1),
+    CommType.ALL_TO_ALL: (C.ALL_TO_ALL, 1),
+    # not simulated by ASTRA-sim; our approximations (docs/replay.md):
+    CommType.REDUCE: (C.ALL_REDUCE, 1),
+    CommType.BARRIER: (C.ALL_REDUCE, 1),
+    CommType.BROADCAST: (C.ALL_GATHER, 0),  # 0: divide by the group size
+    CommType.GATHER: (C.ALL_GATHER, 0),
+    CommType.SCATTER: (C.ALL_GATHER, 0),
+}
+
+
+@dataclass
+class Scales:
+    """Multipliers for what-if studies: 0.5 on `compute` = twice as fast GPU kernels."""
+
+    host: float = 1.0
+    compute: float = 1.0
+    comm: float = 1.0
+    memory: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Scales":
+        """`"compute=0.5,comm=2"` -> Scales(compute=0.5, comm=2.0)."""
+        s = cls()
+        for part in filter(None, (text or "").split(",")):
+            k, _, v = part.partition("=")
+            if k.strip() not in ("host", "compute", "comm", "memory"):
+                raise ValueError(f"unknown scale {k!r}; use host, compute, comm, memory")
+            setattr(s, k.strip(), float(v))
+        return s
+
+
+@dataclass
+class AnalyticalBackend:
+    network: NetworkConfig
+    system: SystemConfig = field(default_factory=SystemConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    scales: Scales = field(default_factory=Scales)
+    roofline: bool | None = None  # None: as the system config says
+
+    def __post_init__(self) -> None:
+        self._coll_cache: dict = {}
+        self._p2p_cache: dict = {}
+        self._ports: dict[int, int] = {}
+        if self.roofline is None:
+            self.roofline = self.system.roofline
+
+    # -- compute --------------------------------------------------------------------------------
+    def compute_ns(self, rank: int, info: NodeInfo) -> int:
+        scale = self.scales.host if info.is_cpu_op else self.scales.compute
+        if self.roofline and info.num_ops > 0 and self.system.peak_perf_tflops > 0:
+            ns = self.roofline_ns(info.num_ops, info.tensor_size)
+        else:
+            ns = max(1, info.duration_micros * 1000)
+        return ns if scale == 1.0 else max(0, round(ns * scale))
+
+    def roofline_ns(self, num_ops: int, tensor_size: int) -> int:
+        """num_ops / min(bandwidth * intensity, peak): the roofline (FLOP, bytes -> ns)."""
+        peak = self.system.peak_perf_tflops * 1e12
+        bw = self.system.local_mem_bw_gbps * 1e9
+        perf = peak if tensor_size <= 0 or bw <= 0 else min(bw * num_ops / tensor_size, peak)
+        return max(1, int(num_ops / perf * 1e9))
+
+    # -- memory ---------------------------------------------------------------------------------
+    def memory_ns(self, rank: int, info: NodeInfo, now_ns: int) -> int:
+        m = self.memory
+        size = info.tensor_size
+        if m.memory_type == "NO_MEMORY_EXPANSION":
+            bw = self.system.local_mem_bw_gbps
+            ns = int(size / bw) if bw > 0 and size else info.duration_micros * 1000
+            return now_ns + self._scaled(ns, self.scales.memory)
+        runtime = self._scaled(int(m.latency_ns + size / m.bandwidth_gbps), self.scales.memory)
+        if m.memory_type == "PER_NPU_MEMORY_EXPANSION":
+            return now_ns + runtime
+        port = rank // m.npus_per_node if m.memory_type == "PER_NODE_MEMORY_EXPANSION" else 0
+        start = max(now_ns, self._ports.get(port, 0))
+        self._ports[port] = start + runtime
+        return start + runtime
+
+    # -- network --------------------------------------------------------------------------------
+    def p2p_ns(self, src: int, dst: int, size: int) -> int:
+        key = (src, dst, size)
+        ns = self._p2p_cache.get(key)
+        if ns is None:
+            ns = self._scaled(self._p2p(src, dst, size), self.scales.comm)
+            self._p2p_cache[key] = ns
+        return ns
+
+    def _p2p(self, src: int, dst: int, size: int) -> int:
+        if src == dst:
+            return 0
+        a, b = self.network.address(src), self.network.address(dst)
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                dim = self.network.dims[i]
+                ctx = C.PhaseContext(dim)
+                return ctx.net(size, C.neighbour_hops(dim, y - x))
+        return 0
+
+    def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                      involved_dim: Sequence[bool] | None = None) -> int:
+        key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None)
+        ns = self._coll_cache.get(key)
+        if ns is None:
+            ns = self._scaled(self._collective(comm_type, size, key[2], key[3]), self.scales.comm)
+            self._coll_cache[key] = ns
+        return ns
+
+    def _collective(self, comm_type: int, size: int, ranks: tuple[int, ...],
+                    involved: tuple[bool, ...] | None) -> int:
+        if len(ranks) <= 1:
+            return 0
+        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        if div == 0:
+            size //= len(ranks)
+        dims = self.group_dims(ranks, involved)
+        if not dims:
+            return 0
+        chunk, chunks = self.chunking(size, coll)
+        if chunks == 0:
+            return 0
+        phases = self.phases(coll, dims, chunk)
+        return C.pipeline_ns(phases, chunks, self.system.active_chunks)
+
+    def chunking(self, size: int, collective: str) -> tuple[int, int]:
+        """(chunk bytes, chunk count) as ASTRA-sim's Sys cuts a collective."""
+        splits = self.system.splits
+        chunk = size // splits
+        total = self.network.npus
+        if collective != C.ALL_GATHER and total > chunk:
+            return total, splits
+        if chunk <= 0:
+            return 0, 0
+        return chunk, ceil(size / chunk)
+
+    def group_dims(self, ranks: Sequence[int], involved: Sequence[bool] | None) -> list[tuple[int, int]]:
+        """[(dimension, NPUs of the group along it)] for the dimensions the group spans.
+
+        A group that is a sub-grid spans each dimension where its members' coordinates differ;
+        a group that is not (e.g. ranks {0, 5} of a 4x2 system) is costed as one ring of all its
+        members on the outermost dimension it spans.
+        """
+        addrs = [self.network.address(r) for r in ranks]
+        spans = [(d, k) for d in range(len(self.network.dims)) if (k := len({a[d] for a in addrs})) > 1]
+        if spans and prod(k for _, k in spans) != len(ranks):
+            spans = [(spans[-1][0], len(ranks))]
+        if involved is not None:  # involved_dim: the collective runs only along these dimensions
+            spans = [(d, k) for d, k in spans if d >= len(involved) or involved[d]]
+        return spans
+
+    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
+        """[(queue, ns)] for one chunk, in the order ASTRA-sim's Sys::generate_collective builds."""
+        plan: list[tuple[str, int, int]] = []  # (collective, dim, n)
+        if coll != C.ALL_REDUCE or self.system.collective_optimization == "baseline":
+            order = list(reversed(dims)) if coll == C.ALL_GATHER else dims
+            plan = [(coll, d, n) for d, n in order]
+        else:  # localBWAware all-reduce: RS up the dimensions, AR on the last, AG back down
+            *inner, (last, nl) = dims
+            plan = ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
+                    + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
+        out, data = [], chunk
+        for c, d, n in plan:
+            ns, data = self._phase(c, d, n, data)
+            out.append((d, ns))
+        return out
+
+    def _phase(self, coll: str, d: int, n: int, data: int) -> tuple[int, int]:
+        dim = self.network.dims[d]
+        delay = 10 if d == 0 else self.system.endpoint_delay_ns
+        ctx = C.PhaseContext(dim, delay, self.system.local_mem_bw_gbps)
+        if dim.in_network_offload:
+            return C.offload_phase(coll, n, data, ctx)
+        algo = self.system.algorithm(coll, d)
+        return C.phase_fn(coll, algo, dim.topology)(n, data, ctx)
+
+    @staticmethod
+    def _scaled(ns: int, scale: float) -> int:
+        return ns if scale == 1.0 else max(0, round(ns * scale))
+
+    def describe(self) -> dict:
+        return {"backend": "analytical", "network": self.network.describe(),
+                "system": self.system.describe(), "memory": self.memory.describe(),
+                "scales": vars(self.scales), "roofline": bool(self.roofline)}

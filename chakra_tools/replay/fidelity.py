@@ -1,0 +1,85 @@
+"""Replay against measurement: predicted step time vs the step times `trace-capture` measured.
+
+A capture's `manifest.json` lists, per rank, `step_times_ns` (one per training step, step 0
+first) and `captured_steps` (the step numbers the trace holds; also accepted at the top level).
+The replayed trace covers the captured steps, so the predicted time of one step is the rank's
+`finish_ns - start_ns` divided by their count; the measured one is the mean of `step_times_ns` over the
+captured steps. The error is (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from chakra_tools.core.errors import InputError
+
+
+def _load(manifest: str | Path | dict) -> dict:
+    if isinstance(manifest, dict):
+        return manifest
+    try:
+        return json.loads(Path(manifest).read_text())
+    except OSError as e:
+        raise InputError(f"{manifest}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{manifest}: not valid JSON: {e.msg}") from None
+
+
+def measured_step_ns(rank_rec: dict, top: dict) -> tuple[float | None, list[int]]:
+    """Mean measured time of the captured steps of one rank, and those step numbers."""
+    times = rank_rec.get("step_times_ns") or []
+    steps = rank_rec.get("captured_steps") or top.get("captured_steps") or []
+    picked = [times[s] for s in steps if isinstance(s, int) and 0 <= s < len(times)]
+    if not picked:
+        picked = list(times)
+    return (sum(picked) / len(picked) if picked else None), list(steps)
+
+
+def compare_with_manifest(result: dict, manifest: str | Path | dict) -> dict:
+    """{"ranks": [{rank, measured_ns, predicted_ns, error}], "mean_abs_error", "step": {...}}.
+
+    "step" compares the run as a whole: the measured step time averaged over ranks and captured
+    steps against the makespan per captured step (ranks of a synchronous job measure their steps
+    from different instants, so per-rank step times scatter more than the step itself).
+
+    `result` is a replay result document (`ReplayResult.to_dict()`).
+
+    >>> doc = {"ranks": [{"rank": 0, "finish_ns": 2200}]}
+    >>> man = {"captured_steps": [2, 3], "ranks": [{"rank": 0, "step_times_ns": [9, 9, 1000, 1000]}]}
+    >>> compare_with_manifest(doc, man)["ranks"][0]["error"]
+    0.1
+    """
+    man = _load(manifest)
+    finish = {r["rank"]: r["finish_ns"] - r.get("start_ns", 0) for r in result["ranks"]}
+    rows = []
+    for rec in man.get("ranks", []):
+        rank = rec.get("rank")
+        measured, steps = measured_step_ns(rec, man)
+        if rank not in finish or measured is None or measured <= 0:
+            continue
+        predicted = finish[rank] / max(1, len(steps))
+        rows.append({"rank": rank, "steps": len(steps) or 1, "measured_ns": round(measured),
+                     "predicted_ns": round(predicted), "error": round((predicted - measured) / measured, 6)})
+    if not rows:
+        raise InputError("manifest has no rank with step_times_ns matching the replayed ranks")
+    mean_abs = sum(abs(r["error"]) for r in rows) / len(rows)
+    steps = max(r["steps"] for r in rows)
+    measured = sum(r["measured_ns"] for r in rows) / len(rows)
+    predicted = max(r["finish_ns"] for r in result["ranks"]) / steps
+    step = {"measured_ns": round(measured), "predicted_ns": round(predicted),
+            "error": round((predicted - measured) / measured, 6)}
+    return {"ranks": rows, "mean_abs_error": round(mean_abs, 6), "step": step}
+
+
+def format_comparison(cmp: dict) -> str:
+    lines = [f"{'rank':>5} {'measured/step':>14} {'predicted/step':>15} {'error':>8}"]
+    for r in cmp["ranks"]:
+        lines.append(f"{r['rank']:>5} {r['measured_ns'] / 1e3:>12.1f}us {r['predicted_ns'] / 1e3:>13.1f}us "
+                     f"{r['error'] * 100:>7.1f}%")
+    lines.append(f"mean |error| over ranks {cmp['mean_abs_error'] * 100:.1f}%")
+    st = cmp.get("step")
+    if st:
+        lines.append(f"step (mean over ranks vs makespan): measured {st['measured_ns'] / 1e3:.1f}us, "
+                     f"predicted {st['predicted_ns'] / 1e3:.1f}us, error {st['error'] * 100:.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,250 @@
+"""What a replay produced: one record per replayed node, per-rank figures, the critical path.
+
+Events are kept in flat arrays (8 bytes a field), so a replay of millions of nodes stays small.
+Per rank: `finish_ns` (its last node's end), `compute_ns` (time with a host or GPU compute op
+running), `comm_ns` (time with a communication op in flight, waiting for peers included),
+`overlap_ns` (both at once), `exposed_comm_ns` (communication with no compute under it),
+`idle_ns` (nothing in flight before `finish_ns`). The critical path walks back from the last node
+to finish along what held each node back: the dependency that finished last, the node that freed
+its lane, the last rank to join a collective, or the send a receive waited for.
+
+The JSON document (`to_dict`, `trace-replay --json`) is documented in docs/replay.md.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Iterable, Sequence
+
+from chakra_tools.core.errors import Diagnostics
+from chakra_tools.core.model import CommType, NodeType
+
+LANE_NAMES = ("host", "compute", "comm", "recv", "mem", "other")
+_COMPUTE_LANES = (0, 1)
+_COMM_LANES = (2, 3)
+
+
+def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted disjoint union of [start, end) intervals.
+
+    >>> union([(5, 8), (0, 2), (1, 3), (8, 9)])
+    [(0, 3), (5, 9)]
+    """
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(intervals: Sequence[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def intersect(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
+    """Total length of the intersection of two sorted disjoint interval lists.
+
+    >>> intersect([(0, 10)], [(2, 4), (8, 12)])
+    4
+    """
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+class ReplayResult:
+    """Filled by the engine (`add`, `end`, `set_pred`, `pair`, `collective`), then `finalize`d."""
+
+    def __init__(self, record_events: bool = True):
+        self.record_events = record_events
+        self.ev_rank = array("q")
+        self.ev_node = array("q")
+        self.ev_type = array("b")
+        self.ev_lane = array("b")
+        self.ev_start = array("q")
+        self.ev_end = array("q")
+        self.ev_pred = array("q")
+        self.ev_name: list[str] = []
+        self.cross: set[int] = set()  # events whose pred is a collective peer
+        self.pairs: list[tuple[int, int]] = []  # (send event, recv event)
+        self.collectives: list[dict] = []
+        self.ranks: list[dict] = []
+        self.critical_path: list[int] = []
+        self.makespan_ns = 0
+        self.config: dict = {}
+        self.diagnostics = Diagnostics()
+
+    # -- filled by the engine -------------------------------------------------------------------
+    def add(self, rank: int, node: int, name: str, ntype: int, lane: int, start: int, pred: int) -> int:
+        self.ev_rank.append(rank)
+        self.ev_node.append(node)
+        self.ev_type.append(ntype)
+        self.ev_lane.append(lane)
+        self.ev_start.append(start)
+        self.ev_end.append(-1)
+        self.ev_pred.append(pred)
+        if self.record_events:
+            self.ev_name.append(name)
+        return len(self.ev_node) - 1
+
+    def end(self, ev: int, t: int) -> None:
+        self.ev_end[ev] = t
+
+    def set_pred(self, ev: int, pred: int, *, cross: bool) -> None:
+        self.ev_pred[ev] = pred
+        if cross:
+            self.cross.add(ev)
+
+    def pair(self, send_ev: int, recv_ev: int) -> None:
+        self.pairs.append((send_ev, recv_ev))
+
+    def collective(self, members: list, group: tuple[int, ...], info, size: int, start: int, end: int) -> None:
+        try:
+            kind = CommType(info.comm_type).name
+        except (TypeError, ValueError):
+            kind = str(info.comm_type)
+        self.collectives.append({
+            "ranks": list(group), "node_ids": {str(m[0]): m[1] for m in members},
+            "node_id": members[0][1], "name": info.name, "comm_type": kind, "bytes": size,
+            "pg": info.pg_name, "issued_ns": {str(m[0]): self.ev_start[m[3]] for m in members},
+            "start_ns": start, "end_ns": end})
+
+    # -- summaries ------------------------------------------------------------------------------
+    def finalize(self, world: Sequence[int], config: dict, diagnostics: Diagnostics,
+                 start_ns: dict[int, int] | None = None) -> None:
+        self.config = config
+        self.diagnostics = diagnostics
+        per_rank: dict[int, dict[int, list]] = {r: {} for r in world}
+        for i in range(len(self.ev_node)):
+            per_rank[self.ev_rank[i]].setdefault(self.ev_lane[i], []).append((self.ev_start[i], self.ev_end[i]))
+        starts = start_ns or {}
+        self.ranks = [self._rank_stats(r, per_rank[r], starts.get(r, 0)) for r in world]
+        self.makespan_ns = max((r["finish_ns"] for r in self.ranks), default=0)
+        self.critical_path = self._critical_path()
+
+    @staticmethod
+    def _rank_stats(rank: int, lanes: dict[int, list], start: int = 0) -> dict:
+        comp = union(iv for lane in _COMPUTE_LANES for iv in lanes.get(lane, ()))
+        comm = union(iv for lane in _COMM_LANES for iv in lanes.get(lane, ()))
+        busy = union(iv for ivs in lanes.values() for iv in ivs)
+        finish = max((e for ivs in lanes.values() for _, e in ivs), default=0)
+        overlap = intersect(comp, comm)
+        comm_ns = length(comm)
+        return {"rank": rank, "start_ns": start, "finish_ns": finish, "compute_ns": length(comp),
+                "comm_ns": comm_ns, "exposed_comm_ns": comm_ns - overlap, "overlap_ns": overlap,
+                "idle_ns": max(0, finish - start - length(busy)), "nodes": sum(len(v) for v in lanes.values())}
+
+    def _critical_path(self) -> list[int]:
+        if not len(self.ev_end):
+            return []
+        last = max(range(len(self.ev_end)), key=lambda i: (self.ev_end[i], -i))
+        path, seen = [], set()
+        ev = last
+        while ev >= 0 and ev not in seen:
+            seen.add(ev)
+            path.append(ev)
+            ev = self.ev_pred[ev]
+        return path[::-1]
+
+    def critical_path_ns(self) -> int:
+        """Time covered by the critical path's nodes (a span shared by two path nodes, e.g. the
+        two ends of a collective, counts once)."""
+        total, reached = 0, None
+        for e in self.critical_path:
+            start = self.ev_start[e] if reached is None else max(self.ev_start[e], reached)
+            total += max(0, self.ev_end[e] - start)
+            reached = self.ev_end[e] if reached is None else max(reached, self.ev_end[e])
+        return total
+
+    def dep_edges(self) -> list[tuple[int, int]]:
+        """(src event, dst event) for dependencies across lanes or ranks (drawn as flows)."""
+        out = set(self.pairs)
+        for ev in range(len(self.ev_pred)):
+            p = self.ev_pred[ev]
+            if p >= 0 and (self.ev_rank[p] != self.ev_rank[ev] or self.ev_lane[p] != self.ev_lane[ev]):
+                out.add((p, ev))
+        return sorted(out)
+
+    # -- output ---------------------------------------------------------------------------------
+    def event_dict(self, i: int) -> dict:
+        return {"rank": self.ev_rank[i], "node_id": self.ev_node[i],
+                "name": self.ev_name[i] if self.record_events else "",
+                "type": NodeType(self.ev_type[i]).short, "lane": LANE_NAMES[self.ev_lane[i]],
+                "start_ns": self.ev_start[i], "end_ns": self.ev_end[i]}
+
+    def _event_dicts(self) -> list[dict]:
+        """`event_dict` for every event, in one pass (a replay may have millions)."""
+        types = {int(t): t.short for t in NodeType}
+        return [{"rank": r, "node_id": n, "name": nm, "type": types[t], "lane": LANE_NAMES[ln],
+                 "start_ns": st, "end_ns": en}
+                for r, n, nm, t, ln, st, en in zip(self.ev_rank, self.ev_node, self.ev_name, self.ev_type,
+                                                   self.ev_lane, self.ev_start, self.ev_end)]
+
+    def to_dict(self, *, events: bool = True) -> dict:
+        doc = {
+            "makespan_ns": self.makespan_ns,
+            "ranks": self.ranks,
+            "collectives": [{**c, "rank": c["ranks"][0]} for c in self.collectives],
+            "critical_path": [[self.ev_rank[e], self.ev_node[e]] for e in self.critical_path],
+            "critical_path_ns": self.critical_path_ns(),
+            "config": self.config,
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+        }
+        if events and self.record_events:
+            doc["events"] = self._event_dicts()
+            doc["deps"] = [[self.ev_rank[s], self.ev_node[s], self.ev_rank[d], self.ev_node[d]]
+                           for s, d in self.dep_edges()]
+        return doc
+
+    def timeline(self):
+        """A `core.chrome_trace.ChromeTrace`: one process per rank, one lane per resource."""
+        from chakra_tools.core.chrome_trace import ChromeTrace
+
+        t = ChromeTrace(metadata={"makespan_ns": self.makespan_ns, "source": "trace-replay"})
+        for r in sorted({*self.ev_rank}):
+            t.process(r, f"rank {r}")
+        lanes = {}
+        for i in range(len(self.ev_node)):
+            key = (self.ev_rank[i], self.ev_lane[i])
+            if key not in lanes:
+                lanes[key] = t.lane(key[0], LANE_NAMES[key[1]], tid=key[1] + 1)
+            t.complete(key[0], lanes[key], self.ev_name[i] if self.record_events else str(self.ev_node[i]),
+                       start_ns=self.ev_start[i], dur_ns=self.ev_end[i] - self.ev_start[i],
+                       cat=NodeType(self.ev_type[i]).short, args={"node_id": self.ev_node[i]})
+        for s, d in self.dep_edges():
+            t.flow((self.ev_rank[s], lanes[(self.ev_rank[s], self.ev_lane[s])], self.ev_start[s]),
+                   (self.ev_rank[d], lanes[(self.ev_rank[d], self.ev_lane[d])], self.ev_start[d]),
+                   name="dep", cat="dep")
+        return t
+
+    def table(self) -> str:
+        """The per-rank table `trace-replay` prints."""
+        head = f"{'rank':>5} {'finish':>12} {'compute':>12} {'exposed comm':>13} {'overlap':>12} {'idle':>12} {'nodes':>8}"
+        rows = [head]
+        for r in self.ranks:
+            rows.append(f"{r['rank']:>5} {_t(r['finish_ns']):>12} {_t(r['compute_ns']):>12} "
+                        f"{_t(r['exposed_comm_ns']):>13} {_t(r['overlap_ns']):>12} {_t(r['idle_ns']):>12} "
+                        f"{r['nodes']:>8}")
+        rows.append(f"makespan {_t(self.makespan_ns)}; {len(self.collectives)} collectives; critical path "
+                    f"{len(self.critical_path)} nodes, {_t(self.critical_path_ns())} busy")
+        return "\n".join(rows)
+
+
+def _t(ns: int) -> str:
+    """Human time: 43000 -> '43.000us'."""
+    if ns >= 10_000_000:
+        return f"{ns / 1e6:.3f}ms"
+    if ns >= 1000:
+        return f"{ns / 1e3:.3f}us"
+    return f"{ns}ns"

@@ -1,0 +1,93 @@
+"""trace-replay on the command line: the table, --json, --out, --timeline, --manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from chakra_tools.cli.replay import app
+from chakra_tools.core.chrome_trace import load
+from chakra_tools.replay.fidelity import compare_with_manifest, format_comparison
+
+from _util import coll, comp, write_rankset
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def astra(shared_fixtures):
+    a = shared_fixtures / "astra-sim"
+    return [str(a / "all_reduce_4npus_1MB"), "--network", str(a / "configs/Ring_4npus.yml"),
+            "--system", str(a / "configs/Ring_4chunks.json")]
+
+
+def test_table(astra):
+    res = runner.invoke(app, astra)
+    assert res.exit_code == 0, res.output
+    assert "makespan 43.000us" in res.output
+    assert res.output.count("43.000us") >= 5
+
+
+def test_json_out_and_timeline(astra, tmp_path):
+    out, tl = tmp_path / "r.json", tmp_path / "tl.json"
+    res = runner.invoke(app, astra + ["--json", "--out", str(out), "--timeline", str(tl)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc == json.loads(out.read_text())
+    assert [(r["rank"], r["finish_ns"], r["compute_ns"], r["exposed_comm_ns"]) for r in doc["ranks"]] == [
+        (i, 43_000, 0, 43_000) for i in range(4)]
+    assert {"makespan_ns", "ranks", "collectives", "events", "deps", "critical_path", "config"} <= set(doc)
+    assert doc["collectives"][0]["comm_type"] == "ALL_REDUCE"
+    assert doc["config"]["network"]["dims"][0]["topology"] == "Ring"
+    trace = load(tl)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 4 and {e["pid"] for e in slices} == {0, 1, 2, 3}
+    assert all(e["dur"] == 43.0 for e in slices)
+    assert sum(e["ph"] == "s" for e in trace["traceEvents"]) == 3  # last arriver -> the others
+
+
+def test_manifest_comparison(tmp_path):
+    prefix = write_rankset(tmp_path, {0: [comp(1, us=100), coll(2, 1 << 16, deps=(1,))],
+                                      1: [comp(1, us=100), coll(2, 1 << 16, deps=(1,))]})
+    man = tmp_path / "manifest.json"
+    man.write_text(json.dumps({"captured_steps": [1], "ranks": [
+        {"rank": 0, "step_times_ns": [900_000, 110_000]}, {"rank": 1, "step_times_ns": [900_000, 100_000]}]}))
+    res = runner.invoke(app, [str(prefix), "--manifest", str(man), "--json"])
+    assert res.exit_code == 0, res.output
+    fid = json.loads(res.output)["fidelity"]
+    pred = fid["ranks"][0]["predicted_ns"]
+    assert pred > 100_000
+    assert fid["ranks"][0]["measured_ns"] == 110_000 and fid["ranks"][1]["measured_ns"] == 100_000
+    assert fid["ranks"][1]["error"] == pytest.approx((pred - 100_000) / 100_000, abs=1e-6)
+    text = runner.invoke(app, [str(prefix), "--manifest", str(man)]).output
+    assert "mean |error|" in text
+
+
+def test_compare_with_manifest_by_hand():
+    doc = {"ranks": [{"rank": 0, "finish_ns": 3_000}, {"rank": 1, "finish_ns": 2_400}]}
+    man = {"ranks": [{"rank": 0, "captured_steps": [2, 3], "step_times_ns": [5, 5, 1_000, 1_000]},
+                     {"rank": 1, "captured_steps": [2, 3], "step_times_ns": [5, 5, 1_000, 1_000]}]}
+    cmp = compare_with_manifest(doc, man)
+    assert [r["error"] for r in cmp["ranks"]] == [0.5, 0.2]
+    assert cmp["mean_abs_error"] == pytest.approx(0.35)
+    assert "35.0%" in format_comparison(cmp)
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, astra):
+    res = runner.invoke(app, [str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and "no trace files" in res.output
+    res = runner.invoke(app, astra + ["--offload", "0"])
+    assert res.exit_code == 2 and "not a Switch dimension" in res.output
+    res = runner.invoke(app, astra + ["--limits", "gpu=2"])
+    assert res.exit_code == 2 and "unknown lane" in res.output
+
+
+def test_deadlock_exits_3_with_the_blocked_nodes(tmp_path):
+    from _util import recv, send
+
+    prefix = write_rankset(tmp_path, {0: [send(1, dst=1, size=8, tag=1)], 1: [recv(1, src=0, size=8, tag=2)]})
+    res = runner.invoke(app, [str(prefix)])
+    assert res.exit_code == 3
+    assert "deadlock" in res.output and "recv waits for a send from rank 0 tag 2" in res.output

@@ -1,0 +1,17 @@
+"""The docstring examples of the feed and replay modules run as tests."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["chakra_tools.feed.feeder", "chakra_tools.replay.collectives", "chakra_tools.replay.result",
+           "chakra_tools.replay.fidelity"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    res = doctest.testmod(importlib.import_module(name))
+    assert res.attempted > 0 and res.failed == 0
