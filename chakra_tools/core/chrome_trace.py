@@ -53,6 +53,9 @@ Point = tuple[int, int, int]
 #: chrome://tracing struggles past a few hundred thousand events).
 BROWSER_EVENT_LIMIT = 500_000
 
+#: one encoder for every event line: json.dumps with options builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
 
 @dataclass(frozen=True)
 class Slice:
@@ -208,8 +211,8 @@ class ChromeTrace:
     def dumps(self) -> bytes:
         """The JSON, one event per line (diffable, streamable); same input, same bytes."""
         doc = self.to_dict()
-        lines = [json.dumps(e, separators=(",", ":"), ensure_ascii=False, default=str)
-                 for e in doc.pop("traceEvents")]
+        encode = _ENCODER.encode
+        lines = [encode(e) for e in doc.pop("traceEvents")]
         head = '{"traceEvents":[\n' + ",\n".join(lines) + "\n]"
         tail = "".join(f",{json.dumps(k)}:{json.dumps(v, sort_keys=True, default=str)}" for k, v in doc.items())
         return (head + tail + "}\n").encode()
@@ -250,25 +253,34 @@ class ChromeTrace:
         """Cut into consecutive time parts of at most `max_events` slices each.
 
         Each slice lands in exactly one part (the one holding its start), so the parts together
-        hold every slice once; a flow is kept when both its ends fall in the same part.
+        hold every slice once; a flow is kept when both its ends fall in the same part. Slices
+        that start at the same nanosecond stay in one part (which may then exceed the limit), so
+        that parts are separated by time and no flow end falls on a boundary's wrong side.
         """
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         order = sorted(self.slices, key=lambda s: (s.start_ns, s.pid, s.tid, s.seq))
-        if len(order) <= max_events:
-            return [self._subset(order, lambda f: True)]
-        parts = []
-        for i in range(0, len(order), max_events):
-            chunk = order[i:i + max_events]
-            lo = chunk[0].start_ns
-            hi = order[i + max_events].start_ns if i + max_events < len(order) else None
-            parts.append(self._subset(chunk, _within(lo, hi)))
-        return parts
+        parts, i = [], 0
+        while i < len(order):
+            j = _cut(order, i, max_events)
+            hi = order[j].start_ns if j < len(order) else None
+            parts.append(self._subset(order[i:j], _within(order[i].start_ns if parts else None, hi)))
+            i = j
+        return parts or [self._subset([], lambda f: True)]
 
 
-def _within(lo: int, hi: int | None):
+def _cut(order: list[Slice], i: int, n: int) -> int:
+    """End (exclusive) of the part starting at `i`: `i + n`, moved forward past equal starts."""
+    j = min(i + n, len(order))
+    while 0 < j < len(order) and order[j].start_ns == order[j - 1].start_ns:
+        j += 1
+    return j
+
+
+def _within(lo: int | None, hi: int | None):
+    """Flows whose two ends lie in [lo, hi); None leaves that side open (first and last part)."""
     def keep(f: Flow) -> bool:
-        return all(lo <= t and (hi is None or t < hi) for t in (f.src[2], f.dst[2]))
+        return all((lo is None or lo <= t) and (hi is None or t < hi) for t in (f.src[2], f.dst[2]))
 
     return keep
 

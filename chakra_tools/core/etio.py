@@ -50,7 +50,7 @@ def _wrong_kind_pattern() -> "re.Pattern[bytes]":
         raw = name.encode()
         alternatives.append(re.escape(b"\x0a" + bytes([len(raw)]) + raw) + b"(?!" + re.escape(tag) + b")")
     return re.compile(b"|".join(alternatives))
-CHUNK = 1 << 20
+CHUNK = 1 << 22
 #: protobuf refuses messages over 2 GiB; a larger length prefix can only be corruption.
 MAX_MESSAGE = (1 << 31) - 1
 WRITER_VERSION = "0.0.4"
@@ -75,7 +75,7 @@ def open_binary(path: str | Path) -> BinaryIO:
     return f
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Decode a varint at `pos`; returns (value, next pos), or (-1, pos) if `buf` ends inside it."""
     result = shift = 0
     n = len(buf)
@@ -91,54 +91,51 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     return -1, pos
 
 
-def iter_frames(stream: BinaryIO, path: str | Path = "<stream>") -> Iterator[tuple[int, bytes]]:
-    """Yield (offset, message bytes) for each length-delimited message of the stream."""
-    buf = b""
-    pos = 0
-    base = 0  # stream offset of buf[0]
-    eof = False
+def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, message bytes) for each length-delimited message of the stream.
+
+    Most Chakra nodes are shorter than 128 bytes, so their length prefix is one byte: that case is
+    decoded inline (the reader's and the feeder's hot path). A long prefix, a message across a
+    read boundary or a broken file takes the general path.
+    """
+    buf = _read(stream, path, 0, chunk)
+    pos = base = 0  # base: stream offset of buf[0]
     while True:
-        if pos >= len(buf):
-            if eof:
-                return
-            base += len(buf)
-            buf, pos = _read(stream, path, base), 0
-            if not buf:
-                return
-        start = pos
-        try:
-            length, body = _varint(buf, pos)
-        except ValueError as e:
-            raise TraceReadError(path, base + start, f"corrupt length prefix: {e}") from None
-        while length < 0 or (body + length > len(buf) and not eof):
-            if length > MAX_MESSAGE:
-                break
-            # read what the message still needs (up to 64 MiB at a time) rather than 1 MiB: growing
-            # the buffer chunk by chunk copies it over and over (minutes for a few hundred MiB)
-            need = CHUNK if length < 0 else min(max(CHUNK, body + length - len(buf)), 64 * CHUNK)
-            more = _read(stream, path, base + len(buf), need)
+        end = len(buf)
+        if pos >= end:
+            more = _read(stream, path, base + end, chunk)
             if not more:
-                eof = True
-                if length < 0:
-                    raise TraceReadError(path, base + start, "file ends inside a length prefix")
-                break
-            buf, base, pos, start = buf[start:] + more, base + start, 0, 0
-            try:
-                length, body = _varint(buf, 0)
-            except ValueError as e:
-                raise TraceReadError(path, base, f"corrupt length prefix: {e}") from None
+                return
+            base, buf, pos = base + end, more, 0
+            continue
+        b = buf[pos]
+        if 0 < b < 0x80 and pos + 1 + b <= end:
+            yield base + pos, buf[pos + 1:pos + 1 + b]
+            pos += 1 + b
+            continue
+        try:
+            length, body = decode_varint(buf, pos)
+        except ValueError as e:
+            raise TraceReadError(path, base + pos, f"corrupt length prefix: {e}") from None
         if length == 0:
-            raise TraceReadError(path, base + start,
+            raise TraceReadError(path, base + pos,
                                  "zero-length message (Chakra's reader would stop here as if at end of file)")
         if length > MAX_MESSAGE:
-            raise TraceReadError(path, base + start, f"implausible message length {length}")
-        end = body + length
-        if end > len(buf):
-            raise TraceReadError(path, base + start,
-                                 f"truncated message: length prefix says {length} bytes, "
-                                 f"{len(buf) - body} remain")
-        yield base + start, buf[body:end]
-        pos = end
+            raise TraceReadError(path, base + pos, f"implausible message length {length}")
+        if length > 0 and body + length <= end:
+            yield base + pos, buf[body:body + length]
+            pos = body + length
+            continue
+        # read what the message still needs, at most 64 chunks at a time: growing the buffer
+        # chunk by chunk would copy it over and over (minutes for a message of a few hundred MiB)
+        need = chunk if length < 0 else min(max(chunk, body + length - end), 64 * chunk)
+        more = _read(stream, path, base + end, need)
+        if not more:
+            if length < 0:
+                raise TraceReadError(path, base + pos, "file ends inside a length prefix")
+            raise TraceReadError(path, base + pos, f"truncated message: length prefix says {length} "
+                                 f"bytes, {end - body} remain")
+        buf, base, pos = buf[pos:] + more, base + pos, 0
 
 
 def _read(stream: BinaryIO, path, offset: int, size: int = CHUNK) -> bytes:
@@ -148,7 +145,7 @@ def _read(stream: BinaryIO, path, offset: int, size: int = CHUNK) -> bytes:
         raise TraceReadError(path, offset, f"cannot decompress: {e}") from None
 
 
-def _looks_like_metadata(msg: bytes) -> bool:
+def looks_like_metadata(msg: bytes) -> bool:
     """True if every top-level field is GlobalMetadata's (1: version, 2: attr; both length-delimited).
 
     A Node starts with its id (field 1, a varint) or, for id 0, its name followed by its type
@@ -157,10 +154,10 @@ def _looks_like_metadata(msg: bytes) -> bool:
     pos = 0
     try:
         while pos < len(msg):
-            tag, pos = _varint(msg, pos)
+            tag, pos = decode_varint(msg, pos)
             if tag < 0 or (tag >> 3) not in (1, 2) or (tag & 7) != 2:
                 return False
-            length, pos = _varint(msg, pos)
+            length, pos = decode_varint(msg, pos)
             if length < 0:
                 return False
             pos += length
@@ -432,7 +429,7 @@ class TraceReader:
         except TraceReadError:
             self.close()
             raise
-        if first is not None and _looks_like_metadata(first[1]):
+        if first is not None and looks_like_metadata(first[1]):
             try:
                 self.metadata = metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
                 return

@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
-from chakra_tools.core.etio import _looks_like_metadata, metadata_from_pb, node_from_pb, open_binary
+from chakra_tools.core.etio import iter_frames, looks_like_metadata, metadata_from_pb, node_from_pb, open_binary
 from chakra_tools.core.model import Metadata, Node
 from chakra_tools.core.schema import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
-from .framing import frames
+
 from .info import NodeInfo, node_info
 
 DEFAULT_WINDOW = 1 << 16
@@ -127,7 +127,7 @@ class ETFeeder:
         self.nodes_read = 0
         self.nodes_finished = 0
         self._stream = open_binary(path)
-        self._frames: Iterator[tuple[int, bytes]] | None = frames(self._stream, self.path)
+        self._frames: Iterator[tuple[int, bytes]] | None = iter_frames(self._stream, self.path)
         self.metadata = self._read_metadata()
         self._fill()
 
@@ -137,7 +137,7 @@ class ETFeeder:
         if first is None:
             self._close()
             return Metadata("", {}, present=False)
-        if _looks_like_metadata(first[1]):
+        if looks_like_metadata(first[1]):
             try:
                 return metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
             except DecodeError:

@@ -170,8 +170,8 @@ def present_guess(bad: bytes) -> bool:
     fr, _ = split_frames(bad)
     if not fr:
         return True
-    from chakra_tools.core.etio import _looks_like_metadata
-    if not _looks_like_metadata(fr[0][1]):
+    from chakra_tools.core.etio import looks_like_metadata
+    if not looks_like_metadata(fr[0][1]):
         return False
     try:
         pb.GlobalMetadata.FromString(fr[0][1])

@@ -199,7 +199,7 @@ def test_truncated_and_corrupt_files_name_the_offset(tmp_path):
 
 
 def test_small_read_chunks_and_gzip_give_the_same_nodes(tmp_path):
-    from chakra_tools.feed import framing
+    from chakra_tools.core.etio import iter_frames
 
     nodes = [n(i, (i - 1,) if i else (), op_schema="x" * (i * 7 % 300)) for i in range(200)]
     plain = _write(tmp_path, nodes)
@@ -207,7 +207,7 @@ def test_small_read_chunks_and_gzip_give_the_same_nodes(tmp_path):
     want = [x.id for x in nodes]
     assert list(ETFeeder(gz).drain()) == want
     with open(plain, "rb") as s:
-        small = [len(m) for _, m in framing.frames(s, str(plain), chunk=17)]
+        small = [len(m) for _, m in iter_frames(s, str(plain), chunk=17)]
     with open(plain, "rb") as s:
-        big = [len(m) for _, m in framing.frames(s, str(plain))]
+        big = [len(m) for _, m in iter_frames(s, str(plain))]
     assert small == big and len(big) == 201  # metadata + 200 nodes
