@@ -23,10 +23,13 @@ $(STAMP): pyproject.toml
 demo: install
 	PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
 
+# Headless Chromium (Debian package) renders the HTML report in the visualize tests.
 test: install
+	sh tests/visualize/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 test-all: install
+	sh tests/visualize/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -n 2 tests
 
 bench: install

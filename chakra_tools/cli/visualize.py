@@ -1,11 +1,254 @@
-"""trace-visualize: placeholder until the visualize stage lands (see its issue)."""
+"""trace-visualize: graphs, timelines, an HTML report and a summary of any trace.
+
+Inputs: a Chakra ET rank set (a .et file, a folder of PREFIX.RANK.et files, or such a prefix), a
+replay result (`trace-replay --out result.json`) or a captured run (a `trace-capture` folder, or
+Kineto device traces). Stage code is imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import re
+import webbrowser
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
-app = typer.Typer(help="(not implemented yet)", add_completion=False)
+from .common import handle_errors, new_app, print_json, progress
+
+app = new_app(help="Turn a trace (captured, converted or replayed) into a graph, a timeline or a report.",
+              no_args_is_help=True)
+
+INPUT_HELP = ("A .et file, a folder of PREFIX.RANK.et files or such a prefix; a replay result .json; "
+              "or a captured run folder (manifest.json or Kineto traces).")
+
+
+def _bar(enabled: bool, desc: str, total: int | None = None):
+    return lambda it: progress(it, total=total, desc=desc, enabled=enabled)
+
+
+# --------------------------------------------------------------------------------------------
+# graph
+# --------------------------------------------------------------------------------------------
+
+@app.command()
+@handle_errors
+def graph(
+    path: Path = typer.Argument(..., metavar="INPUT", help="A .et file, a folder of PREFIX.RANK.et files, or such a prefix."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output: .graphml (any size), .dot or .svg (small graphs)."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="graphml, dot or svg; default: from --out's suffix."),
+    rank: Optional[str] = typer.Option(None, "--rank", "-r", help="Ranks to keep, e.g. 0,2-3."),
+    ids: Optional[str] = typer.Option(None, "--ids", help="Node id range FIRST:LAST (inclusive; either end may be open)."),
+    step: Optional[str] = typer.Option(None, "--step", help="Training steps to keep, e.g. 3 or 2-4."),
+    kind: Optional[List[str]] = typer.Option(None, "--kind", "-k", help="Node kinds: comp, coll, send, recv, mem_load, mem_store, metadata (repeat or comma-separate)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Regular expression searched in node names."),
+    around: Optional[str] = typer.Option(None, "--around", help="Keep the neighbourhood of one node: NODE or RANK:NODE."),
+    radius: int = typer.Option(1, "--radius", help="Dependency hops (either direction) kept around --around."),
+    max_nodes: Optional[int] = typer.Option(None, "--max-nodes", help="Largest graph DOT/SVG will draw (default 1000)."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    show_progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr."),
+) -> None:
+    """Write the dependency graph as GraphML, DOT or SVG, optionally filtered.
+
+    GraphML has no size limit; DOT and SVG refuse graphs over --max-nodes and suggest a filter.
+    SVG needs Graphviz's `dot` program. Nodes are styled by kind, edges solid for data and
+    dashed for control dependencies.
+
+    Examples:
+
+        trace-visualize graph out/trace -o trace.graphml
+        trace-visualize graph out/trace --rank 0 --around 812 --radius 2 -o n812.svg
+        trace-visualize graph out/trace --rank 1 --kind coll,send,recv -o comm.dot
+    """
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.visualize import drawing
+    from chakra_tools.visualize.select import select
+
+    sel = _selection(rank, ids, step, kind, name, around, radius)
+    fmt = drawing.format_of(out, fmt)
+    rs = RankSet.load(path, comm_group)
+    view = select(rs, sel)
+    nodes, edges = drawing.count(view)
+    limit = max_nodes if max_nodes is not None else drawing.DRAW_LIMIT
+    if fmt == "graphml":
+        drawing.write_graphml(view, out, progress=_bar(show_progress, "graphml", len(view)))
+    else:
+        drawing.FORMATS[fmt](view, out, limit=limit)
+    doc = {"out": str(out), "format": fmt, "ranks": sorted(view), "nodes": nodes, "edges": edges,
+           "selection": sel.describe()}
+    if as_json:
+        print_json(doc)
+    else:
+        typer.echo(f"{out}: {fmt}, {nodes} nodes, {edges} edges from {len(view)} rank(s) ({sel.describe()})")
+
+
+def _selection(rank, ids, step, kind, name, around, radius):
+    from chakra_tools.visualize.select import Selection, parse_around, parse_ints, parse_kinds, parse_range
+
+    return Selection(
+        ranks=parse_ints(rank, "--rank") if rank else None,
+        id_range=parse_range(ids) if ids else None,
+        steps=parse_ints(step, "--step") if step else None,
+        kinds=parse_kinds(kind) if kind else None,
+        name=name,
+        around=parse_around(around) if around else None,
+        radius=radius,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# timeline
+# --------------------------------------------------------------------------------------------
+
+TIME = re.compile(r"^\s*([0-9.]+)\s*(ns|us|µs|ms|s)?\s*$")
+UNIT_NS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 1_000_000, "s": 1_000_000_000, None: 1000}
+
+
+def parse_time(text: str) -> int:
+    """"1.5ms" -> 1500000 ns; a bare number is µs (the trace format's unit)."""
+    from chakra_tools.core.errors import InputError
+
+    m = TIME.match(text)
+    if not m:
+        raise InputError(f"--window {text!r}: expected a time like 250us, 1.5ms or 2s")
+    return round(float(m.group(1)) * UNIT_NS[m.group(2)])
 
 
 @app.command()
-def visualize() -> None:
-    """Not implemented yet."""
-    raise typer.Exit(2)
+@handle_errors
+def timeline(
+    path: Path = typer.Argument(..., metavar="INPUT", help=INPUT_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="Chrome/Perfetto trace JSON; .json.gz compresses."),
+    gz: bool = typer.Option(False, "--gzip", "-z", help="Compress (also implied by a .gz name)."),
+    rank: Optional[str] = typer.Option(None, "--rank", "-r", help="Ranks to draw, e.g. 0-3."),
+    window: Optional[str] = typer.Option(None, "--window", help="Only START:END, times from the run's start (250us, 1.5ms, 2s)."),
+    max_events: int = typer.Option(500_000, "--max-events", help="Split into numbered parts of at most this many events."),
+    flows: str = typer.Option("all", "--flows", help="Dependency arrows: all, cross-rank or none."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file (rank sets)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    show_progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr."),
+) -> None:
+    """Write a Chrome/Perfetto timeline: one process per rank, lanes for host threads, compute and
+    communication, flows for dependencies across lanes and ranks.
+
+    Open the file at https://ui.perfetto.dev or chrome://tracing. Huge traces are split into
+    parts of --max-events each (or cut with --window) so a browser can open them.
+
+    Examples:
+
+        trace-visualize timeline out/trace -o trace.json.gz
+        trace-visualize timeline result.json -o replay.json --window 0:5ms
+        trace-visualize timeline traces/run1 -o measured.json.gz
+    """
+    from chakra_tools.core.chrome_trace import write_parts
+    from chakra_tools.core.errors import InputError
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.visualize.sources import detect, load_events
+    from chakra_tools.visualize.timeline import build_timeline
+
+    if flows not in ("all", "cross-rank", "none"):
+        raise InputError(f"--flows {flows!r}: expected all, cross-rank or none")
+    rs = RankSet.load(path, comm_group) if detect(path) == "rankset" else None
+    es = load_events(path, rankset=rs)
+    es = _narrow(es, rank, flows)
+    tl = build_timeline(es, progress=_bar(show_progress, "events", len(es.events)))
+    trace = tl.trace
+    if window:
+        lo, _, hi = window.partition(":")
+        trace = trace.window(trace.origin_ns + (parse_time(lo) if lo else 0),
+                             trace.origin_ns + (parse_time(hi) if hi else 2**62))
+    files = write_parts(trace, out, max_events=max_events, compress=True if gz else None)
+    doc = {**tl.to_dict(), "source": es.label, "events_written": len(trace.slices),
+           "flows_written": len(trace.flows), "files": [str(f) for f in files], "notes": es.notes}
+    if as_json:
+        print_json(doc)
+    else:
+        where = str(files[0]) if len(files) == 1 else f"{len(files)} parts ({files[0]} ...)"
+        typer.echo(f"{where}: {doc['events_written']} events, {doc['flows_written']} flows, "
+                   f"{doc['ranks']} rank(s), {doc['lanes']} lanes ({es.label} times)")
+        for n in es.notes[:3]:
+            typer.echo(f"note: {n}", err=True)
+
+
+def _narrow(es, rank, flows):
+    from chakra_tools.visualize.select import parse_ints
+
+    if rank:
+        es = es.filter_ranks(parse_ints(rank, "--rank"))
+    if flows == "none":
+        es.deps, es.flows = [], []
+    elif flows == "cross-rank":
+        es.deps = [d for d in es.deps if d[0] != d[2]]
+        es.flows = [f for f in es.flows if f[0].rank != f[1].rank]
+    return es
+
+
+# --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+
+@app.command()
+@handle_errors
+def report(
+    paths: List[Path] = typer.Argument(..., metavar="INPUT...", help=INPUT_HELP + " Give a measured and a simulated one to compare them."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
+    title: str = typer.Option("Chakra trace report", "--title", help="Page title."),
+    rank: Optional[str] = typer.Option(None, "--rank", "-r", help="Ranks to include, e.g. 0-7."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file (rank sets)."),
+    open_it: bool = typer.Option(False, "--open", help="Open the report in the default browser."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report's numbers as JSON."),
+) -> None:
+    """Write one self-contained HTML report (opens with no network): per-rank breakdown, top
+    operators, communication volume by kind and group, the critical path, and measured against
+    simulated side by side when both are given.
+
+    Examples:
+
+        trace-visualize report out/trace -o report.html --open
+        trace-visualize report traces/run1 result.json -o compare.html
+    """
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.visualize.report import report_data, write_report
+    from chakra_tools.visualize.sources import detect, load_events
+    from chakra_tools.visualize.select import parse_ints
+
+    sets = []
+    for p in paths:
+        rs = RankSet.load(p, comm_group) if detect(p) == "rankset" else None
+        es = load_events(p, rankset=rs)
+        sets.append(es.filter_ranks(parse_ints(rank, "--rank")) if rank else es)
+    write_report(sets, out, title=title)
+    if as_json:
+        print_json({"out": str(out), **report_data(sets)})
+    else:
+        typer.echo(f"{out}: report of {', '.join(f'{es.label} {es.source}' for es in sets)}")
+    if open_it:
+        webbrowser.open(out.resolve().as_uri())
+
+
+# --------------------------------------------------------------------------------------------
+# summary
+# --------------------------------------------------------------------------------------------
+
+@app.command()
+@handle_errors
+def summary(
+    path: Path = typer.Argument(..., metavar="INPUT", help="A .et file, a folder of PREFIX.RANK.et files, or such a prefix."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Print what is in a trace: nodes by type, collectives and bytes by kind and group,
+    send/recv pairs, durations.
+
+    Example:
+
+        trace-visualize summary out/trace --json
+    """
+    from chakra_tools.core.stats import format_summary, summarize_path
+
+    s = summarize_path(path, comm_group)
+    if as_json:
+        print_json(s)
+    else:
+        typer.echo(format_summary(s))

@@ -1,0 +1,112 @@
+"""The one shape every timed source is brought into before it is drawn: an `EventSet`.
+
+A captured run (measured times), a converted rank set (start times and durations) and a replay
+result (simulated times) differ in what they know; the timeline and the report only need timed
+work per rank, the dependencies between pieces of work, the communication records and, when known,
+the critical path. Sources (sources.py) build an `EventSet`; drawing code reads nothing else.
+
+Times are integer nanoseconds (`*_ns`), relative to whatever origin the source had; `origin_ns`
+says where the earliest event starts so that drawings can start at zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+#: the three classes of work a lane holds; the report's breakdown is built from them
+HOST, COMPUTE, COMM = "host", "compute", "comm"
+KINDS = (HOST, COMPUTE, COMM)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One piece of timed work on one rank.
+
+    `kind` is host, compute or comm; `lane` is the name of the lane it is drawn on (a host
+    thread, a stream, "compute", "communication"); `node_id` ties it to its ET node when there is
+    one, so dependencies can find it.
+    """
+
+    rank: int
+    name: str
+    kind: str
+    lane: str
+    start_ns: int
+    end_ns: int
+    node_id: int | None = None
+    cat: str = ""
+    args: dict[str, Any] | None = None
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One communication operation on one rank: kind (ALL_REDUCE, SEND...), bytes and group."""
+
+    rank: int
+    name: str
+    kind: str
+    bytes: int
+    group: str
+    node_id: int | None = None
+
+
+@dataclass
+class EventSet:
+    """Timed work of every rank of one run, from one source.
+
+    `label` says how the times were obtained ("measured", "converted", "simulated");
+    `deps` are (src rank, src node, dst rank, dst node) dependencies worth drawing;
+    `breakdown` is a per-rank breakdown the source computed itself (the replayer does), else None
+    and the report derives one from the events; `notes` say what the source had to assume; `flows` are event pairs the source linked itself
+    (Kineto's launch -> kernel flows); `shift_ns` was subtracted from the source's times.
+    """
+
+    source: str
+    label: str
+    events: list[Event] = field(default_factory=list)
+    deps: list[tuple[int, int, int, int]] = field(default_factory=list)
+    comms: list[CommRecord] = field(default_factory=list)
+    critical_path: list[tuple[int, int]] = field(default_factory=list)
+    breakdown: dict[int, dict[str, int]] | None = None
+    makespan_ns: int | None = None
+    notes: list[str] = field(default_factory=list)
+    flows: list[tuple[Event, Event, str]] = field(default_factory=list)
+    shift_ns: int = 0  # subtracted from the source's times (epoch-based captures)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({e.rank for e in self.events} | set(self.breakdown or {}))
+
+    @property
+    def origin_ns(self) -> int:
+        return min((e.start_ns for e in self.events), default=0)
+
+    @property
+    def end_ns(self) -> int:
+        return max((e.end_ns for e in self.events), default=0)
+
+    def by_node(self) -> dict[tuple[int, int], Event]:
+        """(rank, node id) -> its event; the first one wins if a node was split."""
+        out: dict[tuple[int, int], Event] = {}
+        for e in self.events:
+            if e.node_id is not None:
+                out.setdefault((e.rank, e.node_id), e)
+        return out
+
+    def filter_ranks(self, ranks: Iterable[int]) -> "EventSet":
+        """A copy holding only `ranks` (dependencies and flows with both ends kept)."""
+        keep = set(ranks)
+        return EventSet(
+            self.source, self.label,
+            [e for e in self.events if e.rank in keep],
+            [d for d in self.deps if d[0] in keep and d[2] in keep],
+            [c for c in self.comms if c.rank in keep],
+            [p for p in self.critical_path if p[0] in keep],
+            None if self.breakdown is None else {r: v for r, v in self.breakdown.items() if r in keep},
+            self.makespan_ns, list(self.notes),
+            [f for f in self.flows if f[0].rank in keep and f[1].rank in keep], self.shift_ns)

@@ -1,0 +1,271 @@
+"""Turn each kind of input into an `EventSet`: rank sets, replay results, captured runs.
+
+`load_events(path)` recognises the input by its shape:
+
+- a replay result: a `.json` file with "ranks" and "events" (written by `trace-replay --out`);
+- a captured run: a folder with `manifest.json` (written by `trace-capture`), or a folder or file
+  of Kineto device traces (`*.json`, `*.json.gz` with "traceEvents");
+- anything else is a Chakra ET rank set (`RankSet.load`: a folder, a prefix or one `.et` file).
+
+Converted rank sets carry `start_time_micros` / `duration_micros`; a rank whose nodes all start
+at 0 (generators, the astra-sim microbenchmarks) is laid out as soon as its dependencies allow,
+one node at a time per lane, and a note says so — for real predictions use `trace-replay`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from chakra_tools.core.chrome_trace import load as load_chrome
+from chakra_tools.core.errors import ChakraToolsError, InputError
+from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.model import Node, NodeType
+
+from .captured import from_capture, kineto_files
+from .drawing import graph_edges
+from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet
+
+NS_PER_US = 1000
+
+
+# --------------------------------------------------------------------------------------------
+# what is it?
+# --------------------------------------------------------------------------------------------
+
+def detect(path: str | Path) -> str:
+    """"replay", "capture" or "rankset" for `path` (see the module docstring)."""
+    p = Path(path)
+    if p.is_file() and p.name.endswith((".json", ".json.gz")):
+        return "replay" if _is_replay(p) else "capture"
+    if p.is_dir() and ((p / "manifest.json").exists() or kineto_files(p)):
+        return "capture"
+    return "rankset"
+
+
+def _is_replay(p: Path) -> bool:
+    try:
+        doc = load_chrome(p)
+    except InputError:
+        return False
+    return "events" in doc and "ranks" in doc and "traceEvents" not in doc
+
+
+def load_events(path: str | Path, *, rankset: RankSet | None = None) -> EventSet:
+    """The `EventSet` of any input `trace-visualize` takes."""
+    kind = detect(path)
+    if kind == "replay":
+        return from_replay(path)
+    if kind == "capture":
+        return from_capture(path)
+    return from_rankset(rankset or RankSet.load(path), source=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# rank sets
+# --------------------------------------------------------------------------------------------
+
+def node_kind(node: Node) -> str:
+    """host, compute or comm. Only an explicit `is_cpu_op: true` makes a host op: generators
+    that omit the attribute mean device compute (the contract's default is for the feeder)."""
+    if node.type.is_comm:
+        return COMM
+    a = node.attrs.get("is_cpu_op")
+    return HOST if a is not None and a.kind == "bool_val" and a.value else COMPUTE
+
+
+def node_lane(node: Node, kind: str) -> str:
+    if kind == HOST:
+        tid = node.attr("tid")
+        return f"host thread {tid}" if tid is not None else "host"
+    return "communication" if kind == COMM else "compute"
+
+
+def from_rankset(rs: RankSet, *, source: str = "rank set") -> EventSet:
+    """Events at the nodes' own times (µs -> ns); dependencies inside each rank, plus send/recv
+    pairs and collective instances across ranks."""
+    es = EventSet(source, "converted")
+    laid_out = []
+    for g in rs:
+        events, was_laid_out = _rank_events(g)
+        es.events.extend(events)
+        if was_laid_out:
+            laid_out.append(g.rank if g.rank is not None else 0)
+        es.deps.extend((g.rank, s, g.rank, d) for s, d, _ in graph_edges(g))
+        es.comms.extend(_comm_records(g))
+    if laid_out:
+        es.notes.append(f"rank(s) {_ranges(laid_out)}: nodes carry no start times; laid out as soon as "
+                        "dependencies allow, one node at a time per lane (use trace-replay for simulated times)")
+        if len(laid_out) == len(rs):
+            es.label = "laid out"
+    es.deps.extend(p2p_pairs(rs))
+    es.deps.extend(collective_links(rs))
+    return es
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
+
+
+def _rank_events(g: Graph) -> tuple[list[Event], bool]:
+    """The events of one rank, and whether they had to be laid out (no start times)."""
+    rank = g.rank if g.rank is not None else 0
+    timed = any(n.start_time_micros for n in g)
+    starts = {n.id: n.start_time_micros * NS_PER_US for n in g} if timed or len(g) < 2 else _asap(g)
+    out = []
+    for n in g:
+        kind = node_kind(n)
+        start = starts[n.id]
+        out.append(Event(rank, n.name, kind, node_lane(n, kind), start, start + n.duration_micros * NS_PER_US,
+                         n.id, n.type.short, _node_args(n)))
+    return out, not (timed or len(g) < 2)
+
+
+def _asap(g: Graph) -> dict[int, int]:
+    """Start times (ns) of a list schedule: each node after its dependencies and after the
+    previous node of its lane; ties by id, as a Chakra feeder issues them."""
+    lane_free: dict[str, int] = defaultdict(int)
+    done: dict[int, int] = {}
+    start: dict[int, int] = {}
+    try:
+        order = g.topological_order()
+    except ChakraToolsError:  # a cycle: file order, dependencies not yet laid out count as 0
+        order = list(g)
+    for n in order:
+        lane = node_lane(n, node_kind(n))
+        t = max([lane_free[lane], *(done.get(d, 0) for d in g.predecessors(n.id))])
+        start[n.id] = t
+        done[n.id] = lane_free[lane] = t + n.duration_micros * NS_PER_US
+    return start
+
+
+def _node_args(n: Node) -> dict[str, Any]:
+    args: dict[str, Any] = {"node_id": n.id, "type": n.type.name}
+    if n.type is NodeType.COMM_COLL_NODE and n.comm_type is not None:
+        args.update(comm_type=n.comm_type.name, comm_size=n.comm_size, pg_name=n.pg_name)
+    elif n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+        args.update(comm_size=n.comm_size, comm_src=n.comm_src, comm_dst=n.comm_dst, comm_tag=n.comm_tag)
+    return args
+
+
+def _comm_records(g: Graph) -> list[CommRecord]:
+    rank = g.rank if g.rank is not None else 0
+    out = []
+    for n in g:
+        if n.type is NodeType.COMM_COLL_NODE:
+            kind = n.comm_type.name if n.comm_type is not None else "UNKNOWN"
+        elif n.type is NodeType.COMM_SEND_NODE:
+            kind = "SEND"
+        elif n.type is NodeType.COMM_RECV_NODE:
+            kind = "RECV"
+        else:
+            continue
+        out.append(CommRecord(rank, n.name, kind, n.comm_size, n.pg_name or "0", n.id))
+    return out
+
+
+def p2p_pairs(rs: RankSet) -> list[tuple[int, int, int, int]]:
+    """(send rank, send node, recv rank, recv node): the k-th send from r to d with tag t matches
+    the k-th receive on d from r with tag t, the order a simulator matches them in."""
+    sends: dict[tuple[int, int, int | None], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int | None], list[int]] = defaultdict(list)
+    for g in rs:
+        for n in g:
+            if n.type is NodeType.COMM_SEND_NODE and n.comm_dst is not None:
+                sends[(g.rank, n.comm_dst, n.comm_tag)].append(n.id)
+            elif n.type is NodeType.COMM_RECV_NODE and n.comm_src is not None:
+                recvs[(n.comm_src, g.rank, n.comm_tag)].append(n.id)
+    pairs = []
+    for key in sorted(sends, key=str):
+        for s, r in zip(sends[key], recvs.get(key, ())):
+            pairs.append((key[0], s, key[1], r))
+    return pairs
+
+
+def collective_links(rs: RankSet) -> list[tuple[int, int, int, int]]:
+    """The k-th collective of a group on each member rank is one operation: link its instances
+    rank to next rank (group order), so a viewer shows who arrived last."""
+    seq: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for g in rs:
+        for n in g:
+            if n.type is NodeType.COMM_COLL_NODE:
+                seq[(n.pg_name or "0", g.rank)].append(n.id)
+    links = []
+    for pg in sorted({k[0] for k in seq}):
+        members = _group_members(rs, pg, [r for (p, r) in seq if p == pg])
+        for a, b in zip(members, members[1:]):
+            for sa, sb in zip(seq.get((pg, a), ()), seq.get((pg, b), ())):
+                links.append((a, sa, b, sb))
+    return links
+
+
+def _group_members(rs: RankSet, pg: str, seen: Iterable[int]) -> list[int]:
+    try:
+        group = rs.group_ranks(pg)
+    except KeyError:
+        group = ()
+    return [r for r in group if r in rs.graphs] or sorted(set(seen))
+
+
+# --------------------------------------------------------------------------------------------
+# replay results
+# --------------------------------------------------------------------------------------------
+
+def from_replay(path: str | Path) -> EventSet:
+    """A `trace-replay --out result.json` file: simulated events, deps and breakdown as given."""
+    doc = load_chrome(path)
+    try:
+        return _replay_doc(doc, str(path))
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path}: not a replay result ({type(e).__name__}: {e}); expected "
+                         '"ranks", "events", "deps" as written by trace-replay --out') from None
+
+
+def _replay_doc(doc: dict, source: str) -> EventSet:
+    es = EventSet(source, "simulated")
+    for e in doc["events"]:
+        kind = _replay_kind(e)
+        es.events.append(Event(int(e["rank"]), str(e.get("name", "")), kind, str(e.get("lane") or kind),
+                               int(e["start_ns"]), int(e["end_ns"]), _opt_int(e.get("node_id")),
+                               str(e.get("type", "")), {"node_id": e.get("node_id")}))
+    es.deps = [tuple(int(x) for x in d) for d in doc.get("deps", [])]  # type: ignore[misc]
+    es.critical_path = [(int(r), int(n)) for r, n in doc.get("critical_path", [])]
+    es.breakdown = {int(r["rank"]): {k: int(r.get(k, 0)) for k in
+                                     ("finish_ns", "compute_ns", "exposed_comm_ns", "overlap_ns", "idle_ns")}
+                    for r in doc["ranks"]}
+    es.makespan_ns = _opt_int(doc.get("makespan_ns"))
+    es.comms = _replay_comms(doc, es)
+    return es
+
+
+def _opt_int(v) -> int | None:
+    return None if v is None else int(v)
+
+
+def _replay_kind(e: dict) -> str:
+    text = f"{e.get('lane', '')} {e.get('type', '')}".lower()
+    if "comm" in text or "send" in text or "recv" in text or "coll" in text:
+        return COMM
+    if "host" in text or "cpu" in text:
+        return HOST
+    return COMPUTE
+
+
+def _replay_comms(doc: dict, es: EventSet) -> list[CommRecord]:
+    """Collectives as listed (one record per member rank when the entry names its ranks)."""
+    out = []
+    for c in doc.get("collectives", []):
+        ranks = c.get("ranks") or ([c["rank"]] if "rank" in c else [None])
+        for r in ranks:
+            out.append(CommRecord(-1 if r is None else int(r), str(c.get("name", "")),
+                                  str(c.get("comm_type", "UNKNOWN")), int(c.get("bytes", 0)),
+                                  str(c.get("pg", "0")), _opt_int(c.get("node_id"))))
+    return out
