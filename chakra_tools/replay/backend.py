@@ -1,6 +1,7 @@
 """`AnalyticalBackend`: the ASTRA-sim-compatible cost model behind the replayer (see feed.Backend).
 
-Compute: the measured duration (`duration_micros`, whole µs; 0 becomes 1 ns as in ASTRA-sim), or,
+Compute: the measured duration (the `duration_ns` attribute where a converter kept the exact value,
+else `duration_micros`, whole µs; 0 becomes 1 ns as in ASTRA-sim), or,
 with roofline on and `num_ops` known, `num_ops / min(local_mem_bw * num_ops / tensor_size,
 peak_perf)`. Communication: collectives decomposed over the dimensions their group spans
 (collectives.py); point-to-point messages take the analytical network's time on the first
@@ -78,6 +79,8 @@ class AnalyticalBackend:
         scale = self.scales.host if info.is_cpu_op else self.scales.compute
         if self.roofline and info.num_ops > 0 and self.system.peak_perf_tflops > 0:
             ns = self.roofline_ns(info.num_ops, info.tensor_size)
+        elif info.duration_ns:
+            ns = info.duration_ns
         else:
             ns = max(1, info.duration_micros * 1000)
         return ns if scale == 1.0 else max(0, round(ns * scale))

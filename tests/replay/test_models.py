@@ -216,3 +216,19 @@ def test_example_configs_load_and_cost_a_collective():
     assert b.collective_ns(CommType.ALL_REDUCE, 64 << 20, list(range(32))) > 0
     assert b.roofline and b.compute_ns(0, info(num_ops=10**12, tensor_size=10**9)) > 0
     assert load_memory(cfg / "memory_pool.json").memory_type == "MEMORY_POOL"
+
+
+def test_exact_duration_ns_attribute_wins_over_rounded_micros(tmp_path):
+    """Converters round sub-microsecond work up to 1 µs and keep the exact time in `duration_ns`."""
+    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.model import Node, NodeType, make_attrs
+    from chakra_tools.feed import ETFeeder
+
+    path = tmp_path / "t.0.et"
+    write_trace(path, [Node(1, "k", NodeType.COMP_NODE, duration_micros=1, attrs=make_attrs(duration_ns=250)),
+                       Node(2, "h", NodeType.COMP_NODE, duration_micros=3)])
+    f = ETFeeder(path)
+    assert [f.info(i).duration_ns for i in (1, 2)] == [250, None]
+    b = AnalyticalBackend(NetworkConfig((Dim("Ring", 4, 50.0, 500.0),)))
+    assert b.compute_ns(0, f.info(1)) == 250
+    assert b.compute_ns(0, f.info(2)) == 3000
