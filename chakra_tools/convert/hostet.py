@@ -105,17 +105,7 @@ def parse_host(doc: Any, path: str) -> HostTrace:
         ops = [make(n) for n in nodes]
     except (KeyError, TypeError, AttributeError) as e:
         raise InputError(f"{path}: malformed host trace node ({type(e).__name__}: {e})") from None
-    ops.sort(key=lambda op: op.id)
-    trace = HostTrace(path, schema, [])
-    for op in ops:
-        if op.name.startswith(ROOT_MARK):
-            trace.roots.add(op.id)
-        else:
-            trace.ops.append(op)
-            if op.name == PG_INIT:
-                trace.pg_init_id = op.id
-                trace.process_groups = _pg_list(op, path)
-    return trace
+    return _collect(HostTrace(path, schema, []), ops)
 
 
 def _pg_list(op: HostOp, path: str) -> list[dict]:
@@ -214,6 +204,11 @@ def _assemble(path: str, schema: str, ops: list[HostOp], data: bytes) -> HostTra
     trace = HostTrace(path, schema, [])
     trace.raw = data
     trace.spans = sorted((op.span, op.id) for op in ops)
+    return _collect(trace, ops)
+
+
+def _collect(trace: HostTrace, ops: list[HostOp]) -> HostTrace:
+    """File the ops of a trace in id order: thread roots apart, the process-group list read."""
     ops.sort(key=lambda op: op.id)
     for op in ops:
         if op.name.startswith(ROOT_MARK):
@@ -222,5 +217,5 @@ def _assemble(path: str, schema: str, ops: list[HostOp], data: bytes) -> HostTra
             trace.ops.append(op)
             if op.name == PG_INIT:
                 trace.pg_init_id = op.id
-                trace.process_groups = _pg_list(op, path)
+                trace.process_groups = _pg_list(op, trace.path)
     return trace

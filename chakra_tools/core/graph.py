@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, Mapping
 
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
+from .files import read_json
 from .model import Metadata, Node
 
 RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
@@ -194,13 +195,8 @@ class Graph:
 
 def read_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
     """Read an ASTRA-sim communicator-group file `{"<id>": [ranks...]}`."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno}: not valid JSON: {e.msg}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+    data = read_json(path, what='an object {"<group id>": [ranks...]}')
+    if not all(isinstance(v, list) for v in data.values()):
         raise InputError(f'{path}: expected an object {{"<group id>": [ranks...]}}')
     return {str(k): tuple(int(r) for r in v) for k, v in data.items()}
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from .errors import InputError
 from .etio import atomic_output
+from .files import read_json
 from .graph import Graph, RankSet
 from .model import LIST_KINDS, SCALAR_KINDS, Attr, IOInfo, Metadata, Node, NodeType
 
@@ -135,10 +136,4 @@ def dump(rs: RankSet, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> RankSet:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON: {e.msg}") from None
-    return rankset_from_json(doc, str(path))
+    return rankset_from_json(read_json(path), str(path))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.files import read_yaml_mapping
 from chakra_tools.core.graph import RankSet
 from chakra_tools.core.model import CommType
 
@@ -93,18 +94,7 @@ class TransformerConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TransformerConfig":
-        import yaml
-
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except OSError as e:
-            raise InputError(f"{p}: cannot read: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise InputError(f"{p}: not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise InputError(f"{p}: expected a mapping of settings")
-        return cls.from_mapping(data, str(p))
+        return cls.from_mapping(read_yaml_mapping(path), str(path))
 
     def to_dict(self) -> dict:
         return asdict(self)

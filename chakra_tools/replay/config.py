@@ -20,13 +20,13 @@ Unknown keys are kept in `extra` and ignored; missing keys take ASTRA-sim's defa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 from typing import Any
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.files import read_json, read_yaml_mapping
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 ALGORITHMS = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
@@ -166,34 +166,13 @@ def network_from_dict(doc: dict, source: str | None = None) -> NetworkConfig:
 
 
 def load_network(path: str | Path) -> NetworkConfig:
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+    doc = read_yaml_mapping(path, what="a mapping with topology, npus_count, bandwidth, latency")
     return network_from_dict(doc, str(path))
 
 
 def default_network(npus: int) -> NetworkConfig:
     """One Switch dimension of `npus` NPUs, 50 GB/s, 500 ns: what we assume without --network."""
     return NetworkConfig((Dim("Switch", max(1, npus), 50.0, 500.0),), "default")
-
-
-def _read_json(path: str | Path) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno}: not valid JSON: {e.msg}") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return doc
 
 
 KNOWN_SYSTEM_KEYS = {"scheduling-policy", "endpoint-delay", "active-chunks-per-dimension",
@@ -228,7 +207,7 @@ def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
 
 
 def load_system(path: str | Path) -> SystemConfig:
-    return system_from_dict(_read_json(path), str(path))
+    return system_from_dict(read_json(path), str(path))
 
 
 def memory_from_dict(doc: dict, source: str | None = None) -> MemoryConfig:
@@ -245,4 +224,4 @@ def memory_from_dict(doc: dict, source: str | None = None) -> MemoryConfig:
 
 
 def load_memory(path: str | Path) -> MemoryConfig:
-    return memory_from_dict(_read_json(path), str(path))
+    return memory_from_dict(read_json(path), str(path))
