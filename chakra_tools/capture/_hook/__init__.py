@@ -1,0 +1,1 @@
+"""The folder `trace-capture` puts first on PYTHONPATH; only its `sitecustomize` matters."""

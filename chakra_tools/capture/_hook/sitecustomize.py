@@ -1,0 +1,47 @@
+"""chakra-tools capture startup hook: Python imports `sitecustomize` at startup, before the
+script, in every process started under `trace-capture` (this folder is first on PYTHONPATH).
+
+The process that should capture (see `protocol.should_activate`) starts its capture session;
+every other process (a launcher, a DataLoader worker) only pays for reading one environment
+variable. A `sitecustomize` that this one shadows is then run as well, so a site's own setup
+still happens.
+"""
+
+import os
+import sys
+
+
+def _activate() -> None:
+    text = os.environ.get("CHAKRA_CAPTURE_CONFIG")
+    if not text or os.environ.get("CHAKRA_CAPTURE_OWNER"):
+        return
+    try:
+        from chakra_tools.capture import protocol
+
+        cfg = protocol.CaptureConfig.from_env(text)
+        if not protocol.should_activate(cfg):
+            return
+        from chakra_tools.capture import runtime
+
+        runtime.activate(cfg)
+    except Exception as e:  # the user's script must still run, uncaptured, and say why
+        print(f"trace-capture: capture not started in pid {os.getpid()}: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _chain() -> None:
+    """Run the next `sitecustomize` on sys.path, the one this file shadows."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None or os.path.dirname(spec.origin or "") == here:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+_activate()
+_chain()

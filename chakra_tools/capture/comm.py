@@ -1,0 +1,423 @@
+"""Communication annotations: wrap every torch.distributed call in a `record_function` whose name
+says exactly what the call did (see `annotations.py` for the keys).
+
+Why: on CPU with gloo, PyTorch 2.13 records a collective only as `c10d::<op>` with an opaque
+process group; the annotation gives the converter the group, peer, sizes and dtype on CPU and
+GPU alike. The wrappers replace the functions in `torch.distributed`, `distributed_c10d` and the
+functional collectives, so a script needs no change; DDP's gradient all-reduce, which C++ issues
+without passing through Python, is routed through an annotated Python comm hook (`ddp.py`).
+
+Cost: while the profiler does not record, a wrapper is one flag test and the original call. While
+it records, describing the call and entering a record_function costs some microseconds per call
+(`bench/bench_capture.py` measures it). Describing never breaks the user's call: any error while
+describing skips the annotation and is counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from .annotations import format_annotation
+
+
+class AnnotationState:
+    """Switches and counters shared by all wrappers of one process."""
+
+    def __init__(self) -> None:
+        self.recording = False  # set by the runtime while the profiler records
+        self.always = False  # annotate even without a recording profiler (benchmarks)
+        self.rank = 0
+        self.annotated = 0
+        self.failures: list[str] = []
+        self.seq: dict[str, int] = {}
+        self.groups: dict[int, dict[str, Any]] = {}
+        self.local = threading.local()  # .inside: a wrapper is already annotating on this thread
+
+    @property
+    def active(self) -> bool:
+        return self.recording or self.always
+
+
+STATE = AnnotationState()
+
+
+# --- groups and ranks -----------------------------------------------------------------------
+
+
+def resolve_group(group: Any) -> Any:
+    """The ProcessGroup object of a c10d `group=` argument (None is the default group)."""
+    return group if group is not None else c10d._get_default_group()
+
+
+def resolve_funcol_group(group: Any, tag: str = "") -> Any:
+    """The ProcessGroup of a functional collective's group (PG, rank list, mesh, name...)."""
+    from torch.distributed import _functional_collectives as funcol
+
+    resolved = funcol._resolve_group(group, tag) if hasattr(funcol, "_resolve_group") else group
+    if isinstance(resolved, str):
+        return c10d._resolve_process_group(resolved)
+    if not isinstance(resolved, dist.ProcessGroup):
+        return c10d._resolve_process_group(funcol._resolve_group_name(group, tag))
+    return resolved
+
+
+def group_fields(pg: Any) -> dict[str, Any]:
+    """pg, pg_desc, pg_ranks of a process group, cached (groups never change their members)."""
+    key = id(pg)
+    if key not in STATE.groups:
+        fields = {"pg": str(pg.group_name), "pg_ranks": list(dist.get_process_group_ranks(pg))}
+        desc = getattr(pg, "group_desc", "")
+        if desc and desc != "undefined":
+            fields["pg_desc"] = str(desc)
+        STATE.groups[key] = fields
+    return STATE.groups[key]
+
+
+def global_rank(pg: Any, global_r: int | None, group_r: int | None) -> int | None:
+    """The global rank named by a `dst=`/`src=` (global) or `group_dst=`/`group_src=` argument."""
+    if group_r is not None and group_r >= 0:
+        return dist.get_global_rank(pg, group_r)
+    return global_r
+
+
+# --- sizes ------------------------------------------------------------------------------------
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def numel(tensors: Any) -> int:
+    """Elements of a tensor or a (nested) list of tensors; 0 for None."""
+    if tensors is None:
+        return 0
+    if isinstance(tensors, torch.Tensor):
+        return tensors.numel()
+    return sum(numel(t) for t in tensors)
+
+
+def first_tensor(*candidates: Any) -> torch.Tensor | None:
+    for c in candidates:
+        if isinstance(c, torch.Tensor):
+            return c
+        if isinstance(c, (list, tuple)) and c:
+            t = first_tensor(*c)
+            if t is not None:
+                return t
+    return None
+
+
+def row_splits(splits: list[int] | None, t: torch.Tensor, n: int) -> list[int]:
+    """all_to_all_single split sizes (dim-0 rows, or None for equal parts) as elements per peer."""
+    row = t.numel() // t.shape[0] if t.dim() > 0 and t.shape[0] else 1
+    if splits is None or len(splits) == 0:
+        return [t.numel() // n] * n
+    return [int(s) * row for s in splits]
+
+
+def sizes(t: torch.Tensor | None, in_n: int, out_n: int) -> dict[str, Any]:
+    """dtype, elem_bytes and element/byte counts in and out."""
+    if t is None:
+        return {"in_nelems": in_n, "out_nelems": out_n, "in_bytes": 0, "out_bytes": 0}
+    eb = t.element_size()
+    return {"dtype": dtype_name(t), "elem_bytes": eb, "in_nelems": in_n, "out_nelems": out_n,
+            "in_bytes": in_n * eb, "out_bytes": out_n * eb}
+
+
+# --- one description per API: bound arguments -> (op, group, fields) --------------------------
+# Each returns (op, process group, extra fields). `a` has every parameter, defaults applied.
+
+Desc = Callable[[dict[str, Any]], tuple[str, Any, dict[str, Any]]]
+
+
+def _in_place(op: str, key: str = "tensor") -> Desc:
+    def describe(a):
+        t = a[key]
+        n = numel(t)
+        return op, resolve_group(a["group"]), sizes(first_tensor(t), n, n)
+    return describe
+
+
+def _rooted(op: str, root_key: str) -> Desc:
+    def describe(a):
+        pg = resolve_group(a["group"])
+        n = numel(a["tensor"])
+        f = sizes(a["tensor"], n, n)
+        f["root"] = global_rank(pg, a[root_key], a[f"group_{root_key}"])
+        return op, pg, f
+    return describe
+
+
+def _out_in(op: str, out_key: str, in_key: str) -> Desc:
+    def describe(a):
+        t = first_tensor(a[in_key], a[out_key])
+        return op, resolve_group(a["group"]), sizes(t, numel(a[in_key]), numel(a[out_key]))
+    return describe
+
+
+def _gather(a):
+    pg = resolve_group(a["group"])
+    f = sizes(a["tensor"], numel(a["tensor"]), numel(a["gather_list"]))
+    f["root"] = global_rank(pg, a["dst"], a["group_dst"])
+    return "gather", pg, f
+
+
+def _scatter(a):
+    pg = resolve_group(a["group"])
+    f = sizes(a["tensor"], numel(a["scatter_list"]), numel(a["tensor"]))
+    f["root"] = global_rank(pg, a["src"], a["group_src"])
+    return "scatter", pg, f
+
+
+def _all_to_all(a):
+    outs, ins = a["output_tensor_list"], a["input_tensor_list"]
+    f = sizes(first_tensor(ins, outs), numel(ins), numel(outs))
+    f["in_split"] = [t.numel() for t in ins]
+    f["out_split"] = [t.numel() for t in outs]
+    return "all_to_all", resolve_group(a["group"]), f
+
+
+def _all_to_all_single(a):
+    pg = resolve_group(a["group"])
+    out, inp = a["output"], a["input"]
+    f = sizes(inp, inp.numel(), out.numel())
+    f["in_split"] = row_splits(a["input_split_sizes"], inp, pg.size())
+    f["out_split"] = row_splits(a["output_split_sizes"], out, pg.size())
+    return "all_to_all", pg, f
+
+
+def _barrier(a):
+    return "barrier", resolve_group(a["group"]), sizes(None, 0, 0)
+
+
+def _p2p(op: str, peer_key: str) -> Desc:
+    def describe(a):
+        pg = resolve_group(a["group"])
+        n = a["tensor"].numel()
+        f = sizes(a["tensor"], n, n)
+        peer = global_rank(pg, a[peer_key], a[f"group_{peer_key}"])
+        if peer is not None:
+            f["peer"] = peer
+        f["tag"] = int(a["tag"] or 0)
+        return op, pg, f
+    return describe
+
+
+C10D: dict[str, Desc] = {
+    "all_reduce": _in_place("all_reduce"),
+    "all_reduce_coalesced": _in_place("all_reduce", "tensors"),
+    "reduce": _rooted("reduce", "dst"),
+    "broadcast": _rooted("broadcast", "src"),
+    "all_gather": _out_in("all_gather", "tensor_list", "tensor"),
+    "all_gather_coalesced": _out_in("all_gather", "output_tensor_lists", "input_tensor_list"),
+    "all_gather_single": _out_in("all_gather", "output_tensor", "input_tensor"),
+    "all_gather_into_tensor": _out_in("all_gather", "output_tensor", "input_tensor"),
+    "_all_gather_base": _out_in("all_gather", "output_tensor", "input_tensor"),
+    "gather": _gather,
+    "scatter": _scatter,
+    "reduce_scatter": _out_in("reduce_scatter", "output", "input_list"),
+    "reduce_scatter_single": _out_in("reduce_scatter", "output", "input"),
+    "reduce_scatter_tensor": _out_in("reduce_scatter", "output", "input"),
+    "_reduce_scatter_base": _out_in("reduce_scatter", "output", "input"),
+    "all_to_all": _all_to_all,
+    "all_to_all_single": _all_to_all_single,
+    "barrier": _barrier,
+    "monitored_barrier": _barrier,
+    "send": _p2p("send", "dst"),
+    "isend": _p2p("send", "dst"),
+    "recv": _p2p("recv", "src"),
+    "irecv": _p2p("recv", "src"),
+}
+ASYNC_APIS = {"isend", "irecv"}
+
+
+# --- functional collectives (always asynchronous: they return a tensor to wait on) ------------
+
+
+def _f_in_place(a):
+    t = a["self"]
+    n = numel(t)
+    return "all_reduce", resolve_funcol_group(a["group"], a["tag"]), sizes(first_tensor(t), n, n)
+
+
+def _f_gather(a):
+    pg = resolve_funcol_group(a["group"], a["tag"])
+    t = a["self"]
+    n = numel(t)
+    return "all_gather", pg, sizes(first_tensor(t), n, n * pg.size())
+
+
+def _f_scatter(key: str) -> Desc:
+    def describe(a):
+        pg = resolve_funcol_group(a["group"], a["tag"])
+        n = numel(a[key])
+        return "reduce_scatter", pg, sizes(first_tensor(a[key]), n, n // pg.size())
+    return describe
+
+
+def _f_all_to_all(a):
+    pg = resolve_funcol_group(a["group"], a["tag"])
+    t = a["self"]
+    f = {"in_split": row_splits(a["input_split_sizes"], t, pg.size())}
+    out_split = a["output_split_sizes"]
+    f["out_split"] = (row_splits(out_split, t, pg.size()) if out_split is not None
+                      else list(f["in_split"]))
+    f.update(sizes(t, t.numel(), sum(f["out_split"])))
+    return "all_to_all", pg, f
+
+
+def _f_broadcast(a):
+    pg = resolve_funcol_group(a["group"], a["tag"])
+    n = a["self"].numel()
+    f = sizes(a["self"], n, n)
+    f["root"] = dist.get_global_rank(pg, a["src"])
+    return "broadcast", pg, f
+
+
+FUNCOL: dict[str, Desc] = {
+    "all_reduce": _f_in_place,
+    "all_reduce_coalesced": _f_in_place,
+    "all_gather_tensor": _f_gather,
+    "all_gather_single": _f_gather,
+    "all_gather_tensor_autograd": _f_gather,
+    "all_gather_single_autograd": _f_gather,
+    "all_gather_into_tensor_coalesced": _f_gather,
+    "all_gather_single_coalesced": _f_gather,
+    "reduce_scatter_tensor": _f_scatter("self"),
+    "reduce_scatter_single": _f_scatter("self"),
+    "reduce_scatter_tensor_autograd": _f_scatter("self"),
+    "reduce_scatter_single_autograd": _f_scatter("self"),
+    "reduce_scatter_tensor_coalesced": _f_scatter("inputs"),
+    "reduce_scatter_single_coalesced": _f_scatter("inputs"),
+    "all_to_all_single": _f_all_to_all,
+    "all_to_all_single_autograd": _f_all_to_all,
+    "broadcast": _f_broadcast,
+}
+
+
+# --- the wrapper ---------------------------------------------------------------------------
+
+
+class Binder:
+    """Arguments by parameter name, defaults filled in: `inspect.Signature.bind` does the same
+    with checks the call itself makes anyway, at ten times the cost."""
+
+    def __init__(self, fn: Callable) -> None:
+        params = list(inspect.signature(fn).parameters.values())
+        self.names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                           p.POSITIONAL_OR_KEYWORD)]
+        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def __call__(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        a = dict(self.defaults)
+        a.update(zip(self.names, args))
+        a.update(kwargs)
+        return a
+
+
+SEQ_MARK = "'seq':-7777777"
+TEMPLATES: dict[tuple, str] = {}
+
+
+def name_template(api: str, op: str, pg: Any, is_async: bool, fields: dict[str, Any]) -> str:
+    """The annotation name with a placeholder for `seq`, cached: a training step repeats the
+    same calls, and formatting is most of an annotation's cost."""
+    key = (api, op, id(pg), is_async,
+           *((k, tuple(v) if isinstance(v, list) else v) for k, v in fields.items()))
+    template = TEMPLATES.get(key)
+    if template is None:
+        fields = {**fields, **group_fields(pg), "op": op, "api": api, "rank": STATE.rank,
+                  "async": is_async, "seq": -7777777}
+        template = format_annotation(fields)
+        if len(TEMPLATES) > 4096:
+            TEMPLATES.clear()
+        TEMPLATES[key] = template
+    return template
+
+
+def describe_call(api: str, describe: Desc, bind: Binder, args, kwargs,
+                  is_async: bool | None) -> str | None:
+    """The annotation name of one call, or None (counted) when it cannot be described."""
+    try:
+        a = bind(args, kwargs)
+        op, pg, fields = describe(a)
+        is_async = bool(a.get("async_op", False)) if is_async is None else is_async
+        template = name_template(api, op, pg, is_async, fields)
+        pg_name = STATE.groups[id(pg)]["pg"]
+        seq = STATE.seq.get(pg_name, 0)
+        STATE.seq[pg_name] = seq + 1
+        return template.replace(SEQ_MARK, f"'seq':{seq}", 1)
+    except Exception as e:  # never break the user's call because of an annotation
+        if len(STATE.failures) < 20:
+            STATE.failures.append(f"{api}: {type(e).__name__}: {e}")
+        return None
+
+
+def annotation_scope() -> Callable[[str], Any]:
+    """The record_function context manager for annotations: the C++ `_RecordFunctionFast` when
+    torch has it (0.2 us per call against 6-17 us for `torch.profiler.record_function`, measured
+    on this project's CI machine), else `record_function`. Both put a node of that name in the
+    host trace and an event in the device trace (category `cpu_op` for the fast one,
+    `user_annotation` for the other): readers match annotations by name, not by category."""
+    fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
+    return fast or torch.autograd.profiler.record_function
+
+
+def wrap(api: str, orig: Callable, describe: Desc, is_async: bool | None = None) -> Callable:
+    """A function that behaves as `orig` and, while annotating, runs it inside the annotation."""
+    bind = Binder(orig)
+    record_function = annotation_scope()
+    local = STATE.local
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if not (STATE.recording or STATE.always) or getattr(local, "inside", False):
+            return orig(*args, **kwargs)
+        name = describe_call(api, describe, bind, args, kwargs, is_async)
+        if name is None:
+            return orig(*args, **kwargs)
+        local.inside = True
+        try:
+            STATE.annotated += 1
+            with record_function(name):
+                return orig(*args, **kwargs)
+        finally:
+            local.inside = False
+
+    wrapper.__chakra_original__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _patch_module(modules: list[Any], table: dict[str, Desc], prefix: str,
+                  is_async: Callable[[str], bool | None]) -> list[str]:
+    """Replace each function of `table` in every module of `modules` that holds the same object."""
+    done = []
+    for name, describe in table.items():
+        orig = getattr(modules[0], name, None)
+        if orig is None or hasattr(orig, "__chakra_original__"):
+            continue
+        wrapper = wrap(prefix + name, orig, describe, is_async(name))
+        for module in modules:
+            if getattr(module, name, None) is orig:
+                setattr(module, name, wrapper)
+        done.append(prefix + name)
+    return done
+
+
+def install(rank: int) -> list[str]:
+    """Wrap every torch.distributed call this module knows; returns the wrapped API names."""
+    STATE.rank = rank
+    done = _patch_module([c10d, dist], C10D, "",
+                         lambda n: True if n in ASYNC_APIS else None)
+    try:
+        from torch.distributed import _functional_collectives as funcol
+    except ImportError:
+        return done
+    return done + _patch_module([funcol], FUNCOL, "funcol.", lambda n: True)

@@ -1,0 +1,328 @@
+"""The `trace-capture` parent: check the command, make the run folder, run the command with the
+startup hook on PYTHONPATH, then fold the ranks' status files into manifest.json.
+
+The command runs as its own process (`python SCRIPT ARGS`, `python -m MODULE ARGS`, or the
+launcher as given), so `sys.argv`, `__main__`, the working directory and the exit code are the
+script's own. Everything that can be wrong with the input is checked before the run folder is
+created, so bad input leaves nothing behind. No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.etio import atomic_output
+
+from . import manifest, protocol
+
+HOOK_DIR = Path(__file__).resolve().parent / "_hook"
+PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
+LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+# Launchers that may be Python scripts themselves: run as given, never as `python FILE`.
+LAUNCHERS = {"torchrun", "mpirun", "mpiexec", "srun", "deepspeed", "accelerate", "horovodrun",
+             "torchx", "oshrun", "prterun"}
+
+
+@dataclass
+class Command:
+    """What runs: `argv` as executed, the capture mode, a name for the run folder."""
+
+    argv: list[str]
+    mode: str
+    name: str
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def check_script(path: str, what: str = "script") -> Path:
+    """A readable file that compiles as Python, or an InputError that says what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such {what}")
+    if not p.is_file():
+        raise InputError(f"{path}: not a file")
+    try:
+        source = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if b"\0" in source[:4096]:
+        raise InputError(f"{path}: not a Python script (binary file)")
+    try:
+        compile(source, str(p), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise InputError(f"{path}: not a Python script: line {e.lineno}: {e.msg}") from None
+    except ValueError as e:
+        raise InputError(f"{path}: not a Python script: {e}") from None
+    return p
+
+
+def check_module(name: str) -> None:
+    """`-m NAME`: its top-level package must be importable from here (the child's sys.path[0]
+    is the working directory, as for `python -m`). Only the top level is looked up, so nothing
+    of the user's is imported."""
+    top = name.split(".")[0]
+    if not top or not all(part.isidentifier() for part in name.split(".")):
+        raise InputError(f"-m {name}: not a module name")
+    sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(top) is not None
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise InputError(f"-m {name}: no module named {top!r}")
+
+
+def _looks_like_python_file(path: str) -> bool:
+    p = Path(path)
+    if p.suffix in (".py", ".pyw"):
+        return True
+    try:
+        with open(p, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _direct(words: list[str], python: str) -> Command:
+    """`SCRIPT ARGS` or `-m MODULE ARGS`, run by `python`."""
+    if words[0] == "-m":
+        if len(words) < 2:
+            raise InputError("-m needs a module name")
+        check_module(words[1])
+        return Command([python, "-m", *words[1:]], "direct", words[1].split(".")[-1])
+    check_script(words[0])
+    return Command([python, *words], "direct", Path(words[0]).stem)
+
+
+def _launcher(words: list[str]) -> Command:
+    """A launcher (torchrun, mpirun, ...) on PATH; its script, if one is named, must be Python."""
+    exe = shutil.which(words[0])
+    if exe is None and Path(words[0]).name in LAUNCHERS:
+        raise InputError(f"{words[0]}: launcher not found on PATH")
+    if exe is None:
+        raise InputError(f"{words[0]}: no such script, and no launcher of that name on PATH")
+    name = Path(words[0]).name
+    rest = words[1:]
+    if "-m" in rest[:-1]:
+        module = rest[rest.index("-m") + 1]
+        if module in LAUNCHER_MODULES:
+            rest = rest[rest.index("-m") + 2:]
+        else:
+            name = module.split(".")[-1]
+    scripts = [w for w in rest if w.endswith(".py") and not w.startswith("-")]
+    if scripts:
+        check_script(scripts[0])
+        name = Path(scripts[0]).stem
+    return Command(words, "launcher", name)
+
+
+def parse_command(words: list[str], python: str = sys.executable) -> Command:
+    """Decide how to run `words` (the arguments after the options).
+
+    >>> parse_command(["-m", "json.tool"]).argv[1:]
+    ['-m', 'json.tool']
+    """
+    if not words:
+        raise InputError("no script given: trace-capture [OPTIONS] [--] SCRIPT [ARGS...]")
+    first = words[0]
+    if first.startswith("-") and first != "-m":
+        raise InputError(f"{first}: unknown option (the options come before the script; "
+                         "see trace-capture --help)")
+    if PYTHON_NAME.match(Path(first).name) and len(words) > 1:
+        interpreter = shutil.which(first)
+        if interpreter is None:
+            raise InputError(f"{first}: no such interpreter on PATH")
+        if words[1] == "-m" and len(words) > 2 and words[2] in LAUNCHER_MODULES:
+            return _launcher_module(words)
+        return _direct(words[1:], interpreter)
+    if first == "-m" and len(words) > 1 and words[1] in LAUNCHER_MODULES:
+        return _launcher_module([python, *words])
+    if Path(first).name in LAUNCHERS:
+        return _launcher(words)
+    if first == "-m" or first.endswith((".py", ".pyw")):
+        return _direct(words, python)
+    if Path(first).is_file() and _looks_like_python_file(first):
+        return _direct(words, python)
+    if Path(first).is_file() and not os.access(first, os.X_OK):
+        raise InputError(f"{first}: not a Python script (and not an executable launcher)")
+    return _launcher(words)
+
+
+def _launcher_module(words: list[str]) -> Command:
+    """`python -m torch.distributed.run ... SCRIPT`: a launcher written as a module."""
+    scripts = [w for w in words[3:] if w.endswith(".py")]
+    name = "run"
+    if scripts:
+        check_script(scripts[0])
+        name = Path(scripts[0]).stem
+    return Command(words, "launcher", name)
+
+
+# --- the run folder ------------------------------------------------------------------------
+
+
+def default_run_dir(name: str, base: Path = Path("traces")) -> Path:
+    """traces/<name>-<UTC timestamp>, with a counter if that folder exists already."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run = base / f"{name}-{stamp}"
+    n = 2
+    while run.exists():
+        run, n = base / f"{name}-{stamp}-{n}", n + 1
+    return run
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def check_run_dir(run: Path, force: bool) -> None:
+    """Refuse an existing folder (unless --force, and then only a former run folder or an empty
+    one), and a place we cannot write."""
+    if run.exists():
+        if not run.is_dir():
+            raise InputError(f"{run}: exists and is not a folder")
+        if not force:
+            raise InputError(f"{run}: run folder exists; choose another --out or pass --force "
+                             "to replace it")
+        if any(run.iterdir()) and not (run / protocol.MANIFEST).exists():
+            raise InputError(f"{run}: --force replaces only a run folder (one with "
+                             f"{protocol.MANIFEST}) or an empty folder; this one holds other files")
+        if not os.access(run.parent.absolute(), os.W_OK | os.X_OK):
+            raise InputError(f"{run}: cannot replace it: its parent folder is not writable")
+        return
+    base = _nearest_existing(run.parent)
+    if not base.is_dir():
+        raise InputError(f"{run}: {base} is not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise InputError(f"{run}: cannot create the run folder: {base} is not writable")
+
+
+def make_run_dir(run: Path) -> None:
+    if run.exists():
+        shutil.rmtree(run)
+    try:
+        run.mkdir(parents=True)
+    except OSError as e:
+        raise InputError(f"{run}: cannot create the run folder: {e.strerror}") from None
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def child_env(cfg: protocol.CaptureConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(protocol.ENV_OWNER, None)
+    env[protocol.ENV_CONFIG] = cfg.to_env()
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(HOOK_DIR) + (os.pathsep + old if old else "")
+    return env
+
+
+def wait_for(proc: subprocess.Popen) -> bool:
+    """Wait for the command; returns whether Ctrl-C was pressed meanwhile.
+
+    The terminal delivers Ctrl-C to the whole foreground process group, so the command gets it
+    too and its ranks finish their traces; here the first one is only noted (a second one is
+    passed on). SIGTERM is passed on to the command.
+    """
+    seen = {"int": 0}
+
+    def on_int(signum, frame):
+        seen["int"] += 1
+        if seen["int"] > 1 and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    def on_term(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    old_int = signal.signal(signal.SIGINT, on_int)
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    return seen["int"] > 0
+
+
+def exit_code_of(returncode: int) -> int:
+    """The shell's view: a process killed by signal N exits 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def clean_scratch(run: Path) -> None:
+    for p in run.iterdir():
+        if protocol.is_scratch(p.name):
+            p.unlink(missing_ok=True)
+
+
+def _iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def check_schedule(wait: int, warmup: int, active: int) -> None:
+    for name, value, least in (("--wait", wait, 0), ("--warmup", warmup, 0),
+                               ("--active", active, 1)):
+        if value < least:
+            raise InputError(f"{name} must be at least {least}, got {value}")
+
+
+def start(cmd: Command, cfg: protocol.CaptureConfig, run: Path) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(cmd.argv, env=child_env(cfg))
+    except OSError as e:
+        shutil.rmtree(run, ignore_errors=True)
+        raise InputError(f"{cmd.argv[0]}: cannot start: {e.strerror}") from None
+
+
+def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmup: int,
+            active: int, profile: bool = True, annotate: str = "auto",
+            ddp_hook: bool = True) -> tuple[int, dict, Path]:
+    """Run the command under capture; returns (exit code, manifest, run folder).
+
+    Every check happens before the run folder is made; after that, whatever the command does,
+    the manifest is written."""
+    check_schedule(wait, warmup, active)
+    cmd = parse_command(words)
+    run = out if out is not None else default_run_dir(cmd.name)
+    check_run_dir(run, force)
+    make_run_dir(run)
+    cfg = protocol.CaptureConfig(out_dir=str(run.absolute()), parent_pid=os.getpid(),
+                                 mode=cmd.mode, wait=wait, warmup=warmup, active=active,
+                                 profile=profile, annotate=annotate, ddp_hook=ddp_hook)
+    started = _iso()
+    proc = start(cmd, cfg, run)
+    interrupted = wait_for(proc)
+    code = exit_code_of(proc.returncode)
+    records, warnings = manifest.read_status_files(run)
+    doc = manifest.build(run, command=list(words), cwd=os.getcwd(), cfg=cfg, started=started,
+                         finished=_iso(), exit_code=code, interrupted=interrupted,
+                         records=records, warnings=warnings)
+    doc["argv"] = cmd.argv
+    write_manifest(run, doc)
+    clean_scratch(run)
+    return code, doc, run
+
+
+def write_manifest(run: Path, doc: dict) -> None:
+    import json
+
+    with atomic_output(run / protocol.MANIFEST, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")

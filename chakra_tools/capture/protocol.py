@@ -1,0 +1,114 @@
+"""What `trace-capture` (the parent) and the captured ranks (its children) agree on: the
+environment variables that carry the configuration, the run folder's file names and the
+activation rule of the startup hook.
+
+No torch here: the parent, the startup hook of every Python process the command starts and the
+launcher processes (torchrun's agent) import this module, and none of them should pay for torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+ENV_CONFIG = "CHAKRA_CAPTURE_CONFIG"  # JSON of CaptureConfig
+ENV_OWNER = "CHAKRA_CAPTURE_OWNER"  # set by a capturing process so its children stay out
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+
+MANIFEST = "manifest.json"
+FORMAT = "chakra-tools-capture/1"
+
+
+@dataclass
+class CaptureConfig:
+    """How each rank captures; travels to the ranks as JSON in $CHAKRA_CAPTURE_CONFIG.
+
+    mode      "direct": the process trace-capture started (pid `parent_pid` is its parent) captures;
+              "launcher": every process that has a rank in its environment captures.
+    profile   False runs hooks and annotations without profiler (benchmarks only).
+    annotate  "auto": annotate torch.distributed calls while the profiler records; "off"; "always"
+              (benchmarks: our annotation cost without the profiler).
+    ddp_hook  route DDP's gradient all-reduce through an annotated Python comm hook.
+    """
+
+    out_dir: str
+    parent_pid: int
+    mode: str = "direct"
+    wait: int = 1
+    warmup: int = 1
+    active: int = 2
+    profile: bool = True
+    annotate: str = "auto"
+    ddp_hook: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_env(cls, text: str) -> "CaptureConfig":
+        return cls(**json.loads(text))
+
+    @property
+    def first_captured(self) -> int:
+        return self.wait + self.warmup
+
+    @property
+    def captured_steps(self) -> list[int]:
+        """The step numbers a run that lives long enough captures."""
+        return list(range(self.first_captured, self.first_captured + self.active))
+
+
+def env_int(names: tuple[str, ...], default: int | None, env=os.environ) -> int | None:
+    """The first of `names` set in `env` as an int (launchers spell ranks differently)."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return default
+
+
+def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None) -> bool:
+    """Whether this process is one that captures itself.
+
+    One capturing process per rank: a process that already captures marks the environment, so
+    its children (DataLoader workers, compile workers) stay out. In direct mode the script's own
+    process captures; in launcher mode the launcher's processes have no rank and stay out, its
+    workers have one and capture.
+    """
+    if env.get(ENV_OWNER):
+        return False
+    if cfg.mode == "direct":
+        return (ppid if ppid is not None else os.getppid()) == cfg.parent_pid
+    return env_int(RANK_VARS, None, env) is not None
+
+
+def rank_stem(rank: int, world_size: int) -> str:
+    """`rank-07` for rank 7 of 16: zero-padded so that the files sort in rank order.
+
+    >>> rank_stem(3, 2), rank_stem(7, 16)
+    ('rank-3', 'rank-07')
+    """
+    width = len(str(max(world_size - 1, 0)))
+    return f"rank-{rank:0{width}d}"
+
+
+def host_trace_name(rank: int, world_size: int) -> str:
+    return f"{rank_stem(rank, world_size)}.host.json.gz"
+
+
+def device_trace_name(rank: int, world_size: int) -> str:
+    return f"{rank_stem(rank, world_size)}.device.json.gz"
+
+
+def status_name(rank: int) -> str:
+    """The per-rank status file the parent folds into manifest.json and then removes."""
+    return f".rank-{rank}.status.json"
+
+
+def is_scratch(name: str) -> bool:
+    """Files the ranks leave only while they run: status files and temporary traces."""
+    return name.startswith(".rank-") or ".tmp" in name

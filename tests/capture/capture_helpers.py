@@ -1,0 +1,81 @@
+"""Helpers of the capture tests: running trace-capture for real and reading what it wrote.
+(A module of its own, not conftest.py: several test folders have a conftest.)"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+BIN = Path(sys.executable).parent
+TORCHRUN = [str(BIN / "torchrun")] if (BIN / "torchrun").exists() else \
+    [sys.executable, "-m", "torch.distributed.run"]
+LAUNCH_2 = [*TORCHRUN, "--standalone", "--nproc-per-node", "2"]
+
+
+@dataclass
+class Run:
+    """One finished trace-capture invocation."""
+
+    code: int
+    stdout: str
+    stderr: str
+    folder: Path
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads((self.folder / "manifest.json").read_text())
+
+    def host(self, rank: int) -> dict:
+        return load_gz(self.folder / self.manifest["ranks"][rank]["host_trace"])
+
+    def device(self, rank: int) -> dict:
+        return load_gz(self.folder / self.manifest["ranks"][rank]["device_trace"])
+
+
+def load_gz(path: Path) -> dict:
+    """Strict JSON: a trace that needs repairs to parse is a failure."""
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def capture_cmd() -> list[str]:
+    script = BIN / "trace-capture"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from chakra_tools.cli.main import capture_main; capture_main()"]
+
+
+def run_capture(args: list[str], cwd: Path, folder: Path | None = None, timeout: int = 120,
+                **kw) -> Run:
+    """trace-capture ARGS in `cwd`; `folder` is the run folder the test expects."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.update(kw.pop("env", {}))
+    proc = subprocess.run([*capture_cmd(), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, **kw)
+    return Run(proc.returncode, proc.stdout, proc.stderr, folder or cwd)
+
+
+def host_steps(doc: dict) -> list[int]:
+    return sorted(int(n["name"].split("#")[1]) for n in doc["nodes"]
+                  if n["name"].startswith("ProfilerStep#"))
+
+
+def device_steps(doc: dict) -> list[int]:
+    return sorted(int(e["name"].split("#")[1]) for e in doc["traceEvents"]
+                  if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"))
+
+
+def host_annotations(doc: dict) -> list[str]:
+    return [n["name"] for n in doc["nodes"] if n["name"].startswith("chakra_tools.comm:")]
+
+
+def device_annotations(doc: dict) -> list[str]:
+    return [e["name"] for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("name", "").startswith("chakra_tools.comm:")]

@@ -1,0 +1,110 @@
+"""A script that raises, a rank that dies, Ctrl-C: the finished steps' traces are still valid,
+the manifest says what happened and the exit code is the script's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from capture_helpers import (EXAMPLES, LAUNCH_2, capture_cmd, device_steps, host_steps, load_gz,
+                      run_capture)
+
+
+def test_raise_after_the_window(tmp_path):
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), str(EXAMPLES / "mlp.py"), "--steps", "8",
+                       "--fail-at", "5"], tmp_path, out)
+    assert run.code == 1
+    assert "failing on purpose" in run.stderr  # the script's traceback is shown
+    m = run.manifest
+    assert m["status"] == "script-error" and m["exit_code"] == 1
+    assert "RuntimeError: failing on purpose at step 5" in m["error"]
+    assert m["captured_steps"] == [2, 3]
+    assert len(m["ranks"][0]["step_times_ns"]) == 5  # steps 0-4 finished
+    assert host_steps(run.host(0)) == device_steps(run.device(0)) == [2, 3]
+
+
+@pytest.mark.slow
+def test_raise_inside_the_window(tmp_path):
+    """Step 3 raises while the profiler records: step 2 is captured, the files are valid."""
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), str(EXAMPLES / "mlp.py"), "--steps", "8",
+                       "--fail-at", "3"], tmp_path, out)
+    assert run.code == 1
+    m = run.manifest
+    assert m["status"] == "script-error" and m["captured_steps"] == [2]
+    assert m["ranks"][0]["captured_steps"] == [2]
+    assert 2 in host_steps(run.host(0)) and 2 in device_steps(run.device(0))
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rank-0.device.json.gz",
+                                                     "rank-0.host.json.gz"]
+
+
+@pytest.mark.slow
+def test_rank_failure(tmp_path):
+    """Rank 1 raises at step 5 of DDP: rank-failed, rank 1 named as the cause, traces kept."""
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), "--", *LAUNCH_2, str(EXAMPLES / "ddp.py"),
+                       "--steps", "8", "--fail-rank", "1", "--fail-at", "5"], tmp_path, out)
+    assert run.code != 0
+    m = run.manifest
+    assert m["status"] == "rank-failed" and m["exit_code"] == run.code
+    assert m["error"].startswith("rank 1: RuntimeError: rank 1 failing on purpose")
+    assert m["ranks"][1]["status"] == "script-error"
+    assert m["ranks"][0]["status"] in ("script-error", "terminated")
+    assert m["captured_steps"] == [2, 3]
+    for rank in (0, 1):
+        assert host_steps(run.host(rank)) == [2, 3]
+        assert len(m["ranks"][rank]["step_times_ns"]) == 5
+
+
+def test_exit_code_and_argv_are_the_scripts(tmp_path):
+    script = tmp_path / "argv.py"
+    script.write_text("import os, sys, json\n"
+                      "json.dump({'argv': sys.argv, 'name': __name__, 'cwd': os.getcwd()},"
+                      " open('seen.json', 'w'))\n"
+                      "sys.exit(3)\n")
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), str(script), "a b", "--flag"], tmp_path, out)
+    assert run.code == 3
+    import json
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == {"argv": [str(script), "a b", "--flag"], "name": "__main__",
+                    "cwd": str(tmp_path)}
+    m = run.manifest
+    assert m["status"] == "script-error" and m["exit_code"] == 3
+    assert m["ranks"][0]["status"] == "ok"  # no exception: the script chose its exit code
+    assert m["captured_steps"] == [] and m["ranks"][0]["host_trace"] is None
+
+
+def test_ctrl_c(tmp_path):
+    """SIGINT to the whole process group, as a terminal sends it, after the window closed."""
+    script = tmp_path / "long.py"
+    script.write_text("import time, torch\n"
+                      "m = torch.nn.Linear(8, 8); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "while True:\n"
+                      "    m(torch.randn(4, 8)).sum().backward(); o.step(); time.sleep(0.01)\n")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*capture_cmd(), "--out", str(out), str(script)], cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (out / "rank-0.host.json.gz").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert (out / "rank-0.host.json.gz").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    import json
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["exit_code"] == 130
+    assert m["ranks"][0]["status"] == "interrupted" and m["captured_steps"] == [2, 3]
+    assert len(m["ranks"][0]["step_times_ns"]) >= 4
+    assert host_steps(load_gz(out / "rank-0.host.json.gz")) == [2, 3]

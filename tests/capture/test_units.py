@@ -1,0 +1,111 @@
+"""The torch-free parts: command parsing, rank file names, activation rule, the run status, and
+the annotation format (round trip, and safe inside an unescaped JSON string)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chakra_tools.capture import launch, manifest, protocol
+from chakra_tools.capture.annotations import format_annotation, parse_annotation
+from chakra_tools.core.errors import InputError
+from capture_helpers import EXAMPLES, TORCHRUN
+
+
+def test_rank_names_sort():
+    names = [protocol.host_trace_name(r, 12) for r in range(12)]
+    assert names[0] == "rank-00.host.json.gz" and names == sorted(names)
+    assert protocol.device_trace_name(1, 2) == "rank-1.device.json.gz"
+
+
+def test_script_runs_directly():
+    cmd = launch.parse_command([str(EXAMPLES / "mlp.py"), "--steps", "3"])
+    assert cmd.mode == "direct" and cmd.name == "mlp"
+    assert cmd.argv == [sys.executable, str(EXAMPLES / "mlp.py"), "--steps", "3"]
+
+
+def test_module_runs_directly():
+    cmd = launch.parse_command(["-m", "json.tool", "x"])
+    assert cmd.mode == "direct" and cmd.argv == [sys.executable, "-m", "json.tool", "x"]
+
+
+def test_torchrun_is_a_launcher():
+    cmd = launch.parse_command([*TORCHRUN, "--nproc-per-node", "2", str(EXAMPLES / "ddp.py")])
+    assert cmd.mode == "launcher" and cmd.name == "ddp"
+    assert cmd.argv[:len(TORCHRUN)] == TORCHRUN
+
+
+def test_python_m_torch_distributed_run_is_a_launcher():
+    cmd = launch.parse_command([sys.executable, "-m", "torch.distributed.run",
+                                str(EXAMPLES / "ddp.py")])
+    assert cmd.mode == "launcher" and cmd.name == "ddp"
+
+
+@pytest.mark.parametrize("words,message", [([], "no script given"),
+                                           (["-m"], "needs a module"),
+                                           (["-m", "1bad"], "not a module name"),
+                                           (["--frobnicate", "x.py"], "unknown option")])
+def test_bad_commands(words, message):
+    with pytest.raises(InputError, match=message):
+        launch.parse_command(words)
+
+
+def test_activation_rule():
+    cfg = protocol.CaptureConfig(out_dir="/x", parent_pid=10, mode="direct")
+    assert protocol.should_activate(cfg, env={}, ppid=10)
+    assert not protocol.should_activate(cfg, env={}, ppid=11)  # a grandchild
+    assert not protocol.should_activate(cfg, env={protocol.ENV_OWNER: "5"}, ppid=10)
+    cfg.mode = "launcher"
+    assert protocol.should_activate(cfg, env={"RANK": "3"}, ppid=99)
+    assert not protocol.should_activate(cfg, env={}, ppid=10)  # torchrun's agent
+    assert protocol.should_activate(cfg, env={"OMPI_COMM_WORLD_RANK": "0"}, ppid=1)
+
+
+def _ranks(*states):
+    return [{"rank": i, "status": s, "error": None if s == "ok" else "boom"}
+            for i, s in enumerate(states)]
+
+
+@pytest.mark.parametrize("states,code,interrupted,expected", [
+    (("ok",), 0, False, "ok"),
+    (("ok",), 3, False, "script-error"),
+    (("script-error",), 1, False, "script-error"),
+    (("interrupted",), 130, False, "interrupted"),
+    (("ok",), 0, True, "interrupted"),
+    (("ok", "script-error"), 1, False, "rank-failed"),
+    (("ok", "missing"), 1, False, "rank-failed"),
+    (("ok", "ok"), 1, False, "script-error"),
+])
+def test_run_status(states, code, interrupted, expected):
+    assert manifest.run_status(_ranks(*states), code, interrupted) == expected
+
+
+def test_first_failure_is_the_cause():
+    ranks = [{"rank": 0, "status": "script-error", "error": "gloo: peer closed", "failed_at": 2.0},
+             {"rank": 1, "status": "script-error", "error": "ValueError: x", "failed_at": 1.0}]
+    assert manifest.run_error(ranks, "rank-failed", 1) == "rank 1: ValueError: x"
+
+
+FIELDS = st.fixed_dictionaries(
+    {"op": st.sampled_from(["all_reduce", "send", "all_to_all", "barrier"])},
+    optional={"pg": st.text(max_size=8), "pg_desc": st.text(max_size=20),
+              "pg_ranks": st.lists(st.integers(0, 4096), max_size=8),
+              "peer": st.integers(0, 4096), "in_nelems": st.integers(0, 2**40),
+              "in_split": st.lists(st.integers(0, 2**20), max_size=8),
+              "async": st.booleans(), "dtype": st.sampled_from(["float32", "bfloat16"])})
+
+
+@given(FIELDS)
+def test_annotation_round_trip_and_survives_an_unescaped_writer(fields):
+    name = format_annotation(fields)
+    assert '"' not in name and "\\" not in name
+    # the execution-trace writer pastes names between double quotes without escaping
+    assert json.loads('{"name": "' + name + '"}')["name"] == name
+    parsed = parse_annotation(name)
+    clean = {k: ("".join(c for c in v if c.isascii() and c.isprintable() and c not in "'\"\\")
+                 if isinstance(v, str) else v) for k, v in fields.items()}
+    assert parsed == clean
