@@ -8,8 +8,8 @@ OUT=${DEMO_OUT:-out/demo}
 rm -rf "$OUT" && mkdir -p "$OUT"
 step() { printf '\n== %s\n' "$*"; }
 
-step "capture: DDP over gloo on 2 ranks (examples/ddp.py), steps 2-3 of 8"
-trace-capture --out "$OUT/run" -- torchrun --standalone --nproc-per-node 2 examples/ddp.py --steps 8
+step "capture: DDP over gloo on 2 ranks (examples/ddp.py), steps 2-5 of 10"
+trace-capture --out "$OUT/run" --active 4 -- torchrun --standalone --nproc-per-node 2 examples/ddp.py --steps 10
 
 step "convert: host + device traces -> Chakra ET per rank + comm_group.json (validated)"
 trace-convert "$OUT/run" -o "$OUT/et"
