@@ -1,7 +1,10 @@
 """Validation: every violation of what simulators need, returned as data.
 
 Checks run in two layers. Per rank, while streaming the nodes (so a million-node file is checked
-without holding its nodes): duplicate ids, dependencies on absent nodes, cycles (one is printed),
+without holding its nodes; with consecutive ids and no forward references, in memory independent of
+the file's size): duplicate ids, dependencies on absent nodes, self-dependencies, cycles (one is
+printed; searched in a second pass only if some dependency points forward, since a node that
+depends only on earlier nodes cannot close a cycle),
 contract attributes of the wrong oneof kind, communication nodes missing what a simulator needs,
 and `pg_name`s that are not integer ids or not in the communicator-group file. Across ranks: the
 ranks of each process group issue the same sequence of collectives, and every send has a
@@ -16,11 +19,12 @@ by kind only.
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
@@ -108,7 +112,7 @@ class _IdIndex:
             raise KeyError(nid)
         return k
 
-    def add(self, nid: int, ids_so_far) -> bool:
+    def add(self, nid: int) -> bool:
         """Give `nid` the next position; False (and no change) if it is already there."""
         if self.table is None:
             if self.first is None:
@@ -119,69 +123,78 @@ class _IdIndex:
                 return True
             if 0 <= nid - self.first < self.count:
                 return False
-            self.table = {v: i for i, v in enumerate(ids_so_far)}
+            self.table = {self.first + i: i for i in range(self.count)}
         if nid in self.table:
             return False
         self.table[nid] = len(self.table)
         return True
 
 
-class _Structure:
-    """Ids and dependencies in flat integer arrays (about 30 bytes a node, and an id index that is
-    free for consecutive ids) instead of the node records, so validation memory stays small on
-    huge files."""
+class _DependencyTracker:
+    """The dependency checks of one pass, in memory independent of the node count where ids are
+    consecutive: a node that depends only on nodes seen before it cannot close a cycle, so only
+    the dependencies that point forward (or nowhere) are remembered. Cycles are looked for, in a
+    second pass (`_Structure`), only when some dependency points forward."""
 
-    def __init__(self, track_names: bool):
-        self.ids = array("Q")
-        self.dep_ids = array("Q")
-        self.dep_ctrl_from = array("Q")  # per node: where its ctrl deps start in dep_ids
-        self.dep_end = array("Q")
+    def __init__(self):
         self.index = _IdIndex()
-        #: streaming only: names of the nodes that depend on a node not seen yet, the only ones
-        #: that can end up in a dangling-dependency or cycle finding (a cycle needs a forward ref)
-        self.names: dict[int, str] | None = {} if track_names else None
+        self.unresolved: list[tuple[int, int, str]] = []  # (node, dependency not seen yet, kind)
+        self.self_deps: list[int] = []
+        self.names: dict[int, str] = {}  # of the nodes named in those two lists
 
     def add(self, node: Node) -> bool:
         """Record one node; False if its id was seen before (the duplicate is not recorded)."""
+        nid, index = node.id, self.index
+        if nid in index:
+            return False
+        for kind, deps in (("data", node.data_deps), ("ctrl", node.ctrl_deps)):
+            for d in deps:
+                if d not in index:
+                    if d == nid:
+                        self.self_deps.append(nid)
+                    else:
+                        self.unresolved.append((nid, d, kind))
+                    self.names[nid] = node.name
+        index.add(nid)
+        return True
+
+    def dangling(self) -> list[tuple[int, int, str]]:
+        """(node id, missing dep id, "data"|"ctrl") for every dependency on an absent node."""
+        return [u for u in self.unresolved if u[1] not in self.index]
+
+    def has_forward_refs(self) -> bool:
+        return any(d in self.index for _, d, _ in self.unresolved)
+
+
+class _Structure:
+    """Ids and dependencies in flat integer arrays (about 30 bytes a node) for the cycle search:
+    built only when a rank has forward references."""
+
+    def __init__(self):
+        self.ids = array("Q")
+        self.dep_ids = array("Q")
+        self.dep_end = array("Q")
+        self.index = _IdIndex()
+        #: names of the nodes that depend on a node not seen yet: a cycle needs a forward reference
+        self.names: dict[int, str] = {}
+
+    def add(self, node: Node) -> None:
         index = self.index
         nid = node.id
         deps = node.data_deps + node.ctrl_deps
-        if self.names is not None and deps and not all(d in index for d in deps):
+        if deps and not all(d in index for d in deps):
             self.names[nid] = node.name
-        if not index.add(nid, self.ids):
-            self.names is not None and self.names.pop(nid, None)
-            return False
-        self.ids.append(nid)
-        dep_ids = self.dep_ids
-        dep_ids.extend(node.data_deps)
-        self.dep_ctrl_from.append(len(dep_ids))
-        dep_ids.extend(node.ctrl_deps)
-        self.dep_end.append(len(dep_ids))
-        return True
+        if index.add(nid):
+            self.ids.append(nid)
+            self.dep_ids.extend(deps)
+            self.dep_end.append(len(self.dep_ids))
 
-    def _spans(self) -> Iterator[tuple[int, int, int, int]]:
-        """(node index, first dep, first ctrl dep, end) over the flat arrays."""
+    def _spans(self) -> Iterator[tuple[int, int, int]]:
+        """(node index, first dep, end) over the flat arrays."""
         start = 0
-        for i, (ctrl, end) in enumerate(zip(self.dep_ctrl_from, self.dep_end)):
-            yield i, start, ctrl, end
+        for i, end in enumerate(self.dep_end):
+            yield i, start, end
             start = end
-
-    def dangling(self) -> Iterator[tuple[int, int, str]]:
-        """(node id, missing dep id, "data"|"ctrl") for every dependency on an absent node."""
-        index, dep_ids, ids = self.index, self.dep_ids, self.ids
-        for i, start, ctrl, end in self._spans():
-            if start == end:
-                continue
-            for k in range(start, end):
-                if dep_ids[k] not in index:
-                    yield ids[i], dep_ids[k], "ctrl" if k >= ctrl else "data"
-
-    def self_deps(self) -> Iterator[int]:
-        """Ids of the nodes that depend on themselves (no feeder can ever issue them)."""
-        ids, dep_ids = self.ids, self.dep_ids
-        for i, start, _, end in self._spans():
-            if start != end and ids[i] in dep_ids[start:end]:
-                yield ids[i]
 
     def find_cycle(self) -> list[int] | None:
         """One cycle of two or more nodes, as ids in dependency order (first == last), or None
@@ -190,7 +203,7 @@ class _Structure:
         index, dep_ids = self.index, self.dep_ids
         indeg = array("Q", bytes(8 * n))
         succ: dict[int, list[int]] = defaultdict(list)
-        for i, start, _, end in self._spans():
+        for i, start, end in self._spans():
             if start == end:
                 continue
             for d in set(dep_ids[start:end]):
@@ -213,7 +226,7 @@ class _Structure:
 
     def _walk_back(self, left: list[int], indeg) -> list[int]:
         """Every node left by Kahn has a predecessor also left: walking them must repeat."""
-        start_of = {i: (s, e) for i, s, _, e in self._spans()}
+        start_of = {i: (s, e) for i, s, e in self._spans()}
         seen: dict[int, int] = {}
         path: list[int] = []
         i = left[0]
@@ -245,39 +258,47 @@ class RankScan:
 
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
               comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics,
-              graph: Graph | None = None) -> RankScan:
+              again: Callable[[], Iterable[Node]] | None = None, graph: Graph | None = None) -> RankScan:
     """Check one rank's nodes as they stream by; return what the cross-rank checks need.
 
-    With `graph` (the nodes are in memory anyway) findings take node names from it; streaming,
-    only the names that findings can need are kept.
+    `again` gives the nodes a second time, for the cycle search, which only a rank with forward
+    references needs. With `graph` (the nodes are in memory anyway) findings take node names from
+    it; streaming, only the names findings can need are kept.
     """
     scan = RankScan(rank, file)
-    structure = _Structure(track_names=graph is None)
+    deps = _DependencyTracker()
 
     def report(severity, code, message, node_id=None, node_name=None):
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
 
     for node in nodes:
         scan.nodes += 1
-        if not structure.add(node):
+        if not deps.add(node):
             report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
         for severity, code, message in check_node(node, comm_groups):
             report(severity, code, message, node.id, node.name)
         if node.type.is_comm:
             _record_comm(scan, node)
-    def name_of(nid: int) -> str | None:
+
+    def name_of(nid: int, names: Mapping[int, str]) -> str | None:
         if graph is not None:
             return graph.nodes[nid].name if nid in graph.nodes else None
-        return structure.names.get(nid)
+        return names.get(nid)
 
-    for nid, dep, kind in structure.dangling():
-        report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid, name_of(nid))
-    for nid in structure.self_deps():
-        report("error", "self-dep", "depends on itself: no simulator can ever issue it", nid, name_of(nid))
-    cycle = structure.find_cycle()
-    if cycle:
-        report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
-               cycle[0], name_of(cycle[0]))
+    for nid, dep, kind in deps.dangling():
+        report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid,
+               name_of(nid, deps.names))
+    for nid in deps.self_deps:
+        report("error", "self-dep", "depends on itself: no simulator can ever issue it", nid,
+               name_of(nid, deps.names))
+    if deps.has_forward_refs() and again is not None:
+        structure = _Structure()
+        for node in again():
+            structure.add(node)
+        cycle = structure.find_cycle()
+        if cycle:
+            report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
+                   cycle[0], name_of(cycle[0], structure.names))
     return scan
 
 
@@ -435,7 +456,8 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     scans = {}
     for rank, f in files.items():
         reader = TraceReader(f, rank=rank, diagnostics=out)
-        scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out)
+        again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
+        scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again)
     _cross_rank(scans, groups, out)
     return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()))
 
@@ -444,7 +466,8 @@ def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | No
     """Every violation in one rank's graph (see the module docstring)."""
     out = Diagnostics(examples_per_code=1 << 30)
     nodes = list(graph) + graph.duplicates
-    scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out, graph=graph)
+    scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out,
+              again=lambda: nodes, graph=graph)
     return list(out)
 
 
@@ -454,7 +477,8 @@ def validate_rankset(rankset: RankSet) -> list[Diagnostic]:
     groups = rankset.comm_groups or None
     scans = {}
     for g in rankset:
-        scans[g.rank] = scan_rank(list(g) + g.duplicates, rank=g.rank, file=g.source,
-                                  comm_groups=groups, out=out, graph=g)
+        nodes = list(g) + g.duplicates
+        scans[g.rank] = scan_rank(nodes, rank=g.rank, file=g.source, comm_groups=groups, out=out,
+                                  again=functools.partial(iter, nodes), graph=g)
     _cross_rank(scans, groups, out)
     return list(out)
