@@ -10,7 +10,7 @@ does nothing when the script runs without `trace-capture`:
         with capture.step_scope():      # or: ...; capture.step() at the end of each step
             train_step(batch)
 
-This module imports no torch: the converter uses `capture.annotations` on machines without it.
+This module imports no torch. The annotation format the converter reads is in `core.annotations`.
 """
 
 from __future__ import annotations

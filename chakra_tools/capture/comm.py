@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from .annotations import format_annotation
+from chakra_tools.core.annotations import format_annotation
 
 
 class AnnotationState:

@@ -2,7 +2,7 @@
 
 Sources, most exact first (an op nested inside a recognised call belongs to that call):
 
-1. our capture annotations (`chakra_tools.comm:{...}`, see capture/annotations.py): op, group and
+1. our capture annotations (`chakra_tools.comm:{...}`, see core/annotations.py): op, group and
    its global ranks, peer, tag, dtype, element counts, split sizes, root;
 2. `record_param_comms` (NCCL; from schema 1.1.0 with `collective_name`, `pg_name`,
    `in_msg_nelems`... attributes; before that the name is a string input and the tensors give the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from chakra_tools.capture.annotations import parse_annotation, PREFIX as ANNOTATION_PREFIX
+from chakra_tools.core.annotations import parse_annotation, PREFIX as ANNOTATION_PREFIX
 from chakra_tools.core.model import CommType
 
 from .hostet import HostOp

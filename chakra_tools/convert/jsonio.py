@@ -47,7 +47,7 @@ def read_bytes(path: str | Path) -> bytes:
     return data
 
 
-#: the start of a communication annotation name (capture/annotations.py): JSON inside a name
+#: the start of a communication annotation name (core/annotations.py): JSON inside a name
 ANNOTATION = b"chakra_tools.comm:{"
 
 

@@ -25,7 +25,7 @@ from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
 from .link import link
 from .readers import first_readers
-from chakra_tools.capture.annotations import PREFIX as ANNOTATION_PREFIX
+from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX
 
 ARG_PREFIXES = COMM_PREFIXES + (ANNOTATION_PREFIX, "##")
 

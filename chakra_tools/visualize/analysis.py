@@ -106,9 +106,9 @@ def self_times(events: list[Event]) -> list[int]:
 
 
 def top_operators(es: EventSet, n: int = 15) -> list[dict]:
-    """The `n` operator names with the most self time (device work; host work when a run has
-    none), with their count, kind and share."""
-    kinds = {COMPUTE, COMM} if any(e.kind != HOST for e in es.events) else {HOST}
+    """The `n` operator names with the most self time (device work and communication; host work
+    in its place when a run has no device compute, as on CPU), with their count, kind and share."""
+    kinds = {COMPUTE, COMM} if any(e.kind == COMPUTE for e in es.events) else {HOST, COMM}
     total: dict[str, list] = {}
     for e, own in zip(es.events, self_times(es.events)):
         if e.kind in kinds:

@@ -23,6 +23,8 @@ from typing import Any
 from chakra_tools.core.chrome_trace import load as load_chrome
 from chakra_tools.core.errors import InputError
 
+from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX, parse_annotation
+
 from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet
 
 NS_PER_US = 1000
@@ -86,13 +88,14 @@ def _capture_comms(events: list[Event], rank: int) -> list[CommRecord]:
     per communication kernel when the host side was not recorded (sizes then unknown: 0)."""
     calls: list[Event] = []
     host = [e for e in events if e.kind == HOST and (e.args or {}).get("bytes") is not None]
-    for level in ("nccl:", "gloo:", "c10d::", "record_param_comms"):  # one level of the call stack
+    for level in (ANNOTATION_PREFIX, "nccl:", "gloo:", "c10d::", "record_param_comms"):  # one level of the stack
         calls = [e for e in host if e.name.startswith(level)]
         if calls:
             break
     chosen = calls or [e for e in events if e.kind == COMM]
-    return [CommRecord(rank, e.name, _nccl_kind(e.name), int((e.args or {}).get("bytes") or 0),
-                       str((e.args or {}).get("pg", "0"))) for e in chosen]
+    return [CommRecord(rank, e.name, (e.args or {}).get("comm_kind") or _nccl_kind(e.name),
+                       int((e.args or {}).get("bytes") or 0), str((e.args or {}).get("pg", "0")))
+            for e in chosen]
 
 
 #: bytes per element of the dtype names Kineto and record_param_comms write
@@ -164,7 +167,11 @@ def _kineto_event(e: dict, rank: int) -> Event:
                                  "In msg nelems", "Out msg nelems", "dtype") if k in args}
     if "Process Group Name" in args:
         keep["pg"] = args["Process Group Name"]
-    if kind == HOST and (nbytes := _call_bytes(name, args)) is not None:
+    if kind == HOST and (ann := parse_annotation(name)) is not None:
+        # a trace-capture annotation: exact sizes and group, on CPU where Kineto records none
+        keep.update(bytes=max(ann.get("in_bytes", 0), ann.get("out_bytes", 0)), pg=str(ann.get("pg", "0")),
+                    comm_kind=ann["op"].upper())
+    elif kind == HOST and (nbytes := _call_bytes(name, args)) is not None:
         keep["bytes"] = nbytes
     return Event(rank, name, kind, lane, start, end, None, cat, {**keep, "pid": e.get("pid"), "tid": e.get("tid")})
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from chakra_tools.capture.annotations import parse_annotation
+from chakra_tools.core.annotations import parse_annotation
 from capture_helpers import device_annotations, host_annotations
 
 W = 2

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from chakra_tools.capture.annotations import parse_annotation
+from chakra_tools.core.annotations import parse_annotation
 from capture_helpers import (EXAMPLES, LAUNCH_2, device_annotations, device_steps, host_annotations,
                       host_steps)
 

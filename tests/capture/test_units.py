@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chakra_tools.capture import launch, manifest, protocol
-from chakra_tools.capture.annotations import format_annotation, parse_annotation
+from chakra_tools.core.annotations import format_annotation, parse_annotation
 from chakra_tools.core.errors import InputError
 from capture_helpers import EXAMPLES, TORCHRUN
 
