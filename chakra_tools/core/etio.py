@@ -295,6 +295,7 @@ _SMALL_VARINTS = [bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7])
 #: the 14 low bits of a larger number as two continuation bytes
 _CONTINUED_14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
 _ATTR_CACHE: dict[tuple, bytes] = {}
+_NAME_CACHE: dict[str, bytes] = {}  # op names repeat: "aten::mm" is written thousands of times
 _ATTR_CACHE_LIMIT = 1 << 16
 _FLOAT_KINDS = frozenset(("float_val", "double_val", "float_list", "double_list"))
 
@@ -356,7 +357,12 @@ def encode_node(node: Node) -> bytes:
     if nid:
         parts.append(b"\x08" + uv(nid))
     if name:
-        parts.append(_len_field(b"\x12", name.encode()))
+        field = _NAME_CACHE.get(name)
+        if field is None:
+            field = _len_field(b"\x12", name.encode())
+            if len(_NAME_CACHE) < _ATTR_CACHE_LIMIT:
+                _NAME_CACHE[name] = field
+        parts.append(field)
     if ntype:
         parts.append(b"\x18" + uv(int(ntype)))
     if ctrl_deps:
