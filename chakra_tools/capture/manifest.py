@@ -53,13 +53,15 @@ def rank_entry(rank: int, record: dict[str, Any] | None, run_dir: Path) -> dict[
     if record is None:
         return {"rank": rank, "status": "missing", "error": "no status: the rank never started "
                 "capturing or died at once", "host_trace": None, "device_trace": None,
-                "captured_steps": [], "step_times_ns": [], "device": None, "host": None}
+                "captured_steps": [], "step_times_ns": [], "step_starts_unix_ns": [], "device": None,
+                "host": None}
     status = record["status"]
     error = record.get("error")
     if status == "running":
         status, error = "killed", "the rank ended without running its exit handlers (killed?)"
     entry = {k: record.get(k) for k in ("rank", "local_rank", "host", "pid", "host_trace",
                                         "device_trace", "captured_steps", "step_times_ns",
+                                        "step_starts_unix_ns",
                                         "device", "annotated_calls", "annotation_failures",
                                         "failed_at", "capture_error")}
     entry.update(status=status, error=error)

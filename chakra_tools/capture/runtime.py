@@ -53,7 +53,11 @@ class Session:
         self.out = Path(cfg.out_dir)
         self.step_num = 0
         self.step_times_ns: list[int] = []
+        #: wall-clock (time.time_ns) start of every step: one clock for all ranks of a host, so
+        #: the captured window of the whole job can be measured across ranks
+        self.step_starts_unix_ns: list[int] = []
         self.step_start_ns = _now()
+        self.step_start_unix_ns = time.time_ns()
         self.explicit = False  # the script calls capture.step(): the optimizer hook stands down
         self.last_by_optimizer = False
         self.lead_optimizer: int | None = None
@@ -106,16 +110,18 @@ class Session:
 
     def begin_step(self) -> None:
         """Start timing a step now (the step_scope context manager): the gap before is left out."""
-        self.step_start_ns = _now()
+        self.step_start_ns, self.step_start_unix_ns = _now(), time.time_ns()
 
     def end_step(self, end_ns: int | None = None) -> None:
         self.step_times_ns.append((end_ns or _now()) - self.step_start_ns)
+        self.step_starts_unix_ns.append(self.step_start_unix_ns)
         self.last_by_optimizer = False
         self._note_groups()
         if self.prof is not None:
             self._guarded(self._advance_profiler)
         self.step_num += 1
-        self.step_start_ns = _now()  # the profiler's work between steps (saving) is no step's
+        # the profiler's work between steps (saving) is no step's
+        self.step_start_ns, self.step_start_unix_ns = _now(), time.time_ns()
 
     # --- the profiler ----------------------------------------------------------------------
 
@@ -220,7 +226,8 @@ class Session:
             "finished": _iso() if self.finished else None,
             "torch_version": torch.__version__, "backend": self.backend,
             "process_groups": self.groups, "captured_steps": self.captured,
-            "step_times_ns": self.step_times_ns, "device": device_record(),
+            "step_times_ns": self.step_times_ns, "step_starts_unix_ns": self.step_starts_unix_ns,
+            "device": device_record(),
             "capture_error": self.capture_error, "annotated_calls": comm.STATE.annotated,
             "annotation_failures": comm.STATE.failures,
             **self.traces,

@@ -73,6 +73,10 @@ def parse_limits(text: str | None) -> dict[str, int]:
     return limits
 
 
+#: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
+_PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
+
+
 @dataclass
 class _Rank:
     """Per-rank state: its feeder, lane occupancy, deferred nodes, collective counters."""
@@ -254,7 +258,8 @@ class Replayer:
         first = members[0][2]
         size = max(m[2].comm_size for m in members)
         for rank, nid, info, _ in members[1:]:
-            if info.comm_type != first.comm_type or info.comm_size != first.comm_size:
+            sizes_differ = info.comm_size != first.comm_size and first.comm_type not in _PER_RANK_SIZES
+            if info.comm_type != first.comm_type or sizes_differ:
                 self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
                            f"{_kind(info)} {info.comm_size} B here, {_kind(first)} {first.comm_size} B "
                            f"on rank {members[0][0]}: costed as the largest", rank, nid)

@@ -52,6 +52,15 @@ def test_step_times_cover_every_step(mlp_run):
     assert all(1_000 < t < 10_000_000_000 for t in times), times
 
 
+def test_step_wall_clock_starts_follow_the_step_times(mlp_run):
+    """Each step starts after the previous one ended (on the wall clock shared by the ranks)."""
+    rank = mlp_run.manifest["ranks"][0]
+    starts, times = rank["step_starts_unix_ns"], rank["step_times_ns"]
+    assert len(starts) == len(times) == 6
+    assert all(starts[i] + times[i] <= starts[i + 1] + 1_000_000 for i in range(5)), (starts, times)
+    assert abs(starts[0] / 1e9 - __import__("time").time()) < 3600
+
+
 def test_host_and_device_cover_the_same_steps(mlp_run):
     assert host_steps(mlp_run.host(0)) == [2, 3]
     assert device_steps(mlp_run.device(0)) == [2, 3]

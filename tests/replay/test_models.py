@@ -232,3 +232,17 @@ def test_exact_duration_ns_attribute_wins_over_rounded_micros(tmp_path):
     b = AnalyticalBackend(NetworkConfig((Dim("Ring", 4, 50.0, 500.0),)))
     assert b.compute_ns(0, f.info(1)) == 250
     assert b.compute_ns(0, f.info(2)) == 3000
+
+
+def test_manifest_comparison_measures_the_aligned_window_of_the_job():
+    from chakra_tools.replay.fidelity import compare_with_manifest
+
+    result = {"ranks": [{"rank": 0, "finish_ns": 30}, {"rank": 1, "finish_ns": 40}]}
+    man = {"captured_steps": [1, 2], "ranks": [
+        {"rank": 0, "step_times_ns": [5, 10, 10], "step_starts_unix_ns": [0, 100, 112]},
+        {"rank": 1, "step_times_ns": [5, 12, 9], "step_starts_unix_ns": [0, 103, 116]}]}
+    cmp = compare_with_manifest(result, man)
+    # window 100 .. 125 over 2 steps = 12.5 ns a step; makespan 40 / 2 steps = 20
+    assert cmp["job"] == {"measured_ns": 12, "predicted_ns": 20, "error": 0.6}
+    del man["ranks"][1]["step_starts_unix_ns"]
+    assert "job" not in compare_with_manifest(result, man)
