@@ -26,12 +26,12 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_tools.core.errors import Diagnostic, Diagnostics
+from chakra_tools.core.errors import Diagnostics
 from chakra_tools.core.model import NodeType
 
 from .comms import CommCall, WaitMark, is_nccl_kernel, op_kind
 from .cost import REGISTRY as COST_REGISTRY, op_cost
-from .hostet import HostOp, HostTrace, PG_INIT
+from .hostet import HostOp, HostTrace
 from .kineto import DeviceTrace, Event
 from .link import Link, runtime_calls_by_op
 from .tensors import elem_bytes_of

@@ -102,7 +102,7 @@ class TransformerConfig:
 
 def transformer_layers(cfg: TransformerConfig, dev: Device) -> list[LayerSpec]:
     """The model's layers, per rank and per microbatch."""
-    b, s, h, f, t, d = cfg.micro_batch, cfg.seq, cfg.hidden, cfg.ffn_size, cfg.tp, cfg.dtype_bytes
+    b, s, h, t, d = cfg.micro_batch, cfg.seq, cfg.hidden, cfg.tp, cfg.dtype_bytes
     act = b * s * h * d
     tp_ar = Comm(CommType.ALL_REDUCE, "tp", act, "tp_allreduce")
 

@@ -6,7 +6,6 @@ Traced runs are session-scoped: each costs a few seconds of two processes.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path

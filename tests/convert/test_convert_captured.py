@@ -9,7 +9,6 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from chakra_tools.convert.rank import convert_rank
 from chakra_tools.convert.run import convert, inputs_from_files, inputs_from_run
 from chakra_tools.core.graph import RankSet
 from chakra_tools.core.model import CommType, NodeType

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chakra_tools.cli.convert import app, prepare_argv
-from chakra_tools.convert.run import ConversionCheckError, convert, inputs_from_files
+from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.errors import ChakraToolsError
 
 runner = CliRunner()

@@ -158,7 +158,7 @@ def test_window_smaller_than_the_dependency_distance_still_finishes(tmp_path):
 
 def test_host_gaps_keep_recorded_time_between_host_ops(tmp_path):
     from chakra_tools.core.model import Node, NodeType, make_attrs
-    from chakra_tools.replay.engine import Replayer, open_rankset
+    from chakra_tools.replay.engine import Replayer
     from _util import write_rankset
 
     def host(i, start, dur, deps=()):
