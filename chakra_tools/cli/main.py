@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import sys
 
-
 from . import capture, convert, jsondump, replay, validate, visualize
 from .common import new_app
 
