@@ -67,3 +67,29 @@ def test_summary_in_memory_matches_streaming(shared_fixtures):
     assert summarize(RankSet.load(path)) == summarize_path(path)
     [c] = summarize_path(path)["per_rank"][0]["collectives"]
     assert (c["comm_type"], c["count"], c["bytes"]) == ("ALL_REDUCE", 1, 1 << 20)
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    code = "from chakra_tools.cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+
+
+def test_json_cli_round_trip_and_validate_stats(shared_fixtures, tmp_path):
+    ring = shared_fixtures / "astra-sim" / "custom_ring_allreduce_8npus_1MB"
+    RankSet.load(ring).write(tmp_path / "ours", "ring")  # our bytes, to compare against
+    dump = _cli("json", "dump", tmp_path / "ours", "-o", tmp_path / "ring.json")
+    assert dump.returncode == 0, dump.stderr
+    assert "8 rank(s), 280 nodes" in dump.stdout
+    load = _cli("json", "load", tmp_path / "ring.json", "-o", tmp_path / "back")
+    assert load.returncode == 0, load.stderr
+    for r in range(8):
+        assert (tmp_path / "back" / f"ring.{r}.et").read_bytes() == (tmp_path / "ours" / f"ring.{r}.et").read_bytes()
+    stats = _cli("validate", tmp_path / "back", "--stats", "--json")
+    doc = json.loads(stats.stdout)
+    assert stats.returncode == 0 and doc["errors"] == 0
+    assert doc["stats"]["nodes_by_type"] == {"COMM_RECV": 112, "COMM_SEND": 112, "COMP": 56}
+    bad = _cli("json", "load", tmp_path / "missing.json", "-o", tmp_path / "x")
+    assert bad.returncode == 2 and "cannot read" in bad.stderr and not (tmp_path / "x").exists()
