@@ -9,6 +9,7 @@ segfault) left only the first (status "running") or none, and is reported as "ki
 from __future__ import annotations
 
 import json
+import re
 import socket
 from importlib import metadata
 from pathlib import Path
@@ -83,12 +84,19 @@ def run_status(ranks: list[dict[str, Any]], exit_code: int, interrupted: bool) -
     return "ok"
 
 
+#: how a rank's collective library reports that a peer went away: an effect, not the cause
+PEER_LOSS = re.compile(r"connection (closed|reset)|closed by peer|broken pipe|socket timeout|"
+                       r"timed out|peer .* (died|exited)|NCCL communicator was aborted", re.I)
+
+
 def run_error(ranks: list[dict[str, Any]], status: str, exit_code: int) -> str | None:
+    """The run's error: the first failure that is not merely a peer going away (a rank whose
+    peer died reports a connection error, possibly before the failing rank's own record lands)."""
     if status == "ok":
         return None
     failed = [r for r in ranks if r["status"] not in ("ok", "terminated") and r.get("error")]
     failed = failed or [r for r in ranks if r["status"] != "ok" and r.get("error")]
-    failed.sort(key=lambda r: r.get("failed_at") or float("inf"))  # the first failure is the cause
+    failed.sort(key=lambda r: (bool(PEER_LOSS.search(str(r["error"]))), r.get("failed_at") or float("inf")))
     if failed:
         first = failed[0]
         prefix = f"rank {first['rank']}: " if len(ranks) > 1 else ""

@@ -90,6 +90,17 @@ def test_first_failure_is_the_cause():
     assert manifest.run_error(ranks, "rank-failed", 1) == "rank 1: ValueError: x"
 
 
+def test_a_peer_loss_is_not_the_cause_even_when_recorded_first():
+    """Under load the surviving rank's connection error can be stamped before the failing rank's
+    own exception record; the cause is still the rank that really raised."""
+    ranks = [{"rank": 0, "status": "script-error", "failed_at": 1.0,
+              "error": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242"},
+             {"rank": 1, "status": "script-error", "error": "RuntimeError: rank 1 failing on purpose", "failed_at": 1.5}]
+    assert manifest.run_error(ranks, "rank-failed", 1) == "rank 1: RuntimeError: rank 1 failing on purpose"
+    only_peer = ranks[:1]
+    assert manifest.run_error(only_peer, "rank-failed", 1).startswith("RuntimeError: [../third_party/gloo")
+
+
 FIELDS = st.fixed_dictionaries(
     {"op": st.sampled_from(["all_reduce", "send", "all_to_all", "barrier"])},
     optional={"pg": st.text(max_size=8), "pg_desc": st.text(max_size=20),
