@@ -146,3 +146,19 @@ def test_cli_exit_codes_and_json(cli, tmp_path):
     (tmp_path / "junk.0.et").write_bytes(b"\x05abc")
     corrupt = cli(tmp_path / "junk.0.et")
     assert corrupt.returncode == 2 and "byte 0" in corrupt.stderr and "Traceback" not in corrupt.stderr
+
+
+def test_cli_comm_group_file_and_show(cli, tmp_path):
+    rs = RankSet({r: Graph([coll(1, CommType.ALL_REDUCE, 8, pg="7"), Node(2, "x", COMP, (40 + r,)),
+                            Node(3, "y", COMP, (50 + r,))], rank=r) for r in (0, 1)}, {})
+    rs.write(tmp_path, "t")
+    unchecked = cli(tmp_path / "t", "--json")
+    doc = json.loads(unchecked.stdout)
+    assert doc["counts"]["no-comm-groups"] == 2 and "unknown-pg" not in doc["counts"]
+    (tmp_path / "g.json").write_text('{"1": [0, 1]}')
+    checked = cli(tmp_path / "t", "--comm-group", tmp_path / "g.json", "--show", "1")
+    assert checked.returncode == 1
+    listed = [line for line in checked.stdout.splitlines() if line.startswith("error:")]
+    assert sum("[dangling-data-dep]" in line for line in listed) == 1  # one shown ...
+    assert "... and 3 more [dangling-data-dep]" in checked.stdout  # ... all four counted
+    assert sum("[unknown-pg]" in line for line in listed) == 1 and "... and 1 more [unknown-pg]" in checked.stdout

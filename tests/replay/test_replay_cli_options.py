@@ -1,0 +1,95 @@
+"""trace-replay's what-if and capture options on tiny rank sets, each against hand-computed ns.
+
+Units: 1 GB/s moves one byte per ns; the roofline is num_ops / min(bw * num_ops / bytes, peak).
+"""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from chakra_tools.cli.replay import app
+from chakra_tools.core.graph import Graph, RankSet, write_comm_groups
+from chakra_tools.core.model import Node, NodeType, make_attrs
+
+from _util import coll, comp, write_rankset
+
+runner = CliRunner()
+
+
+def replay_json(*args) -> dict:
+    res = runner.invoke(app, [*map(str, args), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def finish(doc) -> dict[int, int]:
+    return {r["rank"]: r["finish_ns"] for r in doc["ranks"]}
+
+
+def test_memory_pool_serialises_loads_of_all_ranks(tmp_path):
+    """MEMORY_POOL (examples/configs/memory_pool.json): 800 ns + 256,000 B / 256 GB/s = 1,800 ns
+    a load, one pool port, so the second rank's load waits for the first."""
+    load = lambda i: Node(i, "load", NodeType.MEM_LOAD_NODE, attrs=make_attrs(tensor_size=256_000))
+    prefix = write_rankset(tmp_path, {0: [load(1)], 1: [load(1)]})
+    doc = replay_json(prefix, "--memory", "examples/configs/memory_pool.json")
+    assert sorted(finish(doc).values()) == [1_800, 3_600]
+
+
+def test_roofline_with_overrides_and_scale(tmp_path):
+    # 1e9 flop over 1e6 B: intensity 1000 flop/B, 1000 GB/s -> 1e15 > peak 1e12: compute bound, 1 ms
+    # 1e9 flop over 1e10 B: 0.1 flop/B -> 1e11 flop/s: memory bound, 10 ms
+    prefix = write_rankset(tmp_path, {0: [comp(1, us=7, num_ops=10**9, tensor_size=10**6),
+                                          comp(2, us=7, deps=(1,), num_ops=10**9, tensor_size=10**10)]})
+    doc = replay_json(prefix, "--roofline", "--peak-tflops", 1, "--mem-bw-gbps", 1000)
+    assert finish(doc) == {0: 1_000_000 + 10_000_000}
+    measured = replay_json(prefix)  # without the roofline: the recorded 7 µs each
+    assert finish(measured) == {0: 14_000}
+    halved = replay_json(prefix, "--scale", "compute=0.5")
+    assert finish(halved) == {0: 7_000}
+    bad = runner.invoke(app, [str(prefix), "--scale", "gpu=2"])
+    assert bad.exit_code != 0 and "--scale" in bad.output
+
+
+def test_align_recorded_keeps_the_skew_between_ranks(tmp_path):
+    a = Node(1, "a", NodeType.COMP_NODE, start_time_micros=100, duration_micros=5, attrs=make_attrs(is_cpu_op=False))
+    b = Node(1, "b", NodeType.COMP_NODE, start_time_micros=150, duration_micros=5, attrs=make_attrs(is_cpu_op=False))
+    prefix = write_rankset(tmp_path, {0: [a], 1: [b]})
+    assert finish(replay_json(prefix)) == {0: 5_000, 1: 5_000}
+    assert finish(replay_json(prefix, "--align", "recorded")) == {0: 5_000, 1: 55_000}
+    assert runner.invoke(app, [str(prefix), "--align", "sideways"]).exit_code != 0
+
+
+def test_host_gaps_keep_python_time_between_host_ops(tmp_path):
+    ops = [Node(1, "h1", NodeType.COMP_NODE, start_time_micros=0, duration_micros=2, attrs=make_attrs(is_cpu_op=True)),
+           Node(2, "h2", NodeType.COMP_NODE, (1,), start_time_micros=10, duration_micros=2,
+                attrs=make_attrs(is_cpu_op=True))]
+    prefix = write_rankset(tmp_path, {0: ops})
+    assert finish(replay_json(prefix)) == {0: 4_000}
+    assert finish(replay_json(prefix, "--host-gaps")) == {0: 12_000}  # the 8 µs gap is kept
+
+
+def test_resolve_data_only_ignores_control_dependencies(tmp_path):
+    nodes = [comp(1, us=50), Node(2, "c", NodeType.COMP_NODE, ctrl_deps=(1,), duration_micros=1,
+                                  attrs=make_attrs(is_cpu_op=True))]
+    prefix = write_rankset(tmp_path, {0: nodes})
+    both = replay_json(prefix)
+    data = replay_json(prefix, "--resolve", "data")
+    start = lambda doc: next(e["start_ns"] for e in doc["events"] if e["node_id"] == 2)
+    assert start(both) == 50_000 and start(data) == 0
+    assert runner.invoke(app, [str(prefix), "--resolve", "nothing"]).exit_code != 0
+
+
+def test_comm_group_file_given_on_the_command_line(tmp_path):
+    """A group of ranks 0 and 2 only: rank 1 does not take part, so it finishes at once."""
+    rs = RankSet({r: Graph([coll(1, 1 << 20, pg="5")] if r != 1 else [comp(1, us=1)], rank=r) for r in range(3)})
+    rs.write(tmp_path / "ranks", "t")
+    write_comm_groups(tmp_path / "groups.json", {"5": [0, 2]})
+    doc = replay_json(tmp_path / "ranks" / "t", "--comm-group", tmp_path / "groups.json")
+    [c] = {(c["pg"], c["bytes"]) for c in doc["collectives"]}
+    assert c == ("5", 1 << 20)
+    f = finish(doc)
+    assert f[1] == 1_000 and f[0] == f[2] > 1_000
+    missing = runner.invoke(app, [str(tmp_path / "ranks" / "t")])
+    assert missing.exit_code != 0  # group 5 is unknown without the file
