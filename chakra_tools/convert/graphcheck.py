@@ -22,20 +22,35 @@ def micros(us: float) -> int:
     return max(1, int(us + 0.5))
 
 
-def clean_deps(recs: list) -> None:
-    """Each dependency once, none on itself or on an absent node, ascending."""
+def clean_deps(recs: list) -> bool:
+    """Each dependency once, none on itself or on an absent node, ascending. Returns whether
+    some dependency points forward (to a later record): only then can there be a cycle."""
     n = len(recs)
+    forward = False
     for r in recs:
-        if r.deps:
-            r.deps = sorted({d for d in r.deps if 0 < d <= n and d != r.id})
+        deps = r.deps
+        if deps:
+            rid = r.id
+            if len(deps) == 1:
+                d = deps[0]
+                if not 0 < d <= n or d == rid:
+                    r.deps = []
+                    continue
+            else:
+                r.deps = deps = sorted({d for d in deps if 0 < d <= n and d != rid})
+                if not deps:
+                    continue
+            forward = forward or deps[-1] > rid
+    return forward
 
 
 def break_cycles(recs: list, diags: Diagnostics, *, source: str | None = None,
-                 rank: int | None = None) -> int:
+                 rank: int | None = None, forward: bool = True) -> int:
     """Remove edges until the graph is acyclic; each removal is a warning naming both nodes.
-    Returns the number of edges removed."""
+    Returns the number of edges removed. `forward=False` (from `clean_deps`: every dependency
+    points to an earlier record) means there is nothing to search."""
     removed = 0
-    while True:
+    while forward:
         cycle = find_cycle(recs)
         if cycle is None:
             return removed
@@ -47,6 +62,7 @@ def break_cycles(recs: list, diags: Diagnostics, *, source: str | None = None,
                              f"the input implies a dependency cycle {names}; dropped the "
                              f"dependency of node {node} on node {dep}",
                              file=source, rank=rank, node_id=node, node_name=recs[node - 1].name))
+    return removed
 
 
 def _cycle_text(cycle: list[int], recs: list) -> str:

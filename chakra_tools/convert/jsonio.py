@@ -3,7 +3,9 @@
 Host and device traces are big JSON documents (100+ MB) made of millions of small dicts and
 lists. CPython's cyclic garbage collector runs every few hundred allocations and rescans all of
 them, which costs 60-70% of plain parsing time on such files; none of these objects can form a
-cycle, so we parse (and convert: see rank.py) with the collector off.
+cycle, so we parse (and convert: see rank.py) with the collector off. Host and device traces
+are read with typed msgspec decoders first (hostet.py, kineto.py: only the fields the converter
+uses become objects); the json module is the fallback for documents that do not fit the types.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+import msgspec
 
 from chakra_tools.core.errors import InputError
 
@@ -79,6 +83,23 @@ def parse_json_bytes(data: bytes, path: str | Path) -> Any:
         except UnicodeDecodeError as e:
             raise InputError(f"{path}: not a text JSON file ({e.reason})") from None
     return doc
+
+
+def decode_typed(decoder: msgspec.json.Decoder, data: bytes) -> Any:
+    """`data` decoded by a typed msgspec decoder, or None if it does not fit the types or is not
+    valid JSON (the caller then takes the plain JSON path, which says where). A file made
+    invalid by unescaped annotation names is repaired first, as `parse_json_bytes` does."""
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError:
+        return None
+    except msgspec.DecodeError:
+        if not unescaped_annotations(data):
+            return None
+    try:
+        return decoder.decode(repair_names(data))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def unescaped_annotations(data: bytes) -> bool:

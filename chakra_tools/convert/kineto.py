@@ -16,10 +16,10 @@ its parent can differ in the last digit.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
+
+import msgspec
 
 from chakra_tools.core.errors import InputError
 
@@ -129,104 +129,90 @@ def _nest(dt: DeviceTrace) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# fast path: scan complete events without building the JSON document
+# fast path: typed decoding
 # --------------------------------------------------------------------------------------------
 #
-# Kineto writes every event's `ph`, `cat`, `name`, `pid`, `tid`, `ts`, `dur` first, then an
-# `args` object without nested objects. One regular expression finds those fields, and only the
-# few `args` the converter reads are extracted (the whole `args` object is decoded only for host
-# events of device-only conversions and for NCCL kernels). Every `"ph": "X"` must be accounted
-# for, else the file is parsed as plain JSON.
+# msgspec decodes `traceEvents` into small structs holding only the fields the converter reads;
+# each event's `args` stays raw JSON and only the few keys a lane needs are decoded from it
+# (the whole object only for NCCL kernels and for the host events of device-only conversions).
+# A document that does not fit the types goes to the plain JSON path, which reports syntax
+# errors with their line.
 
-_EVENT = re.compile(rb'"ph": "X",\s*"cat": "([^"\n]*)",\s*"name": "((?:[^"\\\n]|\\.)*)",\s*'
-                    rb'"pid": ([^,\n]*),\s*"tid": ([^,\n]*),\s*"ts": ([^,\s]*),\s*"dur": ([^,\s]*)'
-                    rb'(\s*,\s*"args": \{)?')
-def _arg_rx(key: str) -> tuple[str, re.Pattern]:
-    return key, re.compile(rb'"' + key.encode() + rb'": (-?\d+)')
+_NO_ARGS = msgspec.Raw(b"{}")
 
 
-_RF_ONLY = (_arg_rx("Record function id"),)
-_CORR_ONLY = (_arg_rx("correlation"),)
-_GPU_KEYS = (_arg_rx("correlation"), _arg_rx("stream"), _arg_rx("bytes"))
-_DIST = re.compile(rb'"distributedInfo": (\{[^\n]*\}),?\n')
+class _RawEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    tid: Union[int, str] = 0
+    ts: float = 0.0
+    dur: Union[float, None] = 0.0
+    args: msgspec.Raw = _NO_ARGS
+
+
+class _RawTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_RawEvent]
+    distributedInfo: Any = None
+
+
+class _KeyArgs(msgspec.Struct, gc=False):
+    """The `args` the converter reads of events that are not decoded whole."""
+
+    rf_id: Union[int, None] = msgspec.field(default=None, name="Record function id")
+    correlation: Union[int, None] = None
+    stream: Union[int, None] = None
+    bytes: Union[int, None] = None
+
+
+_TRACE = msgspec.json.Decoder(_RawTrace)
+_KEY_ARGS = msgspec.json.Decoder(_KeyArgs)
+_ALL_ARGS = msgspec.json.Decoder(dict)
+#: _KeyArgs field -> the Kineto key it stands for
+_KEY_NAMES = (("rf_id", "Record function id"), ("correlation", "correlation"),
+              ("stream", "stream"), ("bytes", "bytes"))
 
 
 def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> DeviceTrace:
-    """A device trace from the file's bytes: the fast scan when it applies, else JSON."""
-    from .jsonio import parse_json_bytes, repair_names, unescaped_annotations
+    """A device trace from the file's bytes: typed decoding when it fits, else plain JSON."""
+    from .jsonio import decode_typed, parse_json_bytes
 
-    if unescaped_annotations(data):
-        data = repair_names(data)
-    dt = _parse_fast(data, path, full_args)
+    doc = decode_typed(_TRACE, data)
+    dt = _from_typed(doc, path, full_args) if doc is not None else None
     if dt is not None:
         _nest(dt)
         return dt
     return parse_device(parse_json_bytes(data, path), path)
 
 
-def _parse_fast(data: bytes, path: str, full_args: bool) -> DeviceTrace | None:
-    if data.find(b'"traceEvents"') < 0:
-        return None
-    expected = data.count(b'"ph": "X"')
-    dt = DeviceTrace(path, dist_info=_dist_info(data))
-    names: dict[bytes, str] = {}
-    lanes = {}
-    for cat in HOST_CATS:
-        lanes[cat.encode()] = (dt.host, _RF_ONLY, full_args)
-    for cat in RUNTIME_CATS:
-        lanes[cat.encode()] = (dt.runtime, _CORR_ONLY, False)
-    for cat in GPU_CATS:
-        lanes[cat.encode()] = (dt.gpu, _GPU_KEYS, False)
-    found, last = 0, 0
+def _from_typed(doc: _RawTrace, path: str, full_args: bool) -> DeviceTrace | None:
+    dist = doc.distributedInfo
+    dt = DeviceTrace(path, dist_info=dist if isinstance(dist, dict) else {})
+    lanes = {cat: (dt.host, full_args) for cat in HOST_CATS}
+    lanes.update({cat: (dt.runtime, False) for cat in RUNTIME_CATS})
+    lanes.update({cat: (dt.gpu, False) for cat in GPU_CATS})
     new = Event.__new__
-    for m in _EVENT.finditer(data):
-        found += 1
-        last = m.end()
-        cat, raw, tid, ts, dur, has_args = m.group(1, 2, 4, 5, 6, 7)
-        lane = lanes.get(cat)
-        if lane is None:
-            continue
-        events, keys, want_all = lane
-        name = names.get(raw)
-        if name is None:
-            name = names[raw] = json.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
-        ev = new(Event)
-        ev.idx, ev.name, ev.cat = len(events), name, cat.decode()
-        ev.tid = int(tid) if tid.isdigit() else _id_value(tid)
-        ev.ts, ev.dur = float(ts), float(dur or 0)
-        ev.parent, ev.child_us = -1, 0.0
-        ev.args = (_args(data, m.end(), keys, want_all or name.startswith("nccl"))
-                   if has_args else {})
-        events.append(ev)
-    complete = data.find(b"]", last) >= 0 and data.rstrip().endswith(b"}")
-    return dt if found == expected and found and complete else None
-
-
-def _args(data: bytes, start: int, keys: tuple, want_all: bool) -> dict:
-    end = data.find(b"}", start)
-    if want_all:
-        try:
-            return json.loads(b"{" + data[start:end + 1])
-        except ValueError:
-            pass
-    out = {}
-    for key, rx in keys:
-        m = rx.search(data, start, end)
-        if m is not None:
-            out[key] = int(m.group(1))
-    return out
-
-
-def _id_value(raw: bytes):
-    s = raw.strip().strip(b'"')
-    return int(s) if s.lstrip(b"-").isdigit() else s.decode()
-
-
-def _dist_info(data: bytes) -> dict:
-    m = _DIST.search(data, 0, 1 << 16)
-    if m is None:
-        return {}
     try:
-        return json.loads(m.group(1))
-    except ValueError:
-        return {}
+        for e in doc.traceEvents:
+            if e.ph != "X":
+                continue
+            lane = lanes.get(e.cat)
+            if lane is None:
+                continue
+            events, whole = lane
+            ev = new(Event)
+            ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
+            ev.ts, ev.dur = e.ts, e.dur or 0.0
+            ev.parent, ev.child_us = -1, 0.0
+            ev.args = _args(e.args, whole or e.name.startswith("nccl"))
+            events.append(ev)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # args that are not an object: the plain path says where
+    return dt
+
+
+def _args(raw: msgspec.Raw, whole: bool) -> dict:
+    if whole:
+        return _ALL_ARGS.decode(raw)
+    a = _KEY_ARGS.decode(raw)
+    return {key: v for field, key in _KEY_NAMES if (v := getattr(a, field)) is not None}

@@ -113,8 +113,8 @@ def _finish(result, rank: int, groups: dict, meta: Metadata, has_device: bool,
             source: str) -> Graph:
     _comm_attrs(result.recs, rank, groups)
     diags = result.diagnostics
-    clean_deps(result.recs)
-    break_cycles(result.recs, diags, source=source, rank=rank)
+    forward = clean_deps(result.recs)
+    break_cycles(result.recs, diags, source=source, rank=rank, forward=forward)
     nodes = to_nodes(result.recs, with_durations=has_device)
     result.recs = None
     if not has_device:

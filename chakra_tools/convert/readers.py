@@ -1,38 +1,74 @@
 """Which later op consumes what a collective wrote (the "collective -> consumer" dependency).
 
 A call writes its output buffers (the c10d op's output argument; `record_param_comms` outputs).
-Its consumer is the first later host op, not part of any call, that takes one of those tensors
-(same tensor id and storage id) as input. Host traces read on the fast path keep most inputs
-undecoded, so there the tensor is looked up as text (`[tensor_id,storage_id,`) in the inputs
-lines that follow the call in the file; ops end, and are written, after every op that started
-before them, so a consumer is never earlier in the file than the call.
+Its consumer is the first later host op (ascending id: call order), not part of any call, that
+takes one of those tensors (same tensor id and storage id) as input, looked for among the
+`WINDOW` ops after the call. Host traces read on the typed path keep every op's inputs as raw
+JSON (`HostOp.raw_inputs`): those are joined into one text once, searched for
+`[tensor_id,storage_id,` (PyTorch's compact form, or with a space after each comma) with
+bytes.find, and an op's inputs are decoded only on a hit, to confirm the tensor really is an
+input value (not a shape that looks alike).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from itertools import accumulate
 
 from .comms import _C10D_ARGS, CommCall, op_kind
-from .hostet import HostOp, HostTrace
+from .hostet import HostOp, HostTrace, decode_inputs
 from .tensors import iter_tensors
 
-#: occurrences of a tensor examined per call on the text path (weights recur every step)
-MAX_HITS = 16
-#: how far after a call (bytes of host trace, ~2k ops) its consumer is looked for as text
-WINDOW = 2 << 20
+#: how many ops after a call its consumer is looked for in (a few training steps of a small model)
+WINDOW = 8192
 
 
 def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
     """call root id -> id of the op that first reads what the call wrote."""
     if not calls:
         return {}
-    by_id = host.by_id
+    by_id = host.by_id_cache()
     members = {m for c in calls for m in c.members}
-    written = {c.root: written_tensors(c, by_id) for c in calls}
-    if host.raw is not None:
-        return _by_text(host, calls, written, members)
-    return _by_values(host, calls, written, members)
+    ops = host.ops
+    ids = [op.id for op in ops]
+    text = _InputsText(ops) if ops and ops[0].raw_inputs is not None else None
+    out = {}
+    for c in calls:
+        keys = written_tensors(c, by_id)
+        if not keys:
+            continue
+        start = bisect.bisect_right(ids, max(c.members))
+        end = min(start + WINDOW, len(ops))
+        hits = text.ops_mentioning(keys, start, end) if text else range(start, end)
+        reader = next((ops[i].id for i in hits if ops[i].id not in members
+                       and _reads(ops[i], keys)), None)
+        if reader is not None:
+            out[c.root] = reader
+    return out
+
+
+class _InputsText:
+    """Every op's raw inputs joined into one text, with where each op's part begins."""
+
+    def __init__(self, ops: list[HostOp]):
+        self.data = b"\n".join([op.raw_inputs for op in ops])  # type: ignore[misc]
+        self.starts = list(accumulate((len(op.raw_inputs) + 1 for op in ops[:-1]), initial=0))
+
+    def ops_mentioning(self, keys: set[tuple[int, int]], start: int, end: int) -> list[int]:
+        """Indices in [start, end) of the ops whose inputs hold `[tid,sid,` of a key, ascending."""
+        data, starts = self.data, self.starts
+        if start >= end:
+            return []
+        lo = starts[start]
+        hi = starts[end] if end < len(starts) else len(data)
+        found: set[int] = set()
+        for tid, sid in keys:
+            for pattern in (b"[%d,%d," % (tid, sid), b"[%d, %d," % (tid, sid)):  # compact or not
+                pos = data.find(pattern, lo, hi)
+                while pos >= 0:
+                    found.add(bisect.bisect_right(starts, pos) - 1)
+                    pos = data.find(pattern, pos + len(pattern), hi)
+        return sorted(found)
 
 
 def written_tensors(call: CommCall, by_id: dict[int, HostOp]) -> set[tuple[int, int]]:
@@ -53,67 +89,7 @@ def written_tensors(call: CommCall, by_id: dict[int, HostOp]) -> set[tuple[int, 
     return keys
 
 
-def _by_values(host, calls, written, members) -> dict[int, int]:
-    wanted = {k for ks in written.values() for k in ks}
-    readers: dict[tuple, list[int]] = defaultdict(list)
-    for op in host.ops:
-        if op.id in members:
-            continue
-        for t in iter_tensors(op.in_values):
-            k = (t[0], t[1])
-            if k in wanted:
-                readers[k].append(op.id)
-    out = {}
-    for c in calls:
-        after = max(c.members)
-        best = None
-        for k in written[c.root]:
-            ids = readers.get(k, ())
-            i = bisect.bisect_right(ids, after)
-            if i < len(ids) and (best is None or ids[i] < best):
-                best = ids[i]
-        if best is not None:
-            out[c.root] = best
-    return out
-
-
-def _by_text(host, calls, written, members) -> dict[int, int]:
-    data, spans = host.raw, host.spans
-    starts = [s for s, _ in spans]
-    out = {}
-    for c in calls:
-        root = host_pos(host, c)
-        after = max(c.members)
-        best = None
-        for tid, sid in written[c.root]:
-            hit = _first_in_inputs(data, spans, starts, b"[%d,%d," % (tid, sid), root, after, members)
-            if hit is not None and (best is None or hit < best):
-                best = hit
-        if best is not None:
-            out[c.root] = best
-    return out
-
-
-def host_pos(host: HostTrace, call: CommCall) -> int:
-    ops = host.by_id_cache()
-    pos = [ops[m].span for m in call.members if m in ops and ops[m].span is not None]
-    return min(pos) if pos else 0
-
-
-def _first_in_inputs(data, spans, starts, pattern, pos, after, members) -> int | None:
-    best, hits = None, 0
-    end = pos + WINDOW
-    while hits < MAX_HITS:
-        pos = data.find(pattern, pos, end)
-        if pos < 0:
-            break
-        i = bisect.bisect_right(starts, pos) - 1
-        if i >= 0 and data.find(b'"outputs": ', starts[i], pos) < 0:  # in the node's inputs
-            hits += 1
-            op_id = spans[i][1]
-            if op_id > after and op_id not in members and (best is None or op_id < best):
-                best = op_id
-            pos = starts[i + 1] if i + 1 < len(starts) else len(data)
-        else:
-            pos += len(pattern)
-    return best
+def _reads(op: HostOp, keys: set[tuple[int, int]]) -> bool:
+    """Whether one of the op's input values is a tensor of `keys`."""
+    values = decode_inputs(op.raw_inputs) if op.raw_inputs is not None else op.in_values
+    return any((t[0], t[1]) in keys for t in iter_tensors(values))

@@ -326,10 +326,55 @@ def _io_bytes(tag: bytes, v: IOInfo) -> bytes:
     return _len_field(tag, body)
 
 
+#: oneof kinds whose value is one varint: the tag of their field in AttributeProto
+_VARINT_TAGS = {"int64_val": b"\x48", "int32_val": b"\x38", "uint64_val": b"\x68",
+                "uint32_val": b"\x58", "bool_val": b"\xd8\x01"}
+#: the values each of those kinds can hold (protobuf raises outside them; so do we)
+_VARINT_RANGES = {"int64_val": (-(1 << 63), 1 << 63), "int32_val": (-(1 << 31), 1 << 31),
+                  "uint64_val": (0, 1 << 64), "uint32_val": (0, 1 << 32), "bool_val": (0, 2)}
+_NAME_FIELDS: dict[str, bytes] = {}  # attribute name -> its encoded field 1
+#: (name, Attr) -> the attribute's framed field, for values that repeat (is_cpu_op, comm_type...).
+#: Not for floats: 0.0 == -0.0 (one key) but they encode differently. `True == 1` is harmless:
+#: the kind is part of the key and decides the encoding.
+_FIELD_CACHE: dict[tuple, bytes] = {}
+
+
 def _attr_field(name: str, a: Attr) -> bytes:
-    """One attribute as a framed field 10 of Node, serialised by protobuf itself and cached:
-    attributes repeat a lot (is_cpu_op=false on every node), so the slow path runs once per
-    distinct attribute."""
+    """One attribute as a framed field 10 of Node. Scalars of one varint (ids, sizes, flags,
+    durations: most attributes) and strings are encoded here; the other kinds are serialised by
+    protobuf itself and cached, since attributes repeat a lot."""
+    kind, value, doc = a
+    if not doc:
+        tag = _VARINT_TAGS.get(kind)
+        if tag is not None and type(value) in (int, bool):
+            lo, hi = _VARINT_RANGES[kind]
+            if not lo <= value < hi:
+                raise ValueError(f"{name}={value} is out of range for {kind}")
+            body = _name_field(name) + tag + _uvarint(value if value >= 0 else value + (1 << 64))
+            return b"\x52" + _uvarint(len(body)) + body
+        if kind == "string_val" and type(value) is str:
+            return _len_field(b"\x52", _name_field(name) + _len_field(b"\xea\x01", value.encode()))
+    return _cached_attr_field(name, a)
+
+
+def _repeats(a: Attr) -> bool:
+    """Whether a value is worth caching: flags, small numbers (kinds, ranks) and short strings;
+    never floats (see _FIELD_CACHE)."""
+    v = a.value
+    t = type(v)
+    return t is bool or (t is int and -1024 < v < 1024) or (t is str and len(v) <= 64)
+
+
+def _name_field(name: str) -> bytes:
+    field = _NAME_FIELDS.get(name)
+    if field is None:
+        field = _len_field(b"\x0a", name.encode())
+        if len(_NAME_FIELDS) < _ATTR_CACHE_LIMIT:
+            _NAME_FIELDS[name] = field
+    return field
+
+
+def _cached_attr_field(name: str, a: Attr) -> bytes:
     # floats are not cached: 0.0 == -0.0 (same key) but they encode differently
     key = None if a.kind in _FLOAT_KINDS else (name, a.kind, a.value, a.doc)
     try:
@@ -346,6 +391,15 @@ def _attr_field(name: str, a: Attr) -> bytes:
     if key is not None and len(data) <= 256 and len(_ATTR_CACHE) < _ATTR_CACHE_LIMIT:
         _ATTR_CACHE[key] = data
     return data
+
+
+def _packed_ids(tag: bytes, ids: tuple[int, ...]) -> bytes:
+    """A packed repeated uint64 field; ids below 2**28 (every real trace's) by table."""
+    small, cont = _SMALL_VARINTS, _CONTINUED_14
+    body = b"".join([small[d] if 0 <= d < 16384 else
+                     cont[d & 0x3FFF] + small[d >> 14] if 16384 <= d < 268435456 else _uvarint(d)
+                     for d in ids])
+    return tag + _uvarint(len(body)) + body
 
 
 def encode_node(node: Node) -> bytes:
@@ -366,9 +420,9 @@ def encode_node(node: Node) -> bytes:
     if ntype:
         parts.append(b"\x18" + uv(int(ntype)))
     if ctrl_deps:
-        parts.append(_packed(b"\x22", ctrl_deps))
+        parts.append(_packed_ids(b"\x22", ctrl_deps))
     if data_deps:
-        parts.append(_packed(b"\x2a", data_deps))
+        parts.append(_packed_ids(b"\x2a", data_deps))
     if start:
         parts.append(b"\x30" + uv(start))
     if duration:
@@ -378,7 +432,18 @@ def encode_node(node: Node) -> bytes:
     if outputs is not None:
         parts.append(_io_bytes(b"\x4a", outputs))
     if attrs:
-        parts.extend([_attr_field(k, attrs[k]) for k in sorted(attrs)])
+        cache = _FIELD_CACHE
+        for k in sorted(attrs):
+            a = attrs[k]
+            try:
+                parts.append(cache[k, a])
+            except KeyError:
+                data = _attr_field(k, a)
+                parts.append(data)
+                if _repeats(a) and len(cache) < _ATTR_CACHE_LIMIT:
+                    cache[k, a] = data
+            except TypeError:  # an unhashable value (a list)
+                parts.append(_attr_field(k, a))
     return b"".join(parts)
 
 
@@ -573,8 +638,7 @@ class TraceWriter:
             what = what if isinstance(what, str) else f"node {what.id} ({what.name!r})"
             raise TraceWriteError(f"{self.path}: {what} would encode to zero bytes, which Chakra's "
                                   "reader takes as end of file; give it a name or a type")
-        self._out.write(_uvarint(len(data)))
-        self._out.write(data)
+        self._out.write(_uvarint(len(data)) + data)
 
     def write(self, node: Node) -> None:
         try:
