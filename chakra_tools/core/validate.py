@@ -29,11 +29,12 @@ from typing import Callable, Iterable, Iterator, Mapping
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
-from .model import CONTRACT, CommType, Node, NodeType, format_bytes
+from .model import CONTRACT, Attr, CommType, Node, NodeType, format_bytes
 
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
                   CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}
 _CONTRACT_NAMES = frozenset(CONTRACT)
+_COMM_TYPES = frozenset((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE))
 P2P_NEEDS = {
     NodeType.COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
     NodeType.COMM_RECV_NODE: ("comm_src", "comm_tag", "comm_size"),
@@ -45,15 +46,34 @@ P2P_NEEDS = {
 # per node
 # --------------------------------------------------------------------------------------------
 
-def check_node(node: Node, comm_groups: Mapping[str, tuple[int, ...]] | None) -> Iterator[tuple[str, str, str]]:
+def check_node(node: Node, comm_groups: Mapping[str, tuple[int, ...]] | None) -> list[tuple[str, str, str]]:
     """(severity, code, message) for each problem of one node on its own."""
+    attrs = node.attrs
+    needs = P2P_NEEDS.get(node.type)
+    if needs is None and (not attrs or _kinds_ok(attrs)):
+        return _NO_PROBLEMS  # the common case (compute nodes), without building anything
+    return list(_problems(node, needs, comm_groups))
+
+
+_NO_PROBLEMS: list = []
+
+
+def _kinds_ok(attrs: Mapping[str, Attr]) -> bool:
+    """Whether every contract attribute has its contract kind."""
+    for name in attrs:
+        want = CONTRACT.get(name)
+        if want is not None and attrs[name].kind != want:
+            return False
+    return True
+
+
+def _problems(node: Node, needs, comm_groups) -> Iterator[tuple[str, str, str]]:
     attrs = node.attrs
     for name in _CONTRACT_NAMES.intersection(attrs) if attrs else ():
         a, want = attrs[name], CONTRACT[name]
         if a.kind != want:
             yield ("error", "attr-kind",
                    f"{name} is {a.kind}, the contract says {want} (readers of {want} see 0 or nothing)")
-    needs = P2P_NEEDS.get(node.type)
     if needs is None:
         return
     for name in needs:
@@ -145,7 +165,15 @@ class _DependencyTracker:
     def add(self, node: Node) -> bool:
         """Record one node; False if its id was seen before (the duplicate is not recorded)."""
         nid, index = node.id, self.index
-        if nid in index:
+        if index.table is None and index.first is not None:  # ids consecutive so far: inline
+            first, count = index.first, index.count
+            if 0 <= nid - first < count:
+                return False
+            data = node.data_deps
+            if not node.ctrl_deps and nid == first + count and (not data or (first <= min(data) and max(data) < nid)):
+                index.count = count + 1  # what index.add does for the next consecutive id
+                return True
+        elif nid in index:
             return False
         for kind, deps in (("data", node.data_deps), ("ctrl", node.ctrl_deps)):
             for d in deps:
@@ -277,7 +305,7 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
             report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
         for severity, code, message in check_node(node, comm_groups):
             report(severity, code, message, node.id, node.name)
-        if node.type.is_comm:
+        if node.type in _COMM_TYPES:
             _record_comm(scan, node)
 
     def name_of(nid: int, names: Mapping[int, str]) -> str | None:
