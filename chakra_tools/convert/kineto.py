@@ -132,13 +132,22 @@ def _nest(dt: DeviceTrace) -> None:
 # fast path: typed decoding
 # --------------------------------------------------------------------------------------------
 #
-# msgspec decodes `traceEvents` into small structs holding only the fields the converter reads;
-# each event's `args` stays raw JSON and only the few keys a lane needs are decoded from it
-# (the whole object only for NCCL kernels and for the host events of device-only conversions).
+# msgspec decodes `traceEvents` into small structs holding only the fields the converter reads,
+# the few `args` keys included. The events whose whole `args` object is needed (NCCL events; host
+# events of device-only conversions) get it from a second, cheap decode that keeps `args` raw.
 # A document that does not fit the types goes to the plain JSON path, which reports syntax
 # errors with their line.
 
-_NO_ARGS = msgspec.Raw(b"{}")
+class _KeyArgs(msgspec.Struct, gc=False, frozen=True):
+    """The `args` keys the converter reads of events that are not decoded whole."""
+
+    rf_id: Union[int, None] = msgspec.field(default=None, name="Record function id")
+    correlation: Union[int, None] = None
+    stream: Union[int, None] = None
+    bytes: Union[int, None] = None
+
+
+_NO_KEY_ARGS = _KeyArgs()
 
 
 class _RawEvent(msgspec.Struct, gc=False):
@@ -148,7 +157,7 @@ class _RawEvent(msgspec.Struct, gc=False):
     tid: Union[int, str] = 0
     ts: float = 0.0
     dur: Union[float, None] = 0.0
-    args: msgspec.Raw = _NO_ARGS
+    args: _KeyArgs = _NO_KEY_ARGS
 
 
 class _RawTrace(msgspec.Struct, gc=False):
@@ -156,63 +165,91 @@ class _RawTrace(msgspec.Struct, gc=False):
     distributedInfo: Any = None
 
 
-class _KeyArgs(msgspec.Struct, gc=False):
-    """The `args` the converter reads of events that are not decoded whole."""
+class _ArgsOnly(msgspec.Struct, gc=False):
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
-    rf_id: Union[int, None] = msgspec.field(default=None, name="Record function id")
-    correlation: Union[int, None] = None
-    stream: Union[int, None] = None
-    bytes: Union[int, None] = None
+
+class _ArgsTrace(msgspec.Struct, gc=False):
+    """The same events again, their `args` left raw: for the few decoded whole."""
+
+    traceEvents: list[_ArgsOnly]
 
 
 _TRACE = msgspec.json.Decoder(_RawTrace)
-_KEY_ARGS = msgspec.json.Decoder(_KeyArgs)
+_ARGS_TRACE = msgspec.json.Decoder(_ArgsTrace)
 _ALL_ARGS = msgspec.json.Decoder(dict)
-#: _KeyArgs field -> the Kineto key it stands for
-_KEY_NAMES = (("rf_id", "Record function id"), ("correlation", "correlation"),
-              ("stream", "stream"), ("bytes", "bytes"))
 
 
 def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> DeviceTrace:
-    """A device trace from the file's bytes: typed decoding when it fits, else plain JSON."""
+    """A device trace from the file's bytes: typed decoding when it fits, else plain JSON.
+
+    With `full_args` (device-only conversion) host events keep their whole `args`; NCCL events
+    always do (their collective metadata)."""
     from .jsonio import decode_typed, parse_json_bytes
 
     doc = decode_typed(_TRACE, data)
-    dt = _from_typed(doc, path, full_args) if doc is not None else None
+    dt = _from_typed(doc, path, data, full_args) if doc is not None else None
     if dt is not None:
         _nest(dt)
         return dt
     return parse_device(parse_json_bytes(data, path), path)
 
 
-def _from_typed(doc: _RawTrace, path: str, full_args: bool) -> DeviceTrace | None:
+def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
     dist = doc.distributedInfo
     dt = DeviceTrace(path, dist_info=dist if isinstance(dist, dict) else {})
-    lanes = {cat: (dt.host, full_args) for cat in HOST_CATS}
-    lanes.update({cat: (dt.runtime, False) for cat in RUNTIME_CATS})
-    lanes.update({cat: (dt.gpu, False) for cat in GPU_CATS})
+    lanes = {cat: (dt.host, _host_args, full_args) for cat in HOST_CATS}
+    lanes.update({cat: (dt.runtime, _runtime_args, False) for cat in RUNTIME_CATS})
+    lanes.update({cat: (dt.gpu, _gpu_args, False) for cat in GPU_CATS})
     new = Event.__new__
+    whole_args: list[int] = []  # positions in traceEvents of the events whose args are decoded whole
+    for pos, e in enumerate(doc.traceEvents):
+        if e.ph != "X":
+            continue
+        lane = lanes.get(e.cat)
+        if lane is None:
+            continue
+        events, key_args, whole = lane
+        ev = new(Event)
+        ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
+        ev.ts, ev.dur = e.ts, e.dur or 0.0
+        ev.parent, ev.child_us = -1, 0.0
+        if whole or e.name.startswith("nccl"):
+            ev.args = pos  # replaced below
+            whole_args.append(pos)
+        else:
+            ev.args = key_args(e.args)
+        events.append(ev)
+    return dt if _decode_whole_args(dt, data, whole_args) else None
+
+
+def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bool:
+    """Give the events that asked for it (their `args` holds their position) their whole args."""
+    if not positions:
+        return True
+    from .jsonio import decode_typed
+
+    again = decode_typed(_ARGS_TRACE, data)
+    if again is None:
+        return False
+    raw = again.traceEvents
     try:
-        for e in doc.traceEvents:
-            if e.ph != "X":
-                continue
-            lane = lanes.get(e.cat)
-            if lane is None:
-                continue
-            events, whole = lane
-            ev = new(Event)
-            ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
-            ev.ts, ev.dur = e.ts, e.dur or 0.0
-            ev.parent, ev.child_us = -1, 0.0
-            ev.args = _args(e.args, whole or e.name.startswith("nccl"))
-            events.append(ev)
+        for ev in (*dt.host, *dt.runtime, *dt.gpu):
+            if type(ev.args) is int:
+                ev.args = _ALL_ARGS.decode(raw[ev.args].args)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # args that are not an object: the plain path says where
-    return dt
+        return False  # args that are not an object: the plain path says where
+    return True
 
 
-def _args(raw: msgspec.Raw, whole: bool) -> dict:
-    if whole:
-        return _ALL_ARGS.decode(raw)
-    a = _KEY_ARGS.decode(raw)
-    return {key: v for field, key in _KEY_NAMES if (v := getattr(a, field)) is not None}
+def _host_args(a: _KeyArgs) -> dict:
+    return {} if a.rf_id is None else {"Record function id": a.rf_id}
+
+
+def _runtime_args(a: _KeyArgs) -> dict:
+    return {} if a.correlation is None else {"correlation": a.correlation}
+
+
+def _gpu_args(a: _KeyArgs) -> dict:
+    return {k: v for k, v in (("correlation", a.correlation), ("stream", a.stream), ("bytes", a.bytes))
+            if v is not None}
