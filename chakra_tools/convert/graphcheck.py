@@ -124,18 +124,22 @@ _CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
 
 def to_nodes(recs: list, *, with_durations: bool) -> list[Node]:
     """Frozen core Nodes from the records (compute nodes' few attributes are built directly;
-    communication nodes go through make_attrs)."""
+    communication nodes go through make_attrs). The hot loop of a conversion: one pass per node,
+    tuples built without the named tuples' Python-level constructors."""
     out = []
     append = out.append
+    new = tuple.__new__
+    kinds, cpu = _KINDS, _CPU
     for r in recs:
         attrs = r.attrs
         dur = r.dur_us
         if with_durations and dur > 0 and dur != int(dur):
             attrs["duration_ns"] = int(round(dur * 1000))
-        if r.call is None and attrs.keys() <= _KINDS.keys():
-            built = {k: (_CPU[v] if k == "is_cpu_op" else Attr(_KINDS[k], v)) for k, v in attrs.items()}
+        if r.call is None and attrs.keys() <= kinds.keys():
+            built = {k: (cpu[v] if k == "is_cpu_op" else new(Attr, (kinds[k], v, ""))) for k, v in attrs.items()}
         else:
             built = make_attrs(attrs)
-        append(Node(r.id, r.name, r.type, tuple(r.deps), (), int(r.ts) if r.ts > 0 else 0,
-                    micros(dur), built))
+        ts = r.ts
+        append(new(Node, (r.id, r.name, r.type, tuple(r.deps), (), int(ts) if ts > 0 else 0,
+                          micros(dur), built, None, None)))
     return out

@@ -304,6 +304,10 @@ def _uvarint(n: int) -> bytes:
     """Varint bytes by table, 14 bits at a time (time stamps in µs are 7-8 byte varints)."""
     if 0 <= n < 16384:  # a negative n would index the table from its end: silently wrong bytes
         return _SMALL_VARINTS[n]
+    if 16384 <= n < 1 << 42:  # ids, sizes, durations and time stamps: no loop
+        if n < 1 << 28:
+            return _CONTINUED_14[n & 0x3FFF] + _SMALL_VARINTS[n >> 14]
+        return _CONTINUED_14[n & 0x3FFF] + _CONTINUED_14[(n >> 14) & 0x3FFF] + _SMALL_VARINTS[n >> 28]
     if n < 0 or n >> 64:
         raise ValueError(f"{n} is out of range for a uint64 field")
     head = b""
