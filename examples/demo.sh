@@ -17,8 +17,8 @@ trace-convert "$OUT/run" -o "$OUT/et"
 step "validate and summarise"
 trace-validate "$OUT/et" --stats
 
-step "replay on a simulated system; compare with the measured step time"
-trace-replay "$OUT/et" --manifest "$OUT/run/manifest.json" \
+step "replay as captured (communication calibrated from the capture, recorded host timeline); compare with the measured step time"
+trace-replay "$OUT/et" --manifest "$OUT/run/manifest.json" --as-captured \
     --out "$OUT/result.json" --timeline "$OUT/timeline.json.gz"
 
 step "visualize: HTML report (measured vs simulated), Perfetto timeline, dependency graph"

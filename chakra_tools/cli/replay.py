@@ -40,12 +40,16 @@ def replay(
     scale: Optional[str] = typer.Option(None, "--scale", help="What-if multipliers, e.g. compute=0.5,comm=2 (host, compute, comm, memory)."),
     limits: Optional[str] = typer.Option(None, "--limits",
                                          help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0."),
-    comm: str = typer.Option("model", "--comm",
-                             help="model: cost communication with the network model; measured: use the trace's own durations where recorded (a capture replayed on the system it ran on)."),
+    as_captured: bool = typer.Option(False, "--as-captured",
+                                     help="Replay a capture on the system it ran on, to compare with its manifest: --comm calibrated --host-time timeline --align recorded (each can still be set on its own)."),
+    comm: Optional[str] = typer.Option(None, "--comm",
+                                       help="model (default): cost communication with the network model; measured: the trace's own durations where recorded (the shortest of a collective's members); calibrated: each member's recorded time after the last one arrived, waiting removed, sends as rendezvous (a capture replayed on the system it ran on)."),
     host_gaps: bool = typer.Option(False, "--host-gaps",
                                    help="Keep the recorded time between host ops (Python between operators), as Lumos does; for captured runs."),
-    align: str = typer.Option("start", "--align",
-                              help="start: every rank begins at 0; recorded: at its first recorded start time relative to the earliest rank (a capture's skew between ranks)."),
+    host_time: Optional[str] = typer.Option(None, "--host-time",
+                                            help="ops (default): each host op its recorded duration; timeline: re-timed from the recorded start times (untraced time where it happened, time blocked in communication removed), for captured runs."),
+    align: Optional[str] = typer.Option(None, "--align",
+                                        help="start (default): every rank begins at 0; recorded: at its first recorded start time relative to the earliest rank (a capture's skew between ranks)."),
     offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
     resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
@@ -56,19 +60,21 @@ def replay(
     Example (ASTRA-sim's own 4-NPU all-reduce, 43,000 ns there):
 
         trace-replay traces/all_reduce --network Ring_4npus.yml --system Ring_4chunks.json
+
+    A capture against its own measured steps:
+
+        trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
     """
     from chakra_tools.replay import open_rankset, parse_limits
-    from chakra_tools.replay.engine import Replayer, recorded_starts
+    from chakra_tools.replay.engine import AS_CAPTURED, CaptureModes, run_replay
 
-    for value, name, choices in ((align, "--align", ("start", "recorded")), (comm, "--comm", ("model", "measured"))):
-        if value not in choices:
-            raise typer.BadParameter("use " + " or ".join(choices), param_hint=name)
+    base = AS_CAPTURED if as_captured else CaptureModes()
+    modes = CaptureModes(comm or base.comm, host_time or base.host_time, align or base.align).check()
     feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
     backend = _backend(rankset, max(feeders), network, system, memory, offload, peak_tflops, mem_bw,
                        scale, roofline)
-    starts = recorded_starts(feeders) if align == "recorded" else None
-    result = Replayer(feeders, backend, groups=groups, limits=parse_limits(limits),
-                      measured_comm=comm == "measured", host_gaps=host_gaps, start_ns=starts).run()
+    result = run_replay(rankset, feeders, backend, groups=groups, modes=modes,
+                        limits=parse_limits(limits), host_gaps=host_gaps)
     _emit(result, manifest, out, timeline, as_json)
 
 

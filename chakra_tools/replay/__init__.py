@@ -7,17 +7,21 @@
 
 engine.py (the kernel and the per-kind handlers), backend.py (compute, memory, network cost),
 collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
-(statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps).
+(statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps),
+calibrate.py (communication from a capture's recorded times, waiting removed: `--comm
+calibrated`), recorded.py (host time and completions from a capture's timeline: `--host-time
+timeline`).
 """
 
 from .backend import AnalyticalBackend, Scales
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
-from .engine import DEFAULT_LIMITS, Replayer, open_rankset, parse_limits, replay
+from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, Replayer, open_rankset, parse_limits,
+                     replay, run_replay)
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
 
 __all__ = ["AnalyticalBackend", "Scales", "Dim", "MemoryConfig", "NetworkConfig", "SystemConfig",
            "default_network", "load_memory", "load_network", "load_system", "DEFAULT_LIMITS",
-           "Replayer", "open_rankset", "parse_limits", "replay", "compare_with_manifest",
+           "AS_CAPTURED", "CaptureModes", "run_replay", "Replayer", "open_rankset", "parse_limits", "replay", "compare_with_manifest",
            "ReplayResult"]

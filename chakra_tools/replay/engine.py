@@ -11,6 +11,8 @@ asks the backend (feed.Backend) how long things take.
   are reported).
 - Sends are eager: the data leaves at issue and arrives `p2p_ns` later, when the send finishes; a
   receive finishes at max(its issue, the arrival). They pair on (src, dst, tag) in issue order.
+  With `comm="calibrated"` a send with a recorded duration is a rendezvous instead (gloo's and
+  NCCL's): both halves wait for each other, then each takes its recorded share (calibrate.py).
 - The kernel is a heap of `(time_ns, seq, event)` with integer nanoseconds, so equal times resolve
   in insertion order and the same input always gives the same timeline, byte for byte.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
@@ -33,6 +35,7 @@ from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
+from .calibrate import COMM_MODES, RECORDED, recorded_ns
 from .result import ReplayResult
 
 LANES = ("host", "compute", "comm", "recv", "mem", "other")
@@ -92,24 +95,49 @@ class _Rank:
     live: dict[int, int] = field(default_factory=dict)  # node -> event index while in flight
     n_deferred: int = 0
     host_end_us: int = 0  # recorded end of the latest host op issued (for host_gaps)
+    host_ns: Mapping[int, int] | None = None  # node -> host time re-timed (recorded.py)
+    comm_end_ns: Mapping[int, int] = field(default_factory=dict)  # node -> recorded completion
+
+
+class _Posted(NamedTuple):
+    """A send or a receive issued and waiting for its other half."""
+
+    issued_ns: int
+    rank: int
+    nid: int
+    ev: int
+    info: NodeInfo
+    arrival_ns: int | None = None  # an eager send: when its data reaches the receiver
 
 
 class Replayer:
     """Replay a rank set; `run()` returns a `ReplayResult`.
 
     `feeders` maps rank -> ETFeeder; `groups` maps pg_name -> global ranks (comm_group.json).
+    `comm`: "model" costs communication with the backend; "measured" and "calibrated" take it
+    from the trace's recorded times where it has them (calibrate.py), the backend elsewhere.
+    `host_ns` (rank -> node -> ns: `recorded.RankTimeline.host_ns`) replaces the recorded
+    duration of those host ops; `comm_end_ns` (rank -> node -> ns, `RankTimeline.comm_end_ns`)
+    gives "calibrated" each communication's completion where the record's end is too late.
     """
 
     def __init__(self, feeders: Mapping[int, ETFeeder], backend: Backend, *,
                  groups: Mapping[str, Sequence[int]] | None = None,
                  limits: Mapping[str, int] | None = None, record_events: bool = True,
-                 measured_comm: bool = False, host_gaps: bool = False,
-                 start_ns: Mapping[int, int] | None = None):
+                 comm: str = "model", host_gaps: bool = False,
+                 start_ns: Mapping[int, int] | None = None,
+                 host_ns: Mapping[int, Mapping[int, int]] | None = None,
+                 comm_end_ns: Mapping[int, Mapping[int, int]] | None = None):
+        if comm not in COMM_MODES:
+            raise InputError(f"unknown communication mode {comm!r}; use {', '.join(COMM_MODES)}")
         lim = {**DEFAULT_LIMITS, **(limits or {})}
         caps = [lim[name] or _UNLIMITED for name in LANES]
-        self.ranks = {r: _Rank(r, f, list(caps)) for r, f in sorted(feeders.items())}
+        self.ranks = {r: _Rank(r, f, list(caps), host_ns=(host_ns or {}).get(r),
+                               comm_end_ns=(comm_end_ns or {}).get(r, {}))
+                      for r, f in sorted(feeders.items())}
         self.backend = backend
-        self.measured_comm = measured_comm  # replay the trace's own comm durations where it has them
+        self.comm = comm
+        self._recorded = RECORDED.get(comm)  # infos -> per-member ns from the record, or None
         self.host_gaps = host_gaps  # keep the untraced time between a rank's host ops
         self.start_ns = dict(start_ns or {})  # rank -> when it begins issuing (default 0)
         self.groups = {str(k): tuple(sorted(v)) for k, v in (groups or {}).items()}
@@ -120,8 +148,8 @@ class Replayer:
         self._seq = 0
         self._now = 0
         self._rendezvous: dict[tuple, list] = {}
-        self._sends: dict[tuple, list] = {}  # (src, dst, tag) -> [(arrival, event)]
-        self._recvs: dict[tuple, list] = {}  # (src, dst, tag) -> [(post time, rank, node, event)]
+        self._sends: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched sends
+        self._recvs: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched receives
         self._handlers: dict[int, Callable] = {
             _COMP: self.on_comp, _COLL: self.on_coll, _SEND: self.on_send, _RECV: self.on_recv,
             _MEMS[0]: self.on_mem, _MEMS[1]: self.on_mem,
@@ -223,6 +251,9 @@ class Replayer:
 
     # -- handlers, one per node kind -----------------------------------------------------------
     def on_comp(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+        if r.host_ns is not None and info.is_cpu_op and nid in r.host_ns:
+            ns = r.host_ns[nid]
+            info = info._replace(duration_ns=ns, duration_micros=ns // 1000)
         ns = self.backend.compute_ns(r.rank, info)
         if self.host_gaps and info.is_cpu_op:
             ns += self._host_gap(r, info)
@@ -263,24 +294,24 @@ class Replayer:
                 self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
                            f"{_kind(info)} {info.comm_size} B here, {_kind(first)} {first.comm_size} B "
                            f"on rank {members[0][0]}: costed as the largest", rank, nid)
-        ns = self._measured([m[2] for m in members])
+        ns = self._recorded_ns(members)
         if ns is None:
-            ns = self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)
+            model_ns = self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)
+            ns = [model_ns] * len(members)
         last_ev = members[-1][3]
-        end = self._now + ns
-        for rank, nid, _, ev in members:
+        for (rank, nid, _, ev), member_ns in zip(members, ns):
             if ev != last_ev:
                 self.result.set_pred(ev, last_ev, cross=True)
-            self._at(end, rank, nid)
-        self.result.collective(members, group, first, size, self._now, end)
+            self._at(self._now + member_ns, rank, nid)
+        self.result.collective(members, group, first, size, self._now, self._now + max(ns))
 
-    def _measured(self, infos: list[NodeInfo]) -> int | None:
-        """With `measured_comm`: the shortest recorded duration among the participants (the rank
-        that arrived last waited least, so its duration is closest to the transfer itself)."""
-        if not self.measured_comm:
+    def _recorded_ns(self, members: Sequence[tuple]) -> list[int] | None:
+        """Per participant (rank, node, info, ...), its time from the record (as `comm` says),
+        or None: use the model."""
+        if not self._recorded:
             return None
-        durations = [i.duration_micros for i in infos if i.duration_micros > 0]
-        return min(durations) * 1000 if durations else None
+        ends = [self.ranks[m[0]].comm_end_ns.get(m[1]) for m in members]
+        return self._recorded([m[2] for m in members], ends)
 
     def _group(self, r: _Rank, nid: int, info: NodeInfo) -> tuple[int, ...]:
         pg = info.pg_name
@@ -301,33 +332,47 @@ class Replayer:
 
     def on_send(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self._peer(r, nid, info, info.comm_dst, "comm_dst")
-        ns = self._measured([info])
-        arrival = self._now + (ns if ns is not None else self.backend.p2p_ns(r.rank, dst, info.comm_size))
-        self._at(arrival, r.rank, nid)
+        arrival = None  # a calibrated send with a recorded time: a rendezvous, finished in _meet
+        if self.comm != "calibrated" or recorded_ns(info) is None:  # eager: finishes on its own
+            ns = self._recorded_ns([(r.rank, nid, info)])
+            arrival = self._now + (ns[0] if ns else self.backend.p2p_ns(r.rank, dst, info.comm_size))
+            self._at(arrival, r.rank, nid)
+        send = _Posted(self._now, r.rank, nid, ev, info, arrival)
         key = (r.rank, dst, info.comm_tag)
         posted = self._recvs.get(key)
         if posted:
-            self._complete_recv(posted.pop(0), arrival, ev)
+            self._meet(send, posted.pop(0))
         else:
-            self._sends.setdefault(key, []).append((arrival, ev))
+            self._sends.setdefault(key, []).append(send)
 
     def on_recv(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         src = self._peer(r, nid, info, info.comm_src, "comm_src")
         key = (src, r.rank, info.comm_tag)
         sent = self._sends.get(key)
-        post = (self._now, r.rank, nid, ev)
+        recv = _Posted(self._now, r.rank, nid, ev, info)
         if sent:
-            arrival, send_ev = sent.pop(0)
-            self._complete_recv(post, arrival, send_ev)
+            self._meet(sent.pop(0), recv)
         else:
-            self._recvs.setdefault(key, []).append(post)
+            self._recvs.setdefault(key, []).append(recv)
 
-    def _complete_recv(self, post: tuple, arrival: int, send_ev: int) -> None:
-        posted_at, rank, nid, ev = post
-        self.result.pair(send_ev, ev)
-        if arrival > posted_at:
-            self.result.set_pred(ev, send_ev, cross=False)
-        self._at(max(arrival, posted_at, self._now), rank, nid)
+    def _meet(self, send: _Posted, recv: _Posted) -> None:
+        """A send and its receive are both issued: finish the receive (and a rendezvous send)."""
+        self.result.pair(send.ev, recv.ev)
+        if send.arrival_ns is None:
+            self._meet_rendezvous(send, recv)
+            return
+        if send.arrival_ns > recv.issued_ns:
+            self.result.set_pred(recv.ev, send.ev, cross=False)
+        self._at(max(send.arrival_ns, recv.issued_ns, self._now), recv.rank, recv.nid)
+
+    def _meet_rendezvous(self, send: _Posted, recv: _Posted) -> None:
+        """Calibrated send/receive: the later half arrives now, each takes its recorded share."""
+        send_ns, recv_ns = self._recorded_ns([(p.rank, p.nid, p.info) for p in (send, recv)])
+        early, late = (send, recv) if send.issued_ns <= recv.issued_ns else (recv, send)
+        if early.issued_ns < late.issued_ns:
+            self.result.set_pred(early.ev, late.ev, cross=False)
+        self._at(self._now + send_ns, send.rank, send.nid)
+        self._at(self._now + recv_ns, recv.rank, recv.nid)
 
     def _peer(self, r: _Rank, nid: int, info: NodeInfo, peer: int | None, attr: str) -> int:
         if peer is None:
@@ -356,9 +401,13 @@ class Replayer:
                 waits.append(f"%{mine[0][1]} {mine[0][2].name!r} (collective #{k} of pg {pg!r}) "
                              f"waits for ranks {missing}")
         for (src, dst, tag), posts in sorted(self._recvs.items()):
-            for _, rank, nid, _ in posts:
-                if rank == r.rank:
-                    waits.append(f"%{nid} recv waits for a send from rank {src} tag {tag}")
+            for p in posts:
+                if p.rank == r.rank:
+                    waits.append(f"%{p.nid} recv waits for a send from rank {src} tag {tag}")
+        for (src, dst, tag), posts in sorted(self._sends.items()):
+            for p in posts:
+                if p.rank == r.rank and p.arrival_ns is None:
+                    waits.append(f"%{p.nid} send waits for a recv on rank {dst} tag {tag}")
         for nid, deps in r.feeder.blocked(limit=3):
             waits.append(f"%{nid} waits for " + ", ".join(f"%{d}" for d in deps))
         return f"rank {r.rank}: " + "; ".join(waits[:6]) + (" ..." if len(waits) > 6 else "")
@@ -413,9 +462,54 @@ def recorded_starts(feeders: Mapping[int, ETFeeder]) -> dict[int, int]:
     return {r: (t - base) * 1000 for r, t in first.items()}
 
 
+@dataclass(frozen=True)
+class CaptureModes:
+    """How much of a capture's own record a replay uses (all off: a what-if on the model).
+
+    `comm`: "model" (the network model), "measured" or "calibrated" (calibrate.py);
+    `host_time`: "ops" (each host op its duration) or "timeline" (re-timed, recorded.py);
+    `align`: "start" (every rank at 0) or "recorded" (the capture's skew between ranks).
+    `AS_CAPTURED` replays a capture on the system it ran on (docs/replay.md §4).
+    """
+
+    comm: str = "model"
+    host_time: str = "ops"
+    align: str = "start"
+
+    def check(self) -> "CaptureModes":
+        for value, name, choices in ((self.comm, "--comm", COMM_MODES),
+                                     (self.host_time, "--host-time", ("ops", "timeline")),
+                                     (self.align, "--align", ("start", "recorded"))):
+            if value not in choices:
+                raise InputError(f"{name} {value!r}: use " + " or ".join(choices))
+        return self
+
+
+AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recorded")
+
+
+def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
+               groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
+               **replayer_kw) -> ReplayResult:
+    """Replay the opened rank set at `path` under `modes` (the rank files are read once more
+    for the recorded timeline when a mode needs it); other keywords go to `Replayer`."""
+    from .recorded import read_rankset
+
+    modes.check()
+    timelines = read_rankset(path) if modes.host_time == "timeline" or modes.comm == "calibrated" else {}
+    return Replayer(
+        feeders, backend, groups=groups, comm=modes.comm,
+        start_ns=recorded_starts(feeders) if modes.align == "recorded" else None,
+        host_ns={r: t.host_ns for r, t in timelines.items()} if modes.host_time == "timeline" else None,
+        comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()}, **replayer_kw).run()
+
+
 def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None = None,
            limits: Mapping[str, int] | None = None, record_events: bool = True,
-           resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW) -> ReplayResult:
-    """Replay the rank set at `path` (folder, prefix or file) with `backend`."""
+           resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
+           modes: CaptureModes = CaptureModes()) -> ReplayResult:
+    """Replay the rank set at `path` (folder, prefix or file) with `backend`; `modes=AS_CAPTURED`
+    to reproduce a capture's measured step (see `CaptureModes`)."""
     feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
-    return Replayer(feeders, backend, groups=groups, limits=limits, record_events=record_events).run()
+    return run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
+                      record_events=record_events)

@@ -12,24 +12,25 @@ from chakra_tools.replay.engine import Replayer, open_rankset
 T = NodeType
 
 
-def comp(i, us=1, deps=(), cpu=False, **attrs):
-    return Node(i, f"comp{i}", T.COMP_NODE, tuple(deps), duration_micros=us,
+def comp(i, us=1, deps=(), cpu=False, start=0, **attrs):
+    return Node(i, f"comp{i}", T.COMP_NODE, tuple(deps), duration_micros=us, start_time_micros=start,
                 attrs=make_attrs(is_cpu_op=cpu, **attrs))
 
 
-def coll(i, size, deps=(), kind=CommType.ALL_REDUCE, pg=None, involved=None):
-    return Node(i, f"coll{i}", T.COMM_COLL_NODE, tuple(deps),
+def coll(i, size, deps=(), kind=CommType.ALL_REDUCE, pg=None, involved=None, start=0, us=0):
+    """`start`, `us`: the recorded start time and duration (µs) a capture would carry."""
+    return Node(i, f"coll{i}", T.COMM_COLL_NODE, tuple(deps), start_time_micros=start, duration_micros=us,
                 attrs=make_attrs(comm_type=kind, comm_size=size, pg_name=pg, is_cpu_op=False,
                                  involved_dim=involved))
 
 
-def send(i, dst, size, tag=0, deps=()):
-    return Node(i, f"send{i}", T.COMM_SEND_NODE, tuple(deps),
+def send(i, dst, size, tag=0, deps=(), start=0, us=0):
+    return Node(i, f"send{i}", T.COMM_SEND_NODE, tuple(deps), start_time_micros=start, duration_micros=us,
                 attrs=make_attrs(comm_dst=dst, comm_size=size, comm_tag=tag, is_cpu_op=False))
 
 
-def recv(i, src, size, tag=0, deps=()):
-    return Node(i, f"recv{i}", T.COMM_RECV_NODE, tuple(deps),
+def recv(i, src, size, tag=0, deps=(), start=0, us=0):
+    return Node(i, f"recv{i}", T.COMM_RECV_NODE, tuple(deps), start_time_micros=start, duration_micros=us,
                 attrs=make_attrs(comm_src=src, comm_size=size, comm_tag=tag, is_cpu_op=False))
 
 
@@ -47,12 +48,12 @@ def backend(net=None, **sys_kw):
     return AnalyticalBackend(net or ring_net(), SystemConfig(**sys_kw))
 
 
-def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16):
+def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16, **replayer_kw):
     prefix = write_rankset(tmp, ranks, groups)
     feeders, g = open_rankset(prefix, window=window)
     nranks = max(ranks) + 1
     be = be or backend(ring_net(max(2, nranks)))
-    return Replayer(feeders, be, groups=g, limits=limits).run()
+    return Replayer(feeders, be, groups=g, limits=limits, **replayer_kw).run()
 
 
 def events(result) -> dict:

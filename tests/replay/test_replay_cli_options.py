@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from chakra_tools.cli.replay import app
@@ -93,3 +95,41 @@ def test_comm_group_file_given_on_the_command_line(tmp_path):
     assert f[1] == 1_000 and f[0] == f[2] > 1_000
     missing = runner.invoke(app, [str(tmp_path / "ranks" / "t")])
     assert missing.exit_code != 0  # group 5 is unknown without the file
+
+
+def test_comm_calibrated_and_host_time_timeline_replay_the_recorded_step(tmp_path):
+    """Rank 1's step (exclusive 305 µs, recorded first) hides its wait for rank 0's send at
+    300 µs; re-timed and calibrated, the replay takes the recorded 630 µs again."""
+    from test_calibrated import pipeline_stage_ranks
+
+    prefix = write_rankset(tmp_path, pipeline_stage_ranks())
+    assert finish(replay_json(prefix))[1] == 325_000
+    assert finish(replay_json(prefix, "--comm", "calibrated", "--host-time", "timeline"))[1] == 630_000
+    for flag, value in (("--host-time", "wall"), ("--comm", "guessed")):
+        bad = runner.invoke(app, [str(prefix), flag, value])
+        assert bad.exit_code != 0 and flag in bad.output
+
+
+def test_as_captured_is_the_three_capture_modes_and_each_can_be_overridden(tmp_path):
+    from test_calibrated import pipeline_stage_ranks
+
+    prefix = write_rankset(tmp_path, pipeline_stage_ranks())
+    three = replay_json(prefix, "--comm", "calibrated", "--host-time", "timeline", "--align", "recorded")
+    assert finish(replay_json(prefix, "--as-captured")) == finish(three)
+    assert finish(replay_json(prefix, "--as-captured", "--host-time", "ops")) == finish(
+        replay_json(prefix, "--comm", "calibrated", "--align", "recorded"))
+    assert finish(replay_json(prefix, "--as-captured", "--host-time", "ops"))[1] != finish(three)[1]
+
+
+def test_the_python_api_takes_the_same_modes(tmp_path):
+    from test_calibrated import pipeline_stage_ranks
+
+    from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, CaptureModes, default_network, replay
+    from chakra_tools.core.errors import InputError
+
+    prefix = write_rankset(tmp_path, pipeline_stage_ranks())
+    backend = AnalyticalBackend(default_network(2))
+    api = replay(prefix, backend, modes=AS_CAPTURED)
+    assert {r["rank"]: r["finish_ns"] for r in api.to_dict()["ranks"]} == finish(replay_json(prefix, "--as-captured"))
+    with pytest.raises(InputError, match="--comm 'guessed'"):
+        replay(prefix, backend, modes=CaptureModes(comm="guessed"))

@@ -1,0 +1,171 @@
+"""What a capture's recorded timeline says that its nodes' durations do not.
+
+Read once per rank file before a replay (`read_rankset`), for `--host-time timeline` (host ops
+re-timed) and `--comm calibrated` (when each communication really completed).
+
+**Host time.** A converter that writes exclusive host durations (ours) keeps every instant of a
+rank's host timeline somewhere, but not where it happened: the untraced time between a parent's
+children (Python between operators, the wait inside `loss.backward()` for a DDP bucket) is the
+parent's exclusive time, and the parent (`ProfilerStep#3`) comes before all its children.
+Replayed, that time sits at the start of the step, where it hides the waiting the rank did later
+(a pipeline stage's first receive finds its data already there); and the part of a communication
+call outside its backend op (the c10d wrapper, the wait's return) belongs to no node at all.
+Re-timed, every instant of the recorded host timeline goes to the host op that started last
+before it (a leaf op keeps its own time plus the untraced time after it, a parent only the time
+before its first child), except the instants the rank was blocked in communication, which the
+replay re-creates from its own schedule. The last host op keeps its own duration.
+
+**Completion.** When the next host op to start after a communication node depends on it (a
+synchronous gloo call; an async one whose result the next op needs), the rank did nothing traced
+from the call's start until that op, so the call completed, for this rank, when that op started,
+and everything in between (the wait's return, the wrapper) is the call's. Recorded ends are not
+used there: a gloo call runs on a worker thread whose record_function can close milliseconds after
+the caller was woken (it waits for a core), and an async call whose worker op fell outside the
+captured window is recorded as its launch alone. Otherwise the call completed at its recorded end,
+or earlier where a host op that depends on it started earlier.
+
+**Blocking.** A call *blocks* its rank from its start to its completion when no host op starts in
+between and the rank was not busy in another traced op when it began. The last host op to start
+before the call counts as not busy when it had ended by its recorded duration, when the call was
+issued after it (the call depends on it: a parent such as `ReduceFromParallel`, whose exclusive
+time looks like it spans its children), or when it waits for the call. The rank then waited for
+the call, in untraced code too (`work.wait()` after `async_op=True`, which the trace does not link
+to the call). A call that host ops run under, or that starts inside a traced op running beside it
+(`wait_tensor`, which the trace leaves without an edge from its call), blocks nothing: that op
+keeps the time.
+
+Assumes one host thread per rank (CPU runs: the `host` lane runs one op at a time anyway). Starts
+are whole µs, so each figure is good to about 1 µs; re-timed host time telescopes to the span.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from chakra_tools.core.etio import iter_nodes
+from chakra_tools.core.graph import find_rank_files
+from chakra_tools.core.model import Node, NodeType
+
+from .result import union
+
+_COMM = frozenset((int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE),
+                   int(NodeType.COMM_RECV_NODE)))
+_COMP = int(NodeType.COMP_NODE)
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """One rank's recorded timeline: host ops re-timed, communication completions."""
+
+    host_ns: dict[int, int]  # host op id -> its re-timed duration (ns)
+    comm_end_ns: dict[int, int]  # communication node id -> completion, on the capture's clock (ns)
+
+
+def node_ns(node: Node) -> int:
+    """A node's recorded duration in ns (`duration_ns` where kept, else whole µs)."""
+    attr = node.attrs.get("duration_ns")
+    return int(attr.value) if attr is not None else node.duration_micros * 1000
+
+
+def read_timeline(nodes: Iterable[Node]) -> RankTimeline:
+    """The `RankTimeline` of one rank's nodes (any order); nodes without a start are left out.
+
+    >>> from chakra_tools.core.model import make_attrs
+    >>> def n(i, t, start, us, deps=()):
+    ...     return Node(i, f"n{i}", t, tuple(deps), start_time_micros=start, duration_micros=us,
+    ...                 attrs=make_attrs(is_cpu_op=t == NodeType.COMP_NODE))
+    >>> step = n(1, NodeType.COMP_NODE, 1000, 30)   # parent: 30 µs of untraced time, all later
+    >>> a = n(2, NodeType.COMP_NODE, 1005, 10, [1])  # 1005..1015, then untraced until 1020
+    >>> recv = n(3, NodeType.COMM_RECV_NODE, 1020, 40, [2])  # recorded to 1060, b starts at 1070
+    >>> b = n(4, NodeType.COMP_NODE, 1070, 20, [3])
+    >>> t = read_timeline([step, a, recv, b])
+    >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
+    ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
+    """
+    host, comms, waiters = _collect(nodes)
+    starts = [h[0] for h in host]
+    ends, blocked = {}, []
+    for (start, end), nid, deps in comms:
+        ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
+        if not _host_starts_inside(starts, (start, done)) and _free_for(host, starts, start, nid, deps):
+            blocked.append((start, done))
+    return RankTimeline(_retimed(host, union(blocked)), ends)
+
+
+def _completion(starts: Sequence[int], start: int, end: int, waiter: int | None) -> int:
+    """When a call recorded [start, end] completed for its rank: at the start of the first host
+    op depending on it (`waiter`) when that is the next host op to start, else at its end or at
+    that op's start, whichever is first (see the module docstring)."""
+    if waiter is None:
+        return end
+    if not _host_starts_inside(starts, (start, waiter)):
+        return waiter
+    return min(end, waiter)
+
+
+def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
+    """`read_timeline` of every rank file of a rank set (folder, prefix or file), streaming."""
+    return {rank: read_timeline(iter_nodes(f)) for rank, f in find_rank_files(path).items()}
+
+
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict]:
+    """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
+    comm id -> earliest start of a host op that depends on it and starts after it)."""
+    host, comms = [], []
+    for node in nodes:
+        if node.start_time_micros <= 0:
+            continue
+        start = node.start_time_micros * 1000
+        if node.type == _COMP and node.is_cpu_op:
+            host.append((start, node.id, node_ns(node), node.deps))
+        elif node.type in _COMM and node_ns(node) > 0:
+            comms.append(((start, start + node_ns(node)), node.id, node.deps))
+    host.sort(key=lambda h: (h[0], h[1]))
+    comm_start = {nid: s for (s, _), nid, _ in comms}
+    waiters: dict[int, int] = {}
+    for start, _, _, deps in host:
+        for d in deps:
+            if d in comm_start and start >= comm_start[d]:
+                waiters[d] = min(start, waiters.get(d, start))
+    return host, comms, waiters
+
+
+def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: Sequence[int]) -> bool:
+    """Whether the rank was free for `comm` at its start `t`: the last host op to start had
+    ended, or `comm` was issued after it, or it waits for `comm` (see the module docstring)."""
+    i = bisect.bisect_right(starts, t) - 1
+    if i < 0:
+        return True
+    start, nid, own, deps = host[i]
+    return start + own <= t or nid in comm_deps or comm in deps
+
+
+def _retimed(host: list, blocked: list[tuple[int, int]]) -> dict[int, int]:
+    """Each host op: the time to the next host op's start, less the blocked time in between."""
+    covered = _coverage(blocked)
+    out = {h[1]: (nxt[0] - h[0]) - (covered(nxt[0]) - covered(h[0])) for h, nxt in zip(host, host[1:])}
+    if host:
+        out[host[-1][1]] = host[-1][2]
+    return out
+
+
+def _host_starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:
+    i = bisect.bisect_right(starts, iv[0])
+    return i < len(starts) and starts[i] < iv[1]
+
+
+def _coverage(intervals: list[tuple[int, int]]):
+    """t -> total length of `intervals` (sorted, disjoint) before t."""
+    ends = [e for _, e in intervals]
+    before = [0, *accumulate(e - s for s, e in intervals)]
+
+    def covered(t: int) -> int:
+        i = bisect.bisect_right(ends, t)  # intervals wholly before t
+        inside = max(0, t - intervals[i][0]) if i < len(intervals) else 0
+        return before[i] + inside
+
+    return covered

@@ -1,0 +1,163 @@
+"""`--comm calibrated` and `--host-time timeline` on tiny hand-built captures, against hand-computed
+times (µs in the traces, ns in the replay).
+
+Recorded intervals are on one clock, as a capture's ranks on one host: a member's share of a
+collective is its recorded end minus the latest recorded start.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.graph import Graph
+from chakra_tools.replay.engine import Replayer, open_rankset
+from chakra_tools.replay.recorded import read_rankset, read_timeline
+
+from _util import backend, coll, comp, events, recv, ring_net, run, send, write_rankset
+
+
+def finish(result) -> dict[int, int]:
+    return {r["rank"]: r["finish_ns"] for r in result.ranks}
+
+
+def two_ranks_all_reduce(start0=1100, us0=900, start1=1600, us1=500):
+    """Rank 0 computes 100 µs, rank 1 600 µs, then one all-reduce; the record says rank 0 called
+    at `start0` and waited, rank 1 called at `start1`."""
+    return {0: [comp(1, us=100), coll(2, 4096, deps=(1,), start=start0, us=us0)],
+            1: [comp(1, us=600), coll(2, 4096, deps=(1,), start=start1, us=us1)]}
+
+
+def test_calibrated_collective_charges_each_member_its_time_after_the_last_arrival(tmp_path):
+    # recorded: rank 0 1100..2000, rank 1 1600..2100 -> shares 400 and 500 µs after 1600
+    r = run(tmp_path, two_ranks_all_reduce(), comm="calibrated")
+    assert finish(r) == {0: 600_000 + 400_000, 1: 600_000 + 500_000}
+    (c,) = r.collectives
+    assert (c["start_ns"], c["end_ns"]) == (600_000, 1_100_000)
+
+
+def test_measured_charges_everyone_the_shortest_and_model_ignores_the_record(tmp_path):
+    assert finish(run(tmp_path, two_ranks_all_reduce(), comm="measured")) == {0: 1_100_000, 1: 1_100_000}
+    model = finish(run(tmp_path, two_ranks_all_reduce()))
+    assert model[0] == model[1] < 610_000  # a 4 KiB all-reduce on a 50 GB/s ring: a few µs
+
+
+def test_calibrated_falls_back_to_the_shortest_when_the_clocks_disagree(tmp_path):
+    # rank 0 ended (2000) before rank 1 began (5000): no common clock, so 500 µs for both
+    r = run(tmp_path, two_ranks_all_reduce(start1=5000), comm="calibrated")
+    assert finish(r) == {0: 1_100_000, 1: 1_100_000}
+
+
+def test_calibrated_without_recorded_durations_is_the_network_model(tmp_path):
+    plain = {r: [comp(1, us=100 * (r + 1)), coll(2, 1 << 20, deps=(1,))] for r in (0, 1)}
+    assert finish(run(tmp_path, plain, comm="calibrated")) == finish(run(tmp_path, plain))
+
+
+def test_calibrated_send_is_a_rendezvous_with_recorded_shares(tmp_path):
+    """Recorded: rank 0's send 1000..1500 µs waited for rank 1's receive, posted at 1450 and done
+    at 1520: after the later arrival (1450) the send took 50 µs, the receive 70 µs. Replayed, the
+    send is issued at 10 µs, the receive at 400 µs."""
+    ranks = {0: [comp(1, us=10), send(2, dst=1, size=64, deps=(1,), start=1000, us=500),
+                 comp(3, us=5, deps=(2,))],
+             1: [comp(1, us=400), recv(2, src=0, size=64, deps=(1,), start=1450, us=70)]}
+    cal = run(tmp_path, ranks, comm="calibrated")
+    ev = events(cal)
+    assert ev[(0, 2)] == (10_000, 450_000)  # held until the receive was posted
+    assert ev[(0, 3)] == (450_000, 455_000)
+    assert ev[(1, 2)] == (400_000, 470_000)
+    measured = events(run(tmp_path, ranks, comm="measured"))  # eager, its whole recorded 500 µs
+    assert measured[(0, 2)] == (10_000, 510_000) and measured[(1, 2)] == (400_000, 510_000)
+    model = events(run(tmp_path, ranks))  # eager, the network's ~0.5 µs
+    assert model[(0, 2)][1] < 11_000 and model[(1, 2)] == (400_000, 400_000)
+
+
+def test_rendezvous_send_left_without_its_receive_is_reported_as_a_deadlock(tmp_path):
+    from chakra_tools.feed import DeadlockError
+
+    ranks = {0: [send(1, dst=1, size=8, tag=4, start=10, us=5)], 1: [comp(1, us=1)]}
+    with pytest.raises(DeadlockError, match="send waits for a recv on rank 1 tag 4"):
+        run(tmp_path, ranks, comm="calibrated")
+
+
+def test_unknown_comm_mode_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="calibrated"):
+        run(tmp_path, {0: [comp(1)]}, comm="guessed")
+
+
+# -- host time from the recorded timeline -----------------------------------------------------
+
+T0 = 1000  # recorded starts are µs on the capture's clock; 0 means "not recorded"
+
+
+def host(i, start, us, deps=()):
+    return comp(i, us=us, deps=deps, cpu=True, start=T0 + start)
+
+
+def pipeline_stage_ranks():
+    """Rank 1's step (exclusive 305 µs: its untraced time, really after op 3) is recorded first;
+    its receive, posted at 5 µs, waited until rank 0 sent at 300 µs; op 3 ran 310..320, op 4
+    620..630. Rank 0 computed 300 µs, then sent (300..310)."""
+    return {0: [host(1, 0, 300), send(2, dst=1, size=64, deps=(1,), start=T0 + 300, us=10)],
+            1: [host(1, 0, 305), recv(2, src=0, size=64, deps=(1,), start=T0 + 5, us=300),
+                host(3, 310, 10, deps=(2,)), host(4, 620, 10, deps=(3,))]}
+
+
+def test_timeline_moves_a_parents_untraced_time_to_where_it_happened():
+    t = read_timeline(Graph(pipeline_stage_ranks()[1]).nodes.values())
+    # step: until the receive began; the receive blocked 5..310 (op 3 waited for it); op 3: to
+    # op 4's start; op 4, the last: its own 10 µs
+    assert t.host_ns == {1: 5_000, 3: 310_000, 4: 10_000}
+    assert t.comm_end_ns == {2: (T0 + 310) * 1000}
+
+
+def test_timeline_with_calibrated_reproduces_the_recorded_step(tmp_path):
+    prefix = write_rankset(tmp_path, pipeline_stage_ranks())
+    timelines = read_rankset(prefix)
+    host_ns = {r: t.host_ns for r, t in timelines.items()}
+    ends = {r: t.comm_end_ns for r, t in timelines.items()}
+
+    def replay(**kw):
+        feeders, groups = open_rankset(prefix)
+        return finish(Replayer(feeders, backend(ring_net(2)), groups=groups, **kw).run())[1]
+
+    # ops: the step's 305 µs first, by then the data is there: 305 + 10 + 10, the wait is lost
+    assert replay() == 325_000
+    assert replay(comm="calibrated", comm_end_ns=ends) == 335_000  # + the send's 10 µs share
+    # timeline: 5 µs, wait for the send (300), 10 µs share, 310 µs, 10 µs: the recorded 630 µs
+    assert replay(comm="calibrated", comm_end_ns=ends, host_ns=host_ns) == 630_000
+
+
+def test_timeline_async_call_with_host_ops_under_it_blocks_nothing():
+    nodes = [host(1, 0, 10), coll(2, 64, deps=(1,), start=T0 + 10, us=100), host(3, 20, 50, deps=(1,)),
+             host(4, 120, 5, deps=(2, 3))]
+    t = read_timeline(nodes)
+    assert t.host_ns == {1: 20_000, 3: 100_000, 4: 5_000}  # op 3 owns 20..120: nothing removed
+    assert t.comm_end_ns == {2: (T0 + 110) * 1000}
+
+
+def test_timeline_worker_end_after_the_caller_resumed_is_cut_to_the_resume():
+    """gloo's worker closed its range at 900 µs; the op that needed the result began at 300."""
+    nodes = [host(1, 0, 10), coll(2, 64, deps=(1,), start=T0 + 100, us=800), host(3, 300, 5, deps=(2,))]
+    t = read_timeline(nodes)
+    assert t.comm_end_ns == {2: (T0 + 300) * 1000} and t.host_ns == {1: 100_000, 3: 5_000}
+
+
+def test_timeline_untraced_wait_for_an_async_call_is_blocked_time():
+    """`work.wait()` is not traced and not linked: no host op ran during the call, the last one
+    had ended, so the rank was waiting for it."""
+    nodes = [host(1, 0, 10), coll(2, 64, deps=(1,), start=T0 + 50, us=400), host(3, 500, 5, deps=(1,))]
+    assert read_timeline(nodes).host_ns == {1: 100_000, 3: 5_000}  # 500 - 400 blocked
+
+
+def test_timeline_traced_wait_beside_its_call_keeps_the_time():
+    """A `wait_tensor` that starts before its call and spans it, with no edge from the call:
+    the replay re-creates that wait only through the op's own time, so nothing is removed."""
+    nodes = [host(1, 0, 10), host(2, 40, 500, deps=(1,)), coll(3, 64, deps=(1,), start=T0 + 50, us=400),
+             host(4, 600, 5, deps=(2,))]
+    assert read_timeline(nodes).host_ns == {1: 40_000, 2: 560_000, 4: 5_000}
+
+
+def test_timeline_traced_wait_with_its_edge_loses_the_blocked_part():
+    nodes = [host(1, 0, 10), coll(3, 64, deps=(1,), start=T0 + 50, us=400), host(2, 40, 500, deps=(1, 3)),
+             host(4, 600, 5, deps=(2,))]
+    assert read_timeline(nodes).host_ns == {1: 40_000, 2: 160_000, 4: 5_000}
