@@ -76,6 +76,7 @@ class Builder:
         self.kernel_nodes: dict[int, list[int]] = {}  # host op id -> GPU nodes it launched
         self.chain: dict[int, int] = {}           # thread -> last node in its call chain
         self.parents = {op.id: op.parent for op in host.ops}
+        self.op_event, self.kernels = self.lk.op_event, self.lk.kernels  # hot-path shortcuts
 
     # -- driver -------------------------------------------------------------------------------
     def build(self) -> BuildResult:
@@ -111,28 +112,31 @@ class Builder:
 
     def _emit_host(self, op: HostOp) -> None:
         """A host op's CPU node, then the GPU work it launched (the hot path: one per op)."""
-        ev = self.lk.op_event.get(op.id)
-        rec = Rec(len(self.recs) + 1, op.name, NodeType.COMP_NODE, ev.ts if ev else 0.0,
-                  max(ev.dur - ev.child_us, 0.0) if ev else 0.0, op.tid)
-        self.recs.append(rec)
+        oid, tid, recs = op.id, op.tid, self.recs
+        ev = self.op_event.get(oid)
+        rid = len(recs) + 1
+        rec = Rec(rid, op.name, NodeType.COMP_NODE, ev.ts, max(ev.dur - ev.child_us, 0.0), tid) \
+            if ev is not None else Rec(rid, op.name, NodeType.COMP_NODE, 0.0, 0.0, tid)
+        recs.append(rec)
         rec.attrs["is_cpu_op"] = True
-        prev = self.chain.get(op.tid)
+        prev = self.chain.get(tid)
         if prev is not None:
             rec.deps.append(prev)
-        self.chain[op.tid] = rid = rec.id
-        self.op_node[op.id] = rid
-        kernels = self.lk.kernels.get(op.id)
-        gpu = self._emit_kernels(kernels, rid) if kernels else ()
-        if gpu:
-            self.kernel_nodes[op.id] = gpu
-        if kernels and len(gpu) < len(kernels):  # NCCL kernels outside any recognised call
-            for g in kernels:
-                if is_nccl_kernel(g.name):
-                    self._emit_kernel_call(op.id, g)
-        cost = self.costs.get(op.id)
+        self.chain[tid] = self.op_node[oid] = rid
+        kernels = self.kernels.get(oid)
+        gpu = ()
+        if kernels:
+            gpu = self._emit_kernels(kernels, rid)
+            if gpu:
+                self.kernel_nodes[oid] = gpu
+            if len(gpu) < len(kernels):  # NCCL kernels outside any recognised call
+                for g in kernels:
+                    if is_nccl_kernel(g.name):
+                        self._emit_kernel_call(oid, g)
+        cost = self.costs.get(oid)
         if cost is not None:
-            target = max(gpu, key=lambda n: self.recs[n - 1].dur_us) if gpu else rid
-            self.recs[target - 1].attrs.update(num_ops=cost[0], tensor_size=cost[1])
+            target = max(gpu, key=lambda n: recs[n - 1].dur_us) if gpu else rid
+            recs[target - 1].attrs.update(num_ops=cost[0], tensor_size=cost[1])
 
     def _chain(self, rec: Rec, tid, blocking: bool) -> None:
         prev = self.chain.get(tid)

@@ -208,7 +208,7 @@ def _typed_op(n: _Node, decode: bool) -> HostOp:
     """A HostOp from a typed node; its rf_id and tid are read where PyTorch puts them (first
     and fifth attribute), else searched for."""
     attrs = _ATTRS.decode(n.attrs)
-    if len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid" and not decode:
+    if not decode and len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid":
         rf, tid, kept = attrs[0].value, attrs[4].value, _NO_ATTRS
     else:
         kept = {a.name: a.value for a in attrs}
