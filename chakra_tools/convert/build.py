@@ -34,6 +34,7 @@ from .cost import REGISTRY as COST_REGISTRY, op_cost
 from .hostet import HostOp, HostTrace
 from .kineto import DeviceTrace, Event
 from .link import Link, runtime_calls_by_op
+from .readers import waited_calls
 from .tensors import elem_bytes_of
 
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
@@ -174,13 +175,19 @@ class Builder:
         rec.attrs["is_cpu_op"] = False
         if rec.stream is not None:
             rec.attrs["stream"] = int(rec.stream)
-        blocking = not nccl and call.is_async is not True
+        blocking = not nccl and (call.is_async is not True or self._waits_inside(call))
         self._chain(rec, op.tid, blocking=blocking)
         self.op_node[op.id] = rec.id
         issue = rec.deps[0] if rec.deps else None
         other = self._emit_kernels([g for g in kernels if not is_nccl_kernel(g.name)],
                                    issue if issue is not None else rec.id)
         self.kernel_nodes[op.id] = ([rec.id] if nccl else []) + other
+
+    def _waits_inside(self, call: CommCall) -> bool:
+        """An asynchronous call whose result is waited for within the call itself (a functional
+        collective whose `wait_tensor` ran inside it) blocks its thread all the same."""
+        by_id = self.host_by_id
+        return any(m in by_id and by_id[m].name.endswith("wait_tensor") for m in call.members)
 
     def _call_event(self, call: CommCall, op: HostOp) -> Event | None:
         if call.backend is not None and call.backend in self.lk.op_event:
@@ -270,14 +277,19 @@ class Builder:
                 rec.deps.append(items[i - 1][1])
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
-        by_seq = {}
+        """A wait after the collective it waits for: by sequence number (`record_param_comms`
+        'wait'), else by the tensor it waits on (`wait_tensor`, readers.waited_calls)."""
+        by_seq, by_root = {}, {}
         for r in self.recs:
-            if r.call is not None and r.call.seq is not None:
-                by_seq[r.call.seq] = r.id
+            if r.call is not None:
+                by_root.setdefault(r.call.root, r.id)
+                if r.call.seq is not None:
+                    by_seq[r.call.seq] = r.id
+        by_tensor = waited_calls(self.host, self.calls, waits)
         for w in waits:
-            comm = by_seq.get(w.seq) if w.seq is not None else None
+            comm = by_seq.get(w.seq) if w.seq is not None else by_root.get(by_tensor.get(w.op_id))
             node = self.op_node.get(w.op_id)
-            if comm is not None and node is not None:
+            if comm is not None and node is not None and node != comm:
                 self.recs[node - 1].deps.append(comm)
 
     def _consumer_edges(self) -> None:

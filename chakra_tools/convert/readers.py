@@ -15,12 +15,16 @@ from __future__ import annotations
 import bisect
 from itertools import accumulate
 
-from .comms import _C10D_ARGS, CommCall, op_kind
+from .comms import _C10D_ARGS, CommCall, WaitMark, op_kind
 from .hostet import HostOp, HostTrace, decode_inputs
 from .tensors import iter_tensors
 
 #: how many ops after a call its consumer is looked for in (a few training steps of a small model)
 WINDOW = 8192
+#: how many calls before a `wait_tensor` the call it waits for is looked for among
+LOOKBACK = 64
+#: functional collectives return the tensor they write
+_FUNCTIONAL = ("_c10d_functional::", "c10d_functional::")
 
 
 def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
@@ -84,9 +88,33 @@ def written_tensors(call: CommCall, by_id: dict[int, HostOp]) -> set[tuple[int, 
             idx = spec[1] if spec else None
             if idx is not None and idx < len(op.in_values):
                 keys.update((t[0], t[1]) for t in iter_tensors(op.in_values[idx]))
-        elif op.name == "record_param_comms":
+        elif op.name == "record_param_comms" or op.name.startswith(_FUNCTIONAL):
             keys.update((t[0], t[1]) for t in iter_tensors(op.out_values))
     return keys
+
+
+def waited_calls(host: HostTrace, calls: list[CommCall], waits: list[WaitMark]) -> dict[int, int]:
+    """wait op id -> root of the call it waits for, for the waits that carry no sequence number:
+    `wait_tensor(t)` (functional collectives) waits for the latest earlier call that wrote `t`,
+    looked for among the `LOOKBACK` calls before it."""
+    by_id = host.by_id_cache()
+    ordered = sorted(calls, key=lambda c: c.root)
+    roots = [c.root for c in ordered]
+    written: dict[int, set] = {}
+    out = {}
+    for w in waits:
+        op = by_id.get(w.op_id)
+        if w.seq is not None or op is None:
+            continue
+        keys = {(t[0], t[1]) for t in iter_tensors(op.in_values)}
+        end = bisect.bisect_left(roots, w.op_id)
+        for c in reversed(ordered[max(0, end - LOOKBACK):end]):
+            if c.root not in written:
+                written[c.root] = written_tensors(c, by_id)
+            if written[c.root] & keys:
+                out[w.op_id] = c.root
+                break
+    return out
 
 
 def _reads(op: HostOp, keys: set[tuple[int, int]]) -> bool:
