@@ -3,7 +3,7 @@ predicted step time with the one the capture measured (manifest.json).
 
 The single-process MLP runs by default (about 15 s); the multi-rank examples (DDP over gloo,
 pipeline send/recv, tensor parallel, every collective kind) are slow tests. Each capture is
-replayed twice: with the default network model, and as captured (`AS_CAPTURED`: calibrated
+replayed twice: with the default network model, and as captured (`--as-captured`: calibrated
 communication, host time from the recorded timeline, ranks starting at their recorded offsets),
 the replay meant to reproduce the capture's own step time. Measured errors are printed
 (`pytest -s`) and in docs/replay.md.
@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-AS_CAPTURED = ("--comm", "calibrated", "--host-time", "timeline", "--align", "recorded")
+AS_CAPTURED = ("--as-captured",)  # = --comm calibrated --host-time timeline --align recorded
 
 
 def _capture(tmp_path: Path, script_args: list[str]) -> tuple[Path, Path, dict]:
