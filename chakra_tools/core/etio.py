@@ -321,10 +321,6 @@ def _len_field(tag: bytes, payload: bytes) -> bytes:
     return tag + _uvarint(len(payload)) + payload
 
 
-def _packed(tag: bytes, values: tuple[int, ...]) -> bytes:
-    return _len_field(tag, b"".join(map(_uvarint, values)))
-
-
 def _io_bytes(tag: bytes, v: IOInfo) -> bytes:
     body = b"".join(_len_field(t, x.encode()) for t, x in zip((b"\x0a", b"\x12", b"\x1a"), v) if x)
     return _len_field(tag, body)
