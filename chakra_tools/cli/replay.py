@@ -76,6 +76,9 @@ def replay(
     result = run_replay(rankset, feeders, backend, groups=groups, modes=modes,
                         limits=parse_limits(limits), host_gaps=host_gaps)
     _emit(result, manifest, out, timeline, as_json)
+    if manifest and modes != AS_CAPTURED and not as_json:
+        typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
+                   "--as-captured replays it as it ran (docs/replay.md §4)", err=True)
 
 
 def _backend(rankset, top_rank, network, system, memory, offload, peak_tflops, mem_bw, scale, roofline):

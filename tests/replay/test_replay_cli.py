@@ -63,6 +63,9 @@ def test_manifest_comparison(tmp_path):
     assert fid["ranks"][1]["error"] == pytest.approx((pred - 100_000) / 100_000, abs=1e-6)
     text = runner.invoke(app, [str(prefix), "--manifest", str(man)]).output
     assert "mean |error|" in text
+    assert "--as-captured replays it as it ran" in text  # the hint, on the network model only
+    assert "--as-captured replays" not in runner.invoke(
+        app, [str(prefix), "--manifest", str(man), "--as-captured"]).output
 
 
 def test_compare_with_manifest_by_hand():
