@@ -11,7 +11,8 @@ REFERENCE := mlc-chakra==1.0.0
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py builds the compiled encoders (*.c): a changed one is rebuilt by the next target.
+$(STAMP): pyproject.toml setup.py $(wildcard chakra_tools/*/*.c)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build from this machine's wheel cache; the extra's range is then already met.

@@ -21,7 +21,7 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Mapping
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from google.protobuf.message import DecodeError
 
@@ -30,6 +30,21 @@ from .model import CONTRACT, EMPTY_ATTRS, INTEGER_KINDS, Attr, IOInfo, Metadata,
 from .schema import et_def_pb2 as pb
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _native_encoder():
+    """The compiled encoder (`_encode.c`), unless it was not built or CHAKRA_TOOLS_PURE_PYTHON is
+    set (to check or debug the Python encoder, the reference both are tested against)."""
+    if os.environ.get("CHAKRA_TOOLS_PURE_PYTHON"):
+        return None
+    try:
+        from . import _encode
+    except ImportError:
+        return None
+    return _encode
+
+
+NATIVE = _native_encoder()
 
 
 def _field_number(kind: str) -> int:
@@ -654,6 +669,26 @@ class TraceWriter:
         self._write_frame(data, node)
         self.count += 1
 
+    def write_all(self, nodes: Sequence[Node]) -> None:
+        """Write many nodes: the compiled encoder takes the common ones, a chunk at a time;
+        `write` (Python's encoder) the rest, and it raises the error that names a bad node."""
+        if NATIVE is None:
+            for n in nodes:
+                self.write(n)
+            return
+        if not isinstance(nodes, (list, tuple)):
+            nodes = list(nodes)
+        i, end, out = 0, len(nodes), self._out
+        while i < end:
+            data, j = NATIVE.encode_frames(nodes, i)
+            if j > i:
+                out.write(data)
+                self.count += j - i
+                i = j
+            else:
+                self.write(nodes[i])
+                i += 1
+
     def close(self) -> None:
         try:
             self._out.flush()
@@ -688,8 +723,11 @@ def write_trace(path: str | Path, nodes: Iterable[Node], metadata: Metadata | No
                 compress: bool | None = None) -> int:
     """Write `nodes` to `path` atomically; returns how many were written."""
     with TraceWriter(path, metadata, compress=compress) as w:
-        for n in nodes:
-            w.write(n)
+        if isinstance(nodes, (list, tuple)):
+            w.write_all(nodes)
+        else:
+            for n in nodes:
+                w.write(n)
     return w.count
 
 

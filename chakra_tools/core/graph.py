@@ -67,8 +67,7 @@ class Graph:
 
     def write(self, path: str | Path, *, compress: bool | None = None) -> int:
         with TraceWriter(path, self.metadata, compress=compress) as w:
-            for n in self.nodes.values():
-                w.write(n)
+            w.write_all(list(self.nodes.values()))
         return w.count
 
     def _note_dependency_quirks(self) -> None:
