@@ -8,4 +8,5 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("chakra_tools.core._encode", ["chakra_tools/core/_encode.c"], optional=True),
+    Extension("chakra_tools.convert._hotloops", ["chakra_tools/convert/_hotloops.c"], optional=True),
 ])

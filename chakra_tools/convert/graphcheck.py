@@ -7,8 +7,12 @@ would replay 0 as 1 ns), and its exact length is kept in the `duration_ns` attri
 
 from __future__ import annotations
 
+from chakra_tools.core import native
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.model import Attr, Node, make_attrs
+
+#: the compiled loops (_hotloops.c), or None: then `_to_node` makes every Node
+NATIVE = native.load("chakra_tools.convert._hotloops")
 
 
 def micros(us: float) -> int:
@@ -123,23 +127,26 @@ _CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
 
 
 def to_nodes(recs: list, *, with_durations: bool) -> list[Node]:
-    """Frozen core Nodes from the records (compute nodes' few attributes are built directly;
-    communication nodes go through make_attrs). The hot loop of a conversion: one pass per node,
-    tuples built without the named tuples' Python-level constructors."""
-    out = []
-    append = out.append
-    new = tuple.__new__
-    kinds, cpu = _KINDS, _CPU
-    for r in recs:
-        attrs = r.attrs
-        dur = r.dur_us
-        if with_durations and dur > 0 and dur != int(dur):
-            attrs["duration_ns"] = int(round(dur * 1000))
-        if r.call is None and attrs.keys() <= kinds.keys():
-            built = {k: (cpu[v] if k == "is_cpu_op" else new(Attr, (kinds[k], v, ""))) for k, v in attrs.items()}
-        else:
-            built = make_attrs(attrs)
-        ts = r.ts
-        append(new(Node, (r.id, r.name, r.type, tuple(r.deps), (), int(ts) if ts > 0 else 0,
-                          micros(dur), built, None, None)))
-    return out
+    """Frozen core Nodes from the records: the hot loop of a conversion, one pass per node
+    (compute records in `_hotloops.c` where it is built, the others by `_to_node`)."""
+    if NATIVE is not None:
+        return NATIVE.to_nodes(recs, with_durations, Node, Attr, _KINDS, _CPU, _to_node)
+    return [_to_node(r, with_durations) for r in recs]
+
+
+def _to_node(r, with_durations: bool) -> Node:
+    """One record's Node. A compute node's few attributes are built directly, a communication
+    node's through make_attrs; tuples are built without the named tuples' Python constructors."""
+    attrs = r.attrs
+    dur = r.dur_us
+    if with_durations and dur > 0 and dur != int(dur):
+        attrs["duration_ns"] = int(round(dur * 1000))
+    if r.call is None and attrs.keys() <= _KINDS.keys():
+        new = tuple.__new__
+        built = {k: (_CPU[v] if k == "is_cpu_op" else new(Attr, (_KINDS[k], v, "")))
+                 for k, v in attrs.items()}
+    else:
+        built = make_attrs(attrs)
+    ts = r.ts
+    return tuple.__new__(Node, (r.id, r.name, r.type, tuple(r.deps), (), int(ts) if ts > 0 else 0,
+                                micros(dur), built, None, None))

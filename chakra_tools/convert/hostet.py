@@ -15,6 +15,7 @@ from typing import Any, Callable, Union
 
 import msgspec
 
+from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
 ROOT_MARK = "[pytorch|profiler|execution_"
@@ -163,6 +164,8 @@ class _IO(msgspec.Struct, gc=False):
     types: list[Any] = []
 
 
+#: the compiled loops (_hotloops.c), or None: then `_typed_ops` makes every HostOp
+NATIVE = native.load("chakra_tools.convert._hotloops")
 _TRACE = msgspec.json.Decoder(_Trace)
 _ATTRS = msgspec.json.Decoder(list[_Attr])
 _IO_DECODER = msgspec.json.Decoder(_IO)
@@ -189,19 +192,28 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
     schema = str(doc.schema)
     if schema.startswith("1.0.1") or any(isinstance(n.inputs, list) for n in doc.nodes[:1]):
         return None
-    wanted: dict[str, bool] = {}
-    ops = []
-    append = ops.append
     try:
-        for n in doc.nodes:
-            name = n.name
-            want = wanted.get(name)
-            if want is None:
-                want = wanted[name] = needs_args(name)
-            append(_typed_op(n, want))
+        if NATIVE is not None:
+            ops = NATIVE.host_ops(doc.nodes, needs_args, _typed_op, HostOp, _NO_ATTRS)
+        else:
+            ops = _typed_ops(doc.nodes, needs_args)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, IndexError):
         return None  # inputs that are not {values, shapes, types}: the plain path reports it
     return _collect(HostTrace(path, schema, []), ops)
+
+
+def _typed_ops(nodes: list[_Node], needs_args) -> list[HostOp]:
+    """One HostOp per node (what `_hostscan.c` does in C, making the plain ops itself)."""
+    wanted: dict[str, bool] = {}
+    ops = []
+    append = ops.append
+    for n in nodes:
+        name = n.name
+        want = wanted.get(name)
+        if want is None:
+            want = wanted[name] = needs_args(name)
+        append(_typed_op(n, want))
+    return ops
 
 
 def _typed_op(n: _Node, decode: bool) -> HostOp:

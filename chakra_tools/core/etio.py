@@ -25,6 +25,7 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from google.protobuf.message import DecodeError
 
+from . import native
 from .errors import Diagnostic, Diagnostics, TraceReadError, TraceWriteError, InputError
 from .model import CONTRACT, EMPTY_ATTRS, INTEGER_KINDS, Attr, IOInfo, Metadata, Node, NodeType
 from .schema import et_def_pb2 as pb
@@ -32,19 +33,8 @@ from .schema import et_def_pb2 as pb
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _native_encoder():
-    """The compiled encoder (`_encode.c`), unless it was not built or CHAKRA_TOOLS_PURE_PYTHON is
-    set (to check or debug the Python encoder, the reference both are tested against)."""
-    if os.environ.get("CHAKRA_TOOLS_PURE_PYTHON"):
-        return None
-    try:
-        from . import _encode
-    except ImportError:
-        return None
-    return _encode
-
-
-NATIVE = _native_encoder()
+#: the compiled encoder (_encode.c), or None: then `encode_node` writes every node
+NATIVE = native.load("chakra_tools.core._encode")
 
 
 def _field_number(kind: str) -> int:

@@ -1,0 +1,582 @@
+/* The compiled hot loops of a conversion; each has a Python twin that is the reference (the tests
+ * compare them) and that runs where this file was not built.
+ *
+ * Why C: after msgspec has parsed the file, the conversion is a handful of Python loops of a few
+ * microseconds per node each. These two were the largest that are plain data shuffling:
+ *
+ *     host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs) -> list[HostOp]
+ *         (hostet._typed_ops) msgspec's `_Node` structs -> HostOps. The Python loop spent most
+ *         of its time decoding each node's attribute list (ten small objects) only to read
+ *         `rf_id` and `tid`; here a small scanner reads those two from the list's raw JSON. An
+ *         op the converter looks into (`needs_args(name)`: costed compute, communication,
+ *         markers) and any node this scanner finds unusual (an attribute value that is not an
+ *         integer or null, an escaped name, nesting deeper than 64) go to `typed_op(node, want)`,
+ *         which decodes it fully or raises the error the caller handles.
+ *
+ *     to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list[Node]
+ *         (graphcheck.to_nodes) build records -> frozen Node tuples, for the records of compute
+ *         nodes whose attributes are all of `kinds`; `to_node(rec, with_durations)` makes the
+ *         others (communication nodes, which go through make_attrs).
+ *
+ * Objects are read and filled in through their slots (the member descriptors of __slots__ and
+ * of msgspec Structs), which are looked up once per class.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+#include <string.h>
+
+#define PUNT 1
+#define MAX_DEPTH 64
+
+typedef struct {
+    const char *p, *end;
+} Scan;
+
+static inline void ws(Scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
+        s->p++;
+}
+
+static inline int take(Scan *s, char c)
+{
+    ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string at s->p (the opening quote): its raw contents; *escaped when it holds a backslash.
+ * Keys and short values are walked byte by byte; a long string (an op schema) is searched with
+ * memchr. A quote after an odd run of backslashes is escaped, so the search goes on. */
+static inline int string(Scan *s, const char **start, Py_ssize_t *len, int *escaped)
+{
+    ws(s);
+    if (s->p >= s->end || *s->p != '"')
+        return PUNT;
+    const char *q = ++s->p, *close = q, *stop = s->end - q > 32 ? q + 32 : s->end;
+    while (close < stop && *close != '"' && *close != '\\')
+        close++;
+    if (close < stop && *close == '"') {
+        *escaped = 0;
+    } else {
+        for (;;) {
+            close = memchr(close, '"', s->end - close);
+            if (close == NULL)
+                return PUNT;
+            const char *b = close;
+            while (b > q && b[-1] == '\\')
+                b--;
+            if ((close - b) % 2 == 0)
+                break;
+            close++;
+        }
+        *escaped = memchr(q, '\\', close - q) != NULL;
+    }
+    *start = q;
+    *len = close - q;
+    s->p = close + 1;
+    return 0;
+}
+
+/* Skip one JSON value of any kind (checked only as far as finding where it ends). */
+static int skip_value(Scan *s, int depth)
+{
+    const char *q;
+    Py_ssize_t n;
+    int esc;
+    if (depth > MAX_DEPTH)
+        return PUNT;
+    ws(s);
+    if (s->p >= s->end)
+        return PUNT;
+    char c = *s->p;
+    if (c == '"')
+        return string(s, &q, &n, &esc);
+    if (c == '[' || c == '{') {
+        char close = c == '[' ? ']' : '}';
+        s->p++;
+        if (take(s, close))
+            return 0;
+        do {
+            if (c == '{' && (string(s, &q, &n, &esc) || !take(s, ':')))
+                return PUNT;
+            if (skip_value(s, depth + 1))
+                return PUNT;
+        } while (take(s, ','));
+        return take(s, close) ? 0 : PUNT;
+    }
+    const char *start = s->p; /* number or literal */
+    while (s->p < s->end && ((*s->p >= '0' && *s->p <= '9') || (*s->p >= 'a' && *s->p <= 'z') ||
+                             *s->p == '-' || *s->p == '+' || *s->p == '.' || *s->p == 'E'))
+        s->p++;
+    return s->p > start ? 0 : PUNT;
+}
+
+/* An attribute value as Python: an integer literal or null; anything else is Python's to read. */
+static PyObject *int_or_none(const char *p, const char *end)
+{
+    if (p == NULL)
+        Py_RETURN_NONE; /* no such attribute */
+    if (end - p == 4 && memcmp(p, "null", 4) == 0)
+        Py_RETURN_NONE;
+    const char *q = p + (p < end && *p == '-');
+    if (q >= end || end - p > 40)
+        return NULL;
+    for (const char *r = q; r < end; r++)
+        if (*r < '0' || *r > '9')
+            return NULL;
+    if (*q == '0' && end - q > 1) /* JSON has no leading zeros */
+        return NULL;
+    if (end - q <= 18) { /* fits a long long: no string round trip */
+        long long v = 0;
+        for (const char *r = q; r < end; r++)
+            v = v * 10 + (*r - '0');
+        return PyLong_FromLongLong(q > p ? -v : v);
+    }
+    char buf[48];
+    memcpy(buf, p, end - p);
+    buf[end - p] = 0;
+    return PyLong_FromString(buf, NULL, 10);
+}
+
+typedef struct {
+    const char *rf, *rf_end, *tid, *tid_end; /* value spans; NULL: absent */
+} RfTid;
+
+static int is_name(const char *q, Py_ssize_t n, const char *name)
+{
+    return (size_t)n == strlen(name) && memcmp(q, name, n) == 0;
+}
+
+/* `attrs`: [{"name": ..., "type": ..., "value": ...}, ...]. Where PyTorch puts them (first and
+ * fifth attribute), rf_id and tid are taken from there and the rest is not read (msgspec has
+ * checked it is JSON; the op schema strings after them are most of the bytes); else, as a dict
+ * would, the last of each. */
+static int scan_attrs(Scan *s, RfTid *out)
+{
+    const char *first_rf = NULL, *first_rf_end = NULL, *fifth_tid = NULL, *fifth_tid_end = NULL;
+    int first_is_rf = 0, fifth_is_tid = 0;
+    Py_ssize_t count = 0;
+    memset(out, 0, sizeof *out);
+    if (!take(s, '['))
+        return PUNT;
+    if (!take(s, ']')) {
+        do {
+            const char *name = "", *vp = NULL, *ve = NULL, *key;
+            Py_ssize_t name_len = 0, key_len;
+            int esc, seen_name = 0, seen_value = 0;
+            if (!take(s, '{'))
+                return PUNT;
+            if (!take(s, '}')) {
+                do {
+                    if (string(s, &key, &key_len, &esc) || esc || !take(s, ':'))
+                        return PUNT;
+                    if (is_name(key, key_len, "name")) {
+                        if (seen_name++ || string(s, &name, &name_len, &esc) || esc)
+                            return PUNT;
+                    } else if (is_name(key, key_len, "value")) {
+                        if (seen_value++)
+                            return PUNT;
+                        ws(s);
+                        vp = s->p;
+                        if (skip_value(s, 1))
+                            return PUNT;
+                        ve = s->p;
+                    } else if (skip_value(s, 1)) {
+                        return PUNT;
+                    }
+                } while (take(s, ','));
+                if (!take(s, '}'))
+                    return PUNT;
+            }
+            int rf = is_name(name, name_len, "rf_id"), tid = is_name(name, name_len, "tid");
+            static const char null[] = "null";
+            if ((rf || tid) && vp == NULL)
+                vp = null, ve = null + 4; /* a missing value is msgspec's default, None */
+            if (rf)
+                out->rf = vp, out->rf_end = ve;
+            if (tid)
+                out->tid = vp, out->tid_end = ve;
+            if (count == 0 && rf)
+                first_is_rf = 1, first_rf = vp, first_rf_end = ve;
+            if (count == 4 && tid)
+                fifth_is_tid = 1, fifth_tid = vp, fifth_tid_end = ve;
+            count++;
+            if (count == 5 && first_is_rf && fifth_is_tid)
+                goto pytorch_layout; /* the rest cannot change the answer: left unread */
+        } while (take(s, ','));
+        if (!take(s, ']'))
+            return PUNT;
+    }
+    ws(s);
+    if (s->p != s->end)
+        return PUNT;
+pytorch_layout:
+    if (count > 4 && first_is_rf && fifth_is_tid) {
+        out->rf = first_rf, out->rf_end = first_rf_end;
+        out->tid = fifth_tid, out->tid_end = fifth_tid_end;
+    }
+    return 0;
+}
+
+/* Objects are read and filled in through their slots' offsets (the member descriptors that
+ * __slots__ and msgspec's Structs define): no attribute lookups in the loop. */
+typedef struct {
+    PyTypeObject *type; /* the class the offsets are for (a new reference) */
+    int n;
+    const char *const *names;
+    Py_ssize_t off[16];
+} Slots;
+
+static int find_slots(Slots *sl, PyTypeObject *t)
+{
+    if (t == sl->type)
+        return 0;
+    Py_ssize_t off[16]; /* committed only when every name is a slot of t */
+    for (int i = 0; i < sl->n; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)t, sl->names[i]);
+        PyErr_Clear();
+        int ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_XDECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s.%s is not a slot (the compiled loops fill in known classes only)",
+                         t->tp_name, sl->names[i]);
+            return -1;
+        }
+    }
+    memcpy(sl->off, off, sl->n * sizeof off[0]);
+    Py_XSETREF(sl->type, (PyTypeObject *)Py_NewRef(t));
+    return 0;
+}
+
+#define SLOT(sl, obj, i) (*(PyObject **)((char *)(obj) + (sl).off[i]))
+
+/* HostOp's slots, in this order */
+enum { O_ID, O_NAME, O_PARENT, O_TID, O_RF_ID, O_IN_VALUES, O_OUT_TYPES = O_IN_VALUES + 5, O_ATTRS,
+       O_RAW_INPUTS, N_OP_SLOTS };
+static const char *const OP_NAMES[N_OP_SLOTS] = {
+    "id", "name", "parent", "tid", "rf_id", "in_values", "in_shapes", "in_types", "out_values",
+    "out_shapes", "out_types", "attrs", "raw_inputs"};
+static Slots OP = {NULL, N_OP_SLOTS, OP_NAMES, {0}};
+
+/* the typed node's fields read here (hostet._Node) */
+enum { N_ID, N_NAME, N_CTRL_DEPS, N_INPUTS, N_ATTRS, N_NODE_SLOTS };
+static const char *const NODE_NAMES[N_NODE_SLOTS] = {"id", "name", "ctrl_deps", "inputs", "attrs"};
+static Slots NODE = {NULL, N_NODE_SLOTS, NODE_NAMES, {0}};
+
+static inline void set_slot(PyObject *op, int i, PyObject *value)
+{
+    SLOT(OP, op, i) = Py_NewRef(value); /* every slot of a new object is NULL */
+}
+
+/* The caller of a node: `ctrl_deps` as an int, the first of a list, else 0. */
+static PyObject *parent_of(PyObject *deps)
+{
+    if (PyLong_CheckExact(deps))
+        return Py_NewRef(deps);
+    if (PyList_Check(deps) && PyList_GET_SIZE(deps) > 0)
+        return Py_NewRef(PyList_GET_ITEM(deps, 0));
+    return PyLong_FromLong(0);
+}
+
+/* A HostOp of an op nobody looks into, or NULL with no exception set: Python's to make. */
+static PyObject *plain_op(PyObject *n, PyTypeObject *op_type, PyObject *no_attrs, PyObject *empty)
+{
+    PyObject *raw = SLOT(NODE, n, N_ATTRS), *id = SLOT(NODE, n, N_ID),
+             *deps = SLOT(NODE, n, N_CTRL_DEPS), *inputs = SLOT(NODE, n, N_INPUTS);
+    if (raw == NULL || id == NULL || deps == NULL || inputs == NULL)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Scan s = {view.buf, (const char *)view.buf + view.len};
+    RfTid at;
+    PyObject *rf = NULL, *tid = NULL, *parent = NULL, *op = NULL;
+    if (scan_attrs(&s, &at) == 0 && (rf = int_or_none(at.rf, at.rf_end)) != NULL &&
+        (tid = int_or_none(at.tid, at.tid_end)) != NULL) {
+        if (tid == Py_None || (PyLong_Check(tid) && !PyObject_IsTrue(tid)))
+            Py_SETREF(tid, PyLong_FromLong(0)); /* `tid or 0` */
+        parent = parent_of(deps);
+        op = parent && tid ? op_type->tp_alloc(op_type, 0) : NULL;
+        if (op != NULL) {
+            set_slot(op, O_ID, id);
+            set_slot(op, O_NAME, SLOT(NODE, n, N_NAME));
+            set_slot(op, O_PARENT, parent);
+            set_slot(op, O_TID, tid);
+            set_slot(op, O_RF_ID, rf);
+            for (int i = O_IN_VALUES; i <= O_OUT_TYPES; i++)
+                set_slot(op, i, empty);
+            set_slot(op, O_ATTRS, no_attrs);
+            set_slot(op, O_RAW_INPUTS, inputs);
+        }
+    }
+    PyErr_Clear(); /* whatever failed above, Python makes this op and says why if it must */
+    Py_XDECREF(rf);
+    Py_XDECREF(tid);
+    Py_XDECREF(parent);
+    PyBuffer_Release(&view);
+    return op;
+}
+
+static PyObject *host_ops(PyObject *self, PyObject *args)
+{
+    PyObject *nodes, *needs_args, *typed_op, *op_type, *no_attrs;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!:host_ops", &PyList_Type, &nodes, &needs_args, &typed_op,
+                          &PyType_Type, &op_type, &PyDict_Type, &no_attrs))
+        return NULL;
+    if (find_slots(&OP, (PyTypeObject *)op_type) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(nodes);
+    PyObject *out = PyList_New(n), *wanted = PyDict_New(), *empty = PyTuple_New(0);
+    if (out == NULL || wanted == NULL || empty == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i), *op = NULL, *name;
+        if (find_slots(&NODE, Py_TYPE(node)) < 0)
+            goto fail;
+        if ((name = SLOT(NODE, node, N_NAME)) == NULL) {
+            PyErr_SetString(PyExc_TypeError, "host_ops: a node without a name");
+            goto fail;
+        }
+        Py_INCREF(name);
+        PyObject *want = PyDict_GetItemWithError(wanted, name); /* borrowed */
+        if (want == NULL) {
+            if (PyErr_Occurred() || (want = PyObject_CallOneArg(needs_args, name)) == NULL ||
+                PyDict_SetItem(wanted, name, want) < 0) {
+                Py_XDECREF(want);
+                Py_DECREF(name);
+                goto fail;
+            }
+            Py_DECREF(want); /* the dict holds it */
+        }
+        int decode = PyObject_IsTrue(want);
+        if (decode < 0) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        if (!decode)
+            op = plain_op(node, (PyTypeObject *)op_type, no_attrs, empty);
+        Py_DECREF(name);
+        if (op == NULL)
+            op = PyObject_CallFunctionObjArgs(typed_op, node, decode ? Py_True : Py_False, NULL);
+        if (op == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, op);
+    }
+    Py_DECREF(wanted);
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(wanted);
+    Py_XDECREF(empty);
+    return NULL;
+}
+
+/* -- to_nodes ------------------------------------------------------------------------------ */
+
+enum { R_ID, R_NAME, R_TYPE, R_DEPS, R_TS, R_DUR, R_ATTRS, R_CALL, N_REC_SLOTS };
+static const char *const REC_NAMES[N_REC_SLOTS] = {"id", "name", "type", "deps",
+                                                   "ts", "dur_us", "attrs", "call"};
+static Slots REC = {NULL, N_REC_SLOTS, REC_NAMES, {0}};
+static PyObject *S_duration_ns, *S_is_cpu_op, *S_empty;
+
+#define EXACT 4503599627370496.0 /* 2**52: floats below it keep whole numbers and halves exact */
+
+/* graphcheck.micros: whole microseconds, at least 1 for a positive duration; -1: Python's to do */
+static long long micros(PyObject *us)
+{
+    double d;
+    if (PyFloat_CheckExact(us))
+        d = PyFloat_AS_DOUBLE(us);
+    else if (PyLong_CheckExact(us)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(us, &overflow);
+        if (overflow || v >= (1LL << 52) || v <= -(1LL << 52))
+            return -1;
+        d = (double)v;
+    } else
+        return -1;
+    if (!(d < EXACT)) /* also NaN */
+        return -1;
+    if (d <= 0)
+        return 0;
+    long long m = (long long)(d + 0.5);
+    return m > 1 ? m : 1;
+}
+
+/* A tuple subclass instance (Node, Attr) of n items, each given (its reference is stolen). */
+static PyObject *record(PyTypeObject *t, Py_ssize_t n, PyObject **items)
+{
+    PyObject *o = t->tp_alloc(t, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o == NULL || items[i] == NULL) {
+            for (Py_ssize_t j = i; j < n; j++)
+                Py_XDECREF(items[j]);
+            Py_XDECREF(o);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(o, i, items[i]);
+    }
+    return o;
+}
+
+/* The attributes of a compute record as Attrs, or NULL with no exception: Python's to build. */
+static PyObject *compute_attrs(PyObject *attrs, PyObject *kinds, PyObject *cpu, PyTypeObject *attr)
+{
+    PyObject *built = PyDict_New(), *k, *v;
+    Py_ssize_t pos = 0;
+    while (built != NULL && PyDict_Next(attrs, &pos, &k, &v)) {
+        PyObject *kind = PyUnicode_CheckExact(k) ? PyDict_GetItemWithError(kinds, k) : NULL, *a;
+        if (kind == NULL)
+            goto punt;
+        if (PyUnicode_Compare(k, S_is_cpu_op) == 0) {
+            a = PyDict_GetItemWithError(cpu, v); /* borrowed; an unhashable value: Python's */
+            if (a == NULL)
+                goto punt;
+            Py_INCREF(a);
+        } else {
+            PyObject *items[3] = {Py_NewRef(kind), Py_NewRef(v), Py_NewRef(S_empty)};
+            if ((a = record(attr, 3, items)) == NULL)
+                goto punt;
+        }
+        int rc = PyDict_SetItem(built, k, a);
+        Py_DECREF(a);
+        if (rc < 0)
+            goto punt;
+    }
+    return built;
+punt:
+    PyErr_Clear();
+    Py_XDECREF(built);
+    return NULL;
+}
+
+/* One compute record's Node, or NULL with no exception set: Python's to make. */
+static PyObject *compute_node(PyObject *r, int with_durations, PyTypeObject *node_type,
+                              PyTypeObject *attr_type, PyObject *kinds, PyObject *cpu)
+{
+    PyObject *attrs = SLOT(REC, r, R_ATTRS), *dur = SLOT(REC, r, R_DUR), *ts = SLOT(REC, r, R_TS),
+             *deps = SLOT(REC, r, R_DEPS), *call = SLOT(REC, r, R_CALL);
+    if (call != Py_None || attrs == NULL || !PyDict_CheckExact(attrs) || dur == NULL ||
+        ts == NULL || deps == NULL || SLOT(REC, r, R_ID) == NULL || SLOT(REC, r, R_NAME) == NULL ||
+        SLOT(REC, r, R_TYPE) == NULL)
+        return NULL;
+    long long m = micros(dur), start;
+    if (m < 0)
+        return NULL;
+    if (PyFloat_CheckExact(ts)) {
+        double t = PyFloat_AS_DOUBLE(ts);
+        if (!(t < 9.2e18)) /* NaN or past int64: Python's */
+            return NULL;
+        start = t > 0 ? (long long)t : 0;
+    } else if (PyLong_CheckExact(ts)) {
+        int overflow;
+        start = PyLong_AsLongLongAndOverflow(ts, &overflow);
+        if (overflow)
+            return NULL;
+        if (start < 0)
+            start = 0;
+    } else
+        return NULL;
+    if (with_durations && PyFloat_CheckExact(dur)) { /* a fraction of a microsecond: keep ns */
+        double d = PyFloat_AS_DOUBLE(dur);
+        if (d > 0 && d != trunc(d)) {
+            if (!(d * 1000 < EXACT))
+                return NULL;
+            PyObject *ns = PyLong_FromDouble(nearbyint(d * 1000)); /* round(): half to even */
+            int rc = ns ? PyDict_SetItem(attrs, S_duration_ns, ns) : -1;
+            Py_XDECREF(ns);
+            if (rc < 0) {
+                PyErr_Clear();
+                return NULL;
+            }
+        }
+    }
+    PyObject *built = compute_attrs(attrs, kinds, cpu, attr_type);
+    if (built == NULL)
+        return NULL;
+    PyObject *items[10] = {
+        Py_NewRef(SLOT(REC, r, R_ID)), Py_NewRef(SLOT(REC, r, R_NAME)),
+        Py_NewRef(SLOT(REC, r, R_TYPE)), PySequence_Tuple(deps), PyTuple_New(0),
+        PyLong_FromLongLong(start), PyLong_FromLongLong(m), built, Py_NewRef(Py_None),
+        Py_NewRef(Py_None)};
+    PyObject *node = record(node_type, 10, items);
+    if (node == NULL)
+        PyErr_Clear();
+    return node;
+}
+
+static PyObject *to_nodes(PyObject *self, PyObject *args)
+{
+    PyObject *recs, *node_type, *attr_type, *kinds, *cpu, *to_node;
+    int with_durations;
+    if (!PyArg_ParseTuple(args, "O!pO!O!O!O!O:to_nodes", &PyList_Type, &recs, &with_durations,
+                          &PyType_Type, &node_type, &PyType_Type, &attr_type, &PyDict_Type, &kinds,
+                          &PyDict_Type, &cpu, &to_node))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)node_type, &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)attr_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "to_nodes: node_type and attr_type must be named tuples");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(recs);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(recs, i), *node;
+        if (find_slots(&REC, Py_TYPE(r)) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        node = compute_node(r, with_durations, (PyTypeObject *)node_type,
+                            (PyTypeObject *)attr_type, kinds, cpu);
+        if (node == NULL &&
+            (node = PyObject_CallFunctionObjArgs(to_node, r, with_durations ? Py_True : Py_False,
+                                                 NULL)) == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, node);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"host_ops", host_ops, METH_VARARGS,
+     "host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs) -> list of HostOp, one per\n"
+     "node; what this code does not make, typed_op(node, want) does."},
+    {"to_nodes", to_nodes, METH_VARARGS,
+     "to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list of Node;\n"
+     "what this code does not make, to_node(rec, with_durations) does."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_hotloops",
+    "Compiled hot loops of a conversion (see hostet._typed_ops and graphcheck.to_nodes, the "
+    "reference).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__hotloops(void)
+{
+    S_duration_ns = PyUnicode_InternFromString("duration_ns");
+    S_is_cpu_op = PyUnicode_InternFromString("is_cpu_op");
+    S_empty = PyUnicode_FromString("");
+    if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_empty == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

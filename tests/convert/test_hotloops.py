@@ -1,0 +1,200 @@
+"""The compiled loops of a conversion (_hotloops.c) against their Python twins.
+
+`host_ops` must make the same HostOps as `hostet._typed_ops`, and `to_nodes` the same Nodes as
+`graphcheck._to_node`, on real traces (captures made by the test session, Chakra's 1.0.2 trace)
+and on made-up inputs that send nodes back to Python: odd attribute lists, odd durations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import msgspec
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from chakra_tools.convert import graphcheck, hostet
+from chakra_tools.convert.build import Builder, Rec
+from chakra_tools.convert.comms import find_calls
+from chakra_tools.convert.jsonio import decode_typed, read_bytes
+from chakra_tools.convert.rank import needs_args, read_host
+from chakra_tools.convert.readers import first_readers
+from chakra_tools.core.model import NodeType
+
+NATIVE = hostet.NATIVE
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="_hotloops.c not built")
+
+
+def _facts(op):
+    raw = op.raw_inputs
+    return tuple(getattr(op, k) for k in hostet.HostOp.__slots__ if k != "raw_inputs") + (
+        bytes(raw) if raw is not None else None,)
+
+
+def _both(nodes, needs=needs_args):
+    compiled = NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS)
+    python = hostet._typed_ops(nodes, needs)
+    return [_facts(o) for o in compiled], [_facts(o) for o in python]
+
+
+def _doc(data: bytes):
+    return decode_typed(hostet._TRACE, data)
+
+
+def test_host_ops_equal_python_on_real_traces(collectives_run, mlp_run, chakra_102):
+    paths = [collectives_run / "rank-0.host.json.gz", collectives_run / "rank-1.host.json.gz",
+             mlp_run / "rank-0.host.json.gz", chakra_102]
+    for path in paths:
+        nodes = _doc(read_bytes(path)).nodes
+        for needs in (needs_args, lambda name: False):  # the second: every op through C
+            compiled, python = _both(nodes, needs)
+            assert compiled == python, path
+
+
+def _node(attrs_json: str, i: int = 1) -> dict:
+    return {"id": i, "name": "aten::x", "ctrl_deps": i - 1,
+            "inputs": {"values": [], "shapes": [], "types": []}, "attrs": json.loads(attrs_json)}
+
+
+PYTORCH = ('[{"name": "rf_id", "type": "uint64", "value": %s}, {"name": "fw_parent", "value": 0},'
+           ' {"name": "seq_id", "value": -1}, {"name": "scope", "value": 0},'
+           ' {"name": "tid", "type": "uint64", "value": %s}, {"name": "op_schema", "value": "a\\"b"}]')
+
+ATTR_LISTS = [
+    PYTORCH % (8, 1),
+    PYTORCH % ("null", "null"),
+    PYTORCH % ('"8"', 2),  # a string value: Python reads it
+    PYTORCH % (8.5, 2),    # a float
+    PYTORCH % (123456789012345678901234567890, -3),  # beyond 64 bits, and negative
+    PYTORCH % (0, 0),
+    '[]',
+    '[{"name": "tid", "value": 4}, {"name": "rf_id", "value": 9}]',  # another order
+    '[{"name": "tid", "value": 4}, {"name": "tid", "value": 5}]',  # the last one wins
+    '[{"name": "rf_id"}, {"name": "tid"}]',  # no values
+    '[{"value": 3, "name": "rf_id"}, {"type": "x"}]',  # keys in any order, no name
+    '[{"name": "r\\u0066_id", "value": 3}]',  # an escaped name
+    '[{"name": "rf_id", "value": {"a": [1, [2, {"b": null}]]}}, {"name": "tid", "value": true}]',
+    '[{"name": "rf_id", "value": 1, "value": 2}]',  # a key twice
+    '[' + '{"name": "deep", "value": ' + '[' * 70 + ']' * 70 + '}, {"name": "tid", "value": 2}]',
+]
+
+
+@pytest.mark.parametrize("attrs", ATTR_LISTS)
+def test_host_ops_equal_python_on_odd_attribute_lists(attrs):
+    doc = {"schema": "1.1.1", "nodes": [_node(attrs, i) for i in (1, 2)]}
+    nodes = _doc(json.dumps(doc).encode()).nodes
+    compiled, python = _both(nodes, lambda name: False)
+    assert compiled == python
+
+
+def test_an_attribute_list_python_refuses_raises_the_same_from_c():
+    doc = {"schema": "1.1.1", "nodes": [_node('[{"name": 5, "value": 1}]')]}
+    nodes = _doc(json.dumps(doc).encode()).nodes
+    with pytest.raises(msgspec.ValidationError):
+        hostet._typed_ops(nodes, lambda name: False)
+    with pytest.raises(msgspec.ValidationError):
+        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS)
+
+
+def test_host_ops_refuses_another_class():
+    nodes = _doc(json.dumps({"nodes": [_node("[]")]}).encode()).nodes
+
+    class Other:
+        __slots__ = ("id",)
+
+    with pytest.raises(TypeError, match="not a slot"):
+        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, Other, hostet._NO_ATTRS)
+
+
+# -- to_nodes -----------------------------------------------------------------------------------
+
+def _records(host_path, device_path=None):
+    from chakra_tools.convert.kineto import parse_device_bytes
+    from chakra_tools.convert.link import link
+
+    host = read_host(host_path)
+    calls, waits = find_calls(host.ops)
+    consumers = first_readers(host, calls)
+    dev = parse_device_bytes(read_bytes(device_path), str(device_path)) if device_path else None
+    lk = link(host, dev) if dev is not None else None
+    recs = Builder(host, dev, lk, 0, calls, waits, consumers).build().recs
+    graphcheck.clean_deps(recs)
+    return recs
+
+
+def _copy(recs):
+    out = []
+    for r in recs:
+        c = Rec(r.id, r.name, r.type, r.ts, r.dur_us, r.tid, r.stream)
+        c.deps, c.attrs, c.call = list(r.deps), dict(r.attrs), r.call
+        out.append(c)
+    return out
+
+
+def _nodes_both(recs, with_durations):
+    a, b = _copy(recs), _copy(recs)
+    compiled = NATIVE.to_nodes(a, with_durations, graphcheck.Node, graphcheck.Attr,
+                               graphcheck._KINDS, graphcheck._CPU, graphcheck._to_node)
+    python = [graphcheck._to_node(r, with_durations) for r in b]
+    assert [r.attrs for r in a] == [r.attrs for r in b]  # the same side effect (duration_ns)
+    return compiled, python
+
+
+def _exact(nodes):
+    """Nodes with the types of their fields (True == 1 and 1.0 == 1 must not hide a difference)."""
+    return [(n, [type(x) for x in n], {k: (a, type(a.value)) for k, a in n.attrs.items()})
+            for n in nodes]
+
+
+def test_to_nodes_equals_python_on_real_conversions(collectives_run, mlp_run):
+    for run in (collectives_run, mlp_run):
+        recs = _records(run / "rank-0.host.json.gz", run / "rank-0.device.json.gz")
+        assert any(r.call is not None for r in recs) or run == mlp_run
+        for with_durations in (True, False):
+            compiled, python = _nodes_both(recs, with_durations)
+            assert _exact(compiled) == _exact(python)
+
+
+DURATIONS = st.one_of(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e3, max_value=1e12),
+                      st.integers(-10, 1 << 60), st.sampled_from([0.5, 1.5, 2.5, 0.0005, 0.0015, -0.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(DURATIONS, DURATIONS, st.booleans(), st.sampled_from([None, 0, 7, 1 << 40]),
+                          st.booleans()), min_size=1, max_size=8))
+def test_to_nodes_equals_python_on_any_times(specs):
+    recs = []
+    for i, (ts, dur, cpu, size, odd) in enumerate(specs, 1):
+        r = Rec(i, f"op{i}", NodeType.COMP_NODE, ts, dur)
+        r.attrs["is_cpu_op"] = cpu
+        if size is not None:
+            r.attrs["tensor_size"] = size
+        if odd:
+            r.attrs["note"] = "not a compute attribute: make_attrs builds it"
+        r.deps = list(range(1, i))
+        recs.append(r)
+    for with_durations in (True, False):
+        try:
+            compiled, python = _nodes_both(recs, with_durations)
+        except (ValueError, OverflowError):
+            with pytest.raises((ValueError, OverflowError)):
+                [graphcheck._to_node(r, with_durations) for r in _copy(recs)]
+            continue
+        assert _exact(compiled) == _exact(python)
+
+
+def test_to_nodes_raises_what_python_raises():
+    r = Rec(1, "nan", NodeType.COMP_NODE, 0.0, math.nan)
+    r.attrs["is_cpu_op"] = True
+    with pytest.raises(ValueError):
+        graphcheck._to_node(_copy([r])[0], True)
+    with pytest.raises(ValueError):
+        NATIVE.to_nodes([r], True, graphcheck.Node, graphcheck.Attr, graphcheck._KINDS,
+                        graphcheck._CPU, graphcheck._to_node)
+
+
+def test_to_nodes_refuses_a_type_that_is_not_a_tuple():
+    with pytest.raises(TypeError, match="named tuples"):
+        NATIVE.to_nodes([], True, dict, graphcheck.Attr, graphcheck._KINDS, graphcheck._CPU,
+                        graphcheck._to_node)
