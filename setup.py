@@ -7,6 +7,6 @@ runs on its Python code (the reference the compiled code is tested against), onl
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("chakra_tools.core._encode", ["chakra_tools/core/_encode.c"], optional=True),
+    Extension("chakra_tools.core._hotloops", ["chakra_tools/core/_hotloops.c"], optional=True),
     Extension("chakra_tools.convert._hotloops", ["chakra_tools/convert/_hotloops.c"], optional=True),
 ])

@@ -33,8 +33,8 @@ from .schema import et_def_pb2 as pb
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-#: the compiled encoder (_encode.c), or None: then `encode_node` writes every node
-NATIVE = native.load("chakra_tools.core._encode")
+#: the compiled loops (_hotloops.c), or None: then `encode_node` writes every node
+NATIVE = native.load("chakra_tools.core._hotloops")
 
 
 def _field_number(kind: str) -> int:

@@ -13,7 +13,7 @@ from types import ModuleType
 
 
 def load(module: str) -> ModuleType | None:
-    """`module` (e.g. "chakra_tools.core._encode"), or None if it is not built or not wanted."""
+    """`module` (e.g. "chakra_tools.core._hotloops"), or None if it is not built or not wanted."""
     if os.environ.get("CHAKRA_TOOLS_PURE_PYTHON"):
         return None
     try:

@@ -23,17 +23,23 @@ import functools
 from array import array
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
+from . import native
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, Attr, CommType, Node, NodeType, format_bytes
 
+#: the compiled common case (_hotloops.c `plain_run`), or None: every node is checked here
+NATIVE = native.load("chakra_tools.core._hotloops")
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
                   CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}
 _CONTRACT_NAMES = frozenset(CONTRACT)
+_CONTRACT_KINDS = dict(CONTRACT)  # a plain dict, for the compiled run
+_NATIVE_IDS = 1 << 62  # ids the compiled run counts in 64-bit integers
 _COMM_TYPES = frozenset((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE))
 P2P_NEEDS = {
     NodeType.COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
@@ -299,14 +305,27 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     def report(severity, code, message, node_id=None, node_name=None):
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
 
-    for node in nodes:
-        scan.nodes += 1
-        if not deps.add(node):
-            report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
-        for severity, code, message in check_node(node, comm_groups):
-            report(severity, code, message, node.id, node.name)
-        if node.type in _COMM_TYPES:
-            _record_comm(scan, node)
+    index = deps.index
+    for chunk in _chunks(nodes):
+        i, end = 0, len(chunk)
+        while i < end:
+            if NATIVE is not None and index.table is None and index.first is not None \
+                    and 0 <= index.first and index.first + index.count < _NATIVE_IDS:
+                plain = NATIVE.plain_run(chunk, i, index.first, index.count, _CONTRACT_KINDS, _COMM_TYPES)
+                if plain:  # nothing to report: only the run of consecutive ids grows
+                    index.count += plain
+                    scan.nodes += plain
+                    i += plain
+                    continue
+            node = chunk[i]
+            i += 1
+            scan.nodes += 1
+            if not deps.add(node):
+                report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
+            for severity, code, message in check_node(node, comm_groups):
+                report(severity, code, message, node.id, node.name)
+            if node.type in _COMM_TYPES:
+                _record_comm(scan, node)
 
     def name_of(nid: int, names: Mapping[int, str]) -> str | None:
         if graph is not None:
@@ -328,6 +347,16 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
             report("error", "cycle", "dependency cycle: " + " -> ".join(f"%{c}" for c in cycle),
                    cycle[0], name_of(cycle[0], structure.names))
     return scan
+
+
+def _chunks(nodes: Iterable[Node], size: int = 4096) -> Iterator[list[Node]]:
+    """The nodes in lists (what the compiled run takes), a few thousand at a time when streamed."""
+    if isinstance(nodes, list):
+        yield nodes
+        return
+    it = iter(nodes)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
 
 def _record_comm(scan: RankScan, node: Node) -> None:

@@ -28,7 +28,7 @@ def test_signed_zero_is_not_confused_by_the_attribute_cache():
         assert encode_node(n) == node_to_pb(n).SerializeToString()
 
 
-# -- the compiled encoder (_encode.c): the same frames as the Python encoder, or a punt to it -----
+# -- the compiled encoder (core/_hotloops.c): the same frames as the Python encoder, or a punt to it -----
 
 import os
 import shutil
@@ -48,7 +48,7 @@ native = pytest.mark.skipif(etio.NATIVE is None, reason="compiled encoder not bu
 def test_the_compiled_encoder_is_built_where_a_compiler_is():
     if os.environ.get("CHAKRA_TOOLS_PURE_PYTHON") or not shutil.which("cc"):
         pytest.skip("pure Python asked for, or no C compiler")
-    assert etio.NATIVE is not None, "chakra_tools/core/_encode.c did not build (pip install -e .)"
+    assert etio.NATIVE is not None, "chakra_tools/core/_hotloops.c did not build (pip install -e .)"
 
 
 def python_frames(nodes) -> bytes:

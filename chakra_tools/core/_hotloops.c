@@ -1,19 +1,23 @@
-/* The compiled half of the `.et` writer: Chakra `Node` tuples -> length-prefixed protobuf frames.
- *
- * Why C: writing is a quarter of a conversion, and in Python every node costs a few microseconds
- * of bytes objects joined together. This loop does the same work in a fraction of that.
- *
- * It encodes the common case only and leaves the rest to Python's encoder (etio.encode_node),
- * which stays the reference: both produce the same bytes, and tests compare them. A node is left
- * to Python ("punted") when anything in it is unusual: a value out of its kind's range, a
- * negative id, a kind other than the varint, string and double scalars, a doc string, a value of
- * an unexpected type, a node that would encode to nothing. Python then encodes it or raises the
- * error that names it. So this file never has to produce an error message of its own.
+/* The compiled hot loops of core: the `.et` writer's encoder and the validator's common case.
+ * Each has a Python twin that is the reference (the tests compare them) and that runs where this
+ * file was not built.
  *
  *     encode_frames(nodes: list | tuple, start: int) -> (bytes, next)
+ *         (etio.encode_node) Node tuples -> length-prefixed protobuf frames. Writing was a
+ *         quarter of a conversion: in Python every node costs a few microseconds of bytes
+ *         objects joined together. It encodes nodes[start:] until one is "punted" or about
+ *         4 MiB are buffered; nodes[next] is the first node not encoded, and next == start
+ *         means nodes[start] is Python's to encode. A node is punted when anything in it is
+ *         unusual: a value out of its kind's range, a negative id, a kind other than the varint,
+ *         string and double scalars, a doc string, a value of an unexpected type, a node that
+ *         would encode to nothing. Python then encodes it or raises the error that names it, so
+ *         this file never has to word an error of its own.
  *
- * encodes nodes[start:] until one is punted or about 4 MiB are buffered; nodes[next] is the first
- * node not encoded. next == start means: nodes[start] is Python's to encode.
+ *     plain_run(nodes, start, first, count, contract, comm_types) -> int
+ *         (validate.scan_rank) how many nodes from nodes[start] on have nothing to report and
+ *         change nothing but the count of consecutive ids: ids first+count, first+count+1, ...;
+ *         no control dependencies; data dependencies on earlier nodes of the run; not a
+ *         communication node; every contract attribute of its contract kind.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -416,21 +420,109 @@ end:
     return result;
 }
 
+/* -- plain_run --------------------------------------------------------------------------- */
+
+/* Whether every attribute named in `contract` has the kind it names (validate._kinds_ok). */
+static int kinds_ok(PyObject *attrs, PyObject *contract)
+{
+    if (!PyDict_Check(attrs)) {
+        Py_ssize_t n = PyObject_Length(attrs);
+        if (n < 0)
+            PyErr_Clear();
+        return n == 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *name, *attr;
+    while (PyDict_Next(attrs, &pos, &name, &attr)) {
+        PyObject *want = PyDict_GetItemWithError(contract, name);
+        if (want == NULL) {
+            if (PyErr_Occurred()) { /* an unhashable key: Python looks at it */
+                PyErr_Clear();
+                return 0;
+            }
+            continue;
+        }
+        if (!PyTuple_Check(attr) || PyTuple_GET_SIZE(attr) < 1)
+            return 0;
+        PyObject *kind = PyTuple_GET_ITEM(attr, 0);
+        if (kind != want && !(PyUnicode_Check(kind) && PyUnicode_Compare(kind, want) == 0)) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *plain_run(PyObject *self, PyObject *args)
+{
+    PyObject *nodes, *contract, *comm_types;
+    Py_ssize_t start;
+    long long first, count;
+    if (!PyArg_ParseTuple(args, "OnLLO!O:plain_run", &nodes, &start, &first, &count, &PyDict_Type,
+                          &contract, &comm_types))
+        return NULL;
+    if (!PyList_Check(nodes) && !PyTuple_Check(nodes)) {
+        PyErr_SetString(PyExc_TypeError, "plain_run: nodes must be a list or a tuple");
+        return NULL;
+    }
+    if (!PyAnySet_Check(comm_types)) {
+        PyErr_SetString(PyExc_TypeError, "plain_run: comm_types must be a set");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(nodes), i = start < 0 ? n : start;
+    for (; i < n; i++) {
+        PyObject *node = PySequence_Fast_GET_ITEM(nodes, i);
+        if (!PyTuple_Check(node) || PyTuple_GET_SIZE(node) != 10)
+            break;
+        PyObject **f = &PyTuple_GET_ITEM(node, 0);
+        int overflow;
+        long long id = PyLong_Check(f[0]) ? PyLong_AsLongLongAndOverflow(f[0], &overflow) : -1;
+        if (id == -1 || overflow || id != first + count + (i - start)) {
+            PyErr_Clear();
+            break;
+        }
+        if (!PyTuple_Check(f[4]) || PyTuple_GET_SIZE(f[4]) != 0 || !PyTuple_Check(f[3]))
+            break;
+        Py_ssize_t nd = PyTuple_GET_SIZE(f[3]), k = 0;
+        for (; k < nd; k++) {
+            PyObject *d = PyTuple_GET_ITEM(f[3], k);
+            long long v = PyLong_Check(d) ? PyLong_AsLongLongAndOverflow(d, &overflow) : -1;
+            if ((v == -1 && PyErr_Occurred()) || overflow || v < first || v >= id)
+                break;
+        }
+        PyErr_Clear();
+        if (k < nd)
+            break;
+        int comm = PySet_Contains(comm_types, f[2]);
+        if (comm != 0) { /* a communication node, or an unhashable type: Python's */
+            PyErr_Clear();
+            break;
+        }
+        if (!kinds_ok(f[7], contract))
+            break;
+    }
+    return PyLong_FromSsize_t(i - (start < 0 ? n : start));
+}
+
 static PyMethodDef methods[] = {
     {"encode_frames", encode_frames, METH_VARARGS,
      "encode_frames(nodes, start) -> (bytes, next): length-prefixed Node messages for\n"
      "nodes[start:next]; stops early at a node Python must encode (next == start then) or after\n"
      "about 4 MiB."},
+    {"plain_run", plain_run, METH_VARARGS,
+     "plain_run(nodes, start, first, count, contract, comm_types) -> how many nodes from start on\n"
+     "the validator has nothing to say about (consecutive ids from first + count)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_encode",
-    "Compiled encoder of Chakra Node messages (see etio.py; Python's encoder is the reference).",
+    PyModuleDef_HEAD_INIT, "_hotloops",
+    "Compiled hot loops of core: the .et encoder and the validator's common case (see etio.py and "
+    "validate.py, the reference).",
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__encode(void)
+PyMODINIT_FUNC PyInit__hotloops(void)
 {
     return PyModule_Create(&module);
 }
