@@ -4,14 +4,15 @@
  * Why C: after msgspec has parsed the file, the conversion is a handful of Python loops of a few
  * microseconds per node each. These two were the largest that are plain data shuffling:
  *
- *     host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs) -> list[HostOp]
+ *     host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list[HostOp]
  *         (hostet._typed_ops) msgspec's `_Node` structs -> HostOps. The Python loop spent most
  *         of its time decoding each node's attribute list (ten small objects) only to read
- *         `rf_id` and `tid`; here a small scanner reads those two from the list's raw JSON. An
- *         op the converter looks into (`needs_args(name)`: costed compute, communication,
- *         markers) and any node this scanner finds unusual (an attribute value that is not an
- *         integer or null, an escaped name, nesting deeper than 64) go to `typed_op(node, want)`,
- *         which decodes it fully or raises the error the caller handles.
+ *         `rf_id` and `tid`; here a small scanner reads those two from the list's raw JSON.
+ *         `needs_args(name)` says what else is read: nothing (0), the inputs and outputs
+ *         (1: decoded here by `io_decode`), or those and the attributes (2: the op goes to
+ *         `typed_op(node, want)`, Python). So does any node this scanner finds unusual (an
+ *         attribute value that is not an integer or null, an escaped name, nesting deeper than
+ *         64); `typed_op` decodes it fully or raises the error the caller handles.
  *
  *     to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list[Node]
  *         (graphcheck.to_nodes) build records -> frozen Node tuples, for the records of compute
@@ -269,8 +270,9 @@ static const char *const OP_NAMES[N_OP_SLOTS] = {
 static Slots OP = {NULL, N_OP_SLOTS, OP_NAMES, {0}};
 
 /* the typed node's fields read here (hostet._Node) */
-enum { N_ID, N_NAME, N_CTRL_DEPS, N_INPUTS, N_ATTRS, N_NODE_SLOTS };
-static const char *const NODE_NAMES[N_NODE_SLOTS] = {"id", "name", "ctrl_deps", "inputs", "attrs"};
+enum { N_ID, N_NAME, N_CTRL_DEPS, N_INPUTS, N_OUTPUTS, N_ATTRS, N_NODE_SLOTS };
+static const char *const NODE_NAMES[N_NODE_SLOTS] = {"id", "name", "ctrl_deps", "inputs",
+                                                     "outputs", "attrs"};
 static Slots NODE = {NULL, N_NODE_SLOTS, NODE_NAMES, {0}};
 
 static inline void set_slot(PyObject *op, int i, PyObject *value)
@@ -288,12 +290,39 @@ static PyObject *parent_of(PyObject *deps)
     return PyLong_FromLong(0);
 }
 
-/* A HostOp of an op nobody looks into, or NULL with no exception set: Python's to make. */
-static PyObject *plain_op(PyObject *n, PyTypeObject *op_type, PyObject *no_attrs, PyObject *empty)
+/* io_decode(raw) -> hostet._IO: its values, shapes and types into the op's slots `first`.. */
+enum { IO_VALUES, IO_SHAPES, IO_TYPES, N_IO_SLOTS };
+static const char *const IO_NAMES[N_IO_SLOTS] = {"values", "shapes", "types"};
+static Slots IO = {NULL, N_IO_SLOTS, IO_NAMES, {0}};
+
+static int decoded_io(PyObject *op, int first, PyObject *io_decode, PyObject *raw)
+{
+    PyObject *io = PyObject_CallOneArg(io_decode, raw);
+    if (io == NULL || find_slots(&IO, Py_TYPE(io)) < 0) {
+        Py_XDECREF(io);
+        return -1;
+    }
+    for (int i = 0; i < N_IO_SLOTS; i++) {
+        PyObject *v = SLOT(IO, io, i);
+        if (v == NULL) {
+            Py_DECREF(io);
+            return -1;
+        }
+        set_slot(op, first + i, v);
+    }
+    Py_DECREF(io);
+    return 0;
+}
+
+/* A HostOp whose attributes are not kept: with its inputs and outputs decoded by io_decode, or
+ * (io_decode NULL) left empty. NULL with no exception set: Python's to make. */
+static PyObject *plain_op(PyObject *n, PyTypeObject *op_type, PyObject *no_attrs, PyObject *empty,
+                          PyObject *io_decode)
 {
     PyObject *raw = SLOT(NODE, n, N_ATTRS), *id = SLOT(NODE, n, N_ID),
-             *deps = SLOT(NODE, n, N_CTRL_DEPS), *inputs = SLOT(NODE, n, N_INPUTS);
-    if (raw == NULL || id == NULL || deps == NULL || inputs == NULL)
+             *deps = SLOT(NODE, n, N_CTRL_DEPS), *inputs = SLOT(NODE, n, N_INPUTS),
+             *outputs = SLOT(NODE, n, N_OUTPUTS);
+    if (raw == NULL || id == NULL || deps == NULL || inputs == NULL || outputs == NULL)
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
@@ -315,10 +344,15 @@ static PyObject *plain_op(PyObject *n, PyTypeObject *op_type, PyObject *no_attrs
             set_slot(op, O_PARENT, parent);
             set_slot(op, O_TID, tid);
             set_slot(op, O_RF_ID, rf);
-            for (int i = O_IN_VALUES; i <= O_OUT_TYPES; i++)
-                set_slot(op, i, empty);
             set_slot(op, O_ATTRS, no_attrs);
             set_slot(op, O_RAW_INPUTS, inputs);
+            if (io_decode == NULL) {
+                for (int i = O_IN_VALUES; i <= O_OUT_TYPES; i++)
+                    set_slot(op, i, empty);
+            } else if (decoded_io(op, O_IN_VALUES, io_decode, inputs) < 0 ||
+                       decoded_io(op, O_IN_VALUES + 3, io_decode, outputs) < 0) {
+                Py_CLEAR(op); /* the slots set so far are released with it */
+            }
         }
     }
     PyErr_Clear(); /* whatever failed above, Python makes this op and says why if it must */
@@ -331,9 +365,9 @@ static PyObject *plain_op(PyObject *n, PyTypeObject *op_type, PyObject *no_attrs
 
 static PyObject *host_ops(PyObject *self, PyObject *args)
 {
-    PyObject *nodes, *needs_args, *typed_op, *op_type, *no_attrs;
-    if (!PyArg_ParseTuple(args, "O!OOO!O!:host_ops", &PyList_Type, &nodes, &needs_args, &typed_op,
-                          &PyType_Type, &op_type, &PyDict_Type, &no_attrs))
+    PyObject *nodes, *needs_args, *typed_op, *op_type, *no_attrs, *io_decode;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!O:host_ops", &PyList_Type, &nodes, &needs_args,
+                          &typed_op, &PyType_Type, &op_type, &PyDict_Type, &no_attrs, &io_decode))
         return NULL;
     if (find_slots(&OP, (PyTypeObject *)op_type) < 0)
         return NULL;
@@ -349,28 +383,24 @@ static PyObject *host_ops(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "host_ops: a node without a name");
             goto fail;
         }
-        Py_INCREF(name);
         PyObject *want = PyDict_GetItemWithError(wanted, name); /* borrowed */
         if (want == NULL) {
             if (PyErr_Occurred() || (want = PyObject_CallOneArg(needs_args, name)) == NULL ||
                 PyDict_SetItem(wanted, name, want) < 0) {
                 Py_XDECREF(want);
-                Py_DECREF(name);
                 goto fail;
             }
             Py_DECREF(want); /* the dict holds it */
         }
-        int decode = PyObject_IsTrue(want);
-        if (decode < 0) {
-            Py_DECREF(name);
+        /* 0 / False: nothing decoded; 1 / True (hostet.INPUTS): inputs and outputs; more
+         * (hostet.ALL): attributes too, which only Python's typed_op keeps */
+        long level = PyLong_Check(want) ? PyLong_AsLong(want) : PyObject_IsTrue(want) ? 2 : 0;
+        if (level == -1 && PyErr_Occurred())
             goto fail;
-        }
-        if (!decode)
-            op = plain_op(node, (PyTypeObject *)op_type, no_attrs, empty);
-        Py_DECREF(name);
-        if (op == NULL)
-            op = PyObject_CallFunctionObjArgs(typed_op, node, decode ? Py_True : Py_False, NULL);
-        if (op == NULL)
+        if (level == 0 || level == 1)
+            op = plain_op(node, (PyTypeObject *)op_type, no_attrs, empty,
+                          level == 1 ? io_decode : NULL);
+        if (op == NULL && (op = PyObject_CallFunctionObjArgs(typed_op, node, want, NULL)) == NULL)
             goto fail;
         PyList_SET_ITEM(out, i, op);
     }
@@ -556,8 +586,8 @@ static PyObject *to_nodes(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"host_ops", host_ops, METH_VARARGS,
-     "host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs) -> list of HostOp, one per\n"
-     "node; what this code does not make, typed_op(node, want) does."},
+     "host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list of HostOp,\n"
+     "one per node; what this code does not make, typed_op(node, want) does."},
     {"to_nodes", to_nodes, METH_VARARGS,
      "to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list of Node;\n"
      "what this code does not make, to_node(rec, with_durations) does."},

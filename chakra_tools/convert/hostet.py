@@ -173,11 +173,12 @@ _EMPTY = ((), (), ())
 _NO_ATTRS: dict = {}
 
 
-def parse_host_bytes(data: bytes, path: str, needs_args: Callable[[str], bool]) -> HostTrace:
+def parse_host_bytes(data: bytes, path: str, needs_args: Callable[[str], int]) -> HostTrace:
     """A host trace from the file's bytes: typed decoding when the schema allows, else JSON.
 
-    `needs_args(name)` says which ops get their inputs, outputs and attributes decoded; every op
-    keeps its raw inputs (`HostOp.raw_inputs`) for `first_readers` until `release()`.
+    `needs_args(name)` says what of an op is decoded: nothing (0), its inputs and outputs
+    (INPUTS), or those and its attributes (ALL). Every op keeps its raw inputs
+    (`HostOp.raw_inputs`) for `first_readers` until `release()`.
     """
     from .jsonio import decode_typed, parse_json_bytes
 
@@ -194,7 +195,8 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
         return None
     try:
         if NATIVE is not None:
-            ops = NATIVE.host_ops(doc.nodes, needs_args, _typed_op, HostOp, _NO_ATTRS)
+            ops = NATIVE.host_ops(doc.nodes, needs_args, _typed_op, HostOp, _NO_ATTRS,
+                                  _IO_DECODER.decode)
         else:
             ops = _typed_ops(doc.nodes, needs_args)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, IndexError):
@@ -202,9 +204,15 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
     return _collect(HostTrace(path, schema, []), ops)
 
 
+#: what `needs_args(name)` answers for an op: its inputs and outputs are not decoded (0 or
+#: False), they are (INPUTS: costed compute ops), or they and its attributes are (ALL:
+#: communication, annotations, markers; attributes are read for those only)
+INPUTS, ALL = 1, 2
+
+
 def _typed_ops(nodes: list[_Node], needs_args) -> list[HostOp]:
-    """One HostOp per node (what `_hostscan.c` does in C, making the plain ops itself)."""
-    wanted: dict[str, bool] = {}
+    """One HostOp per node (what `_hotloops.c` does in C, calling `_typed_op` for ALL ops)."""
+    wanted: dict[str, int] = {}
     ops = []
     append = ops.append
     for n in nodes:
@@ -216,21 +224,23 @@ def _typed_ops(nodes: list[_Node], needs_args) -> list[HostOp]:
     return ops
 
 
-def _typed_op(n: _Node, decode: bool) -> HostOp:
-    """A HostOp from a typed node; its rf_id and tid are read where PyTorch puts them (first
-    and fifth attribute), else searched for."""
+def _typed_op(n: _Node, want: int) -> HostOp:
+    """A HostOp from a typed node. Where its attributes are not kept, rf_id and tid are read
+    where PyTorch puts them (first and fifth attribute) if they are there; else, as from a dict,
+    the last of each."""
     attrs = _ATTRS.decode(n.attrs)
-    if not decode and len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid":
+    keep = want >= ALL
+    if not keep and len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid":
         rf, tid, kept = attrs[0].value, attrs[4].value, _NO_ATTRS
     else:
         kept = {a.name: a.value for a in attrs}
         rf, tid = kept.get("rf_id"), kept.get("tid")
-        if not decode:
+        if not keep:
             kept = _NO_ATTRS
     parent = n.ctrl_deps
     if type(parent) is not int:
         parent = (parent[0] if parent else 0) if isinstance(parent, list) else 0
-    if decode:
+    if want:
         i, o = _io(n.inputs), _io(n.outputs)
         op = HostOp(n.id, n.name, parent, tid or 0, rf, (i.values, i.shapes, i.types),
                     (o.values, o.shapes, o.types), kept)

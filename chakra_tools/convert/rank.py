@@ -20,7 +20,7 @@ from .build import Builder, Rec
 from .comms import COMM_PREFIXES, CommCall, find_calls
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
-from .hostet import HostTrace, parse_host_bytes
+from .hostet import ALL, INPUTS, HostTrace, parse_host_bytes
 from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
 from .link import link
@@ -103,10 +103,13 @@ def read_host(path) -> HostTrace:
     return parse_host_bytes(read_bytes(path), str(path), needs_args)
 
 
-def needs_args(name: str) -> bool:
-    """Ops whose inputs and outputs the converter reads: costed compute ops, communication,
-    annotations and `## ... ##` markers (process-group setup)."""
-    return name in COST_REGISTRY or name.startswith(ARG_PREFIXES) or name.endswith("wait_tensor")
+def needs_args(name: str) -> int:
+    """What the converter reads of an op: inputs, outputs and attributes of communication,
+    annotations and `## ... ##` markers (process-group setup); inputs and outputs of costed
+    compute ops; nothing of the others (0)."""
+    if name.startswith(ARG_PREFIXES) or name.endswith("wait_tensor"):
+        return ALL
+    return INPUTS if name in COST_REGISTRY else 0
 
 
 def _finish(result, rank: int, groups: dict, meta: Metadata, has_device: bool,

@@ -33,7 +33,8 @@ def _facts(op):
 
 
 def _both(nodes, needs=needs_args):
-    compiled = NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS)
+    compiled = NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
+                               hostet._IO_DECODER.decode)
     python = hostet._typed_ops(nodes, needs)
     return [_facts(o) for o in compiled], [_facts(o) for o in python]
 
@@ -47,14 +48,21 @@ def test_host_ops_equal_python_on_real_traces(collectives_run, mlp_run, chakra_1
              mlp_run / "rank-0.host.json.gz", chakra_102]
     for path in paths:
         nodes = _doc(read_bytes(path)).nodes
-        for needs in (needs_args, lambda name: False):  # the second: every op through C
+        for needs in (needs_args, *LEVELS):
             compiled, python = _both(nodes, needs)
             assert compiled == python, path
 
 
+#: every op at one level: attributes only scanned (0, False), inputs decoded too (INPUTS, True),
+#: and everything decoded by Python (ALL)
+LEVELS = [lambda name: 0, lambda name: False, lambda name: hostet.INPUTS, lambda name: True,
+          lambda name: hostet.ALL]
+
+
 def _node(attrs_json: str, i: int = 1) -> dict:
     return {"id": i, "name": "aten::x", "ctrl_deps": i - 1,
-            "inputs": {"values": [], "shapes": [], "types": []}, "attrs": json.loads(attrs_json)}
+            "inputs": {"values": [[1, 2, 0, 4, 4, "cpu"]], "shapes": [[2, 2]], "types": ["Tensor(float)"]},
+            "outputs": {"values": [], "shapes": [], "types": []}, "attrs": json.loads(attrs_json)}
 
 
 PYTORCH = ('[{"name": "rf_id", "type": "uint64", "value": %s}, {"name": "fw_parent", "value": 0},'
@@ -84,8 +92,21 @@ ATTR_LISTS = [
 def test_host_ops_equal_python_on_odd_attribute_lists(attrs):
     doc = {"schema": "1.1.1", "nodes": [_node(attrs, i) for i in (1, 2)]}
     nodes = _doc(json.dumps(doc).encode()).nodes
-    compiled, python = _both(nodes, lambda name: False)
-    assert compiled == python
+    for needs in LEVELS:
+        compiled, python = _both(nodes, needs)
+        assert compiled == python
+
+
+def test_inputs_python_refuses_raise_the_same_from_c():
+    node = _node(PYTORCH % (8, 1))
+    node["inputs"] = [1, 2]  # schema 1.0.1's flat list: not {values, shapes, types}
+    nodes = _doc(json.dumps({"schema": "1.1.1", "nodes": [node]}).encode()).nodes
+    for needs in LEVELS[2:]:
+        with pytest.raises(msgspec.ValidationError):
+            hostet._typed_ops(nodes, needs)
+        with pytest.raises(msgspec.ValidationError):
+            NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
+                            hostet._IO_DECODER.decode)
 
 
 def test_an_attribute_list_python_refuses_raises_the_same_from_c():
@@ -94,7 +115,8 @@ def test_an_attribute_list_python_refuses_raises_the_same_from_c():
     with pytest.raises(msgspec.ValidationError):
         hostet._typed_ops(nodes, lambda name: False)
     with pytest.raises(msgspec.ValidationError):
-        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS)
+        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
+                        hostet._IO_DECODER.decode)
 
 
 def test_host_ops_refuses_another_class():
@@ -104,7 +126,8 @@ def test_host_ops_refuses_another_class():
         __slots__ = ("id",)
 
     with pytest.raises(TypeError, match="not a slot"):
-        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, Other, hostet._NO_ATTRS)
+        NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, Other, hostet._NO_ATTRS,
+                        hostet._IO_DECODER.decode)
 
 
 # -- to_nodes -----------------------------------------------------------------------------------
