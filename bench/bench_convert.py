@@ -10,10 +10,15 @@ wall time and peak resident memory (ru_maxrss):
 
 * ours: `chakra_tools.convert.run.convert` end to end on the host + device pair: read, link,
   build, validate, write `trace.0.et` + `comm_group.json`; and, like for like with the
-  reference, on the host trace alone;
+  reference, on the host trace alone; and that once more in pure Python
+  (CHAKRA_TOOLS_PURE_PYTHON=1: the compiled loops off), to show what they buy;
 * mlc-chakra: `PyTorchConverter().convert(host, out)` on the same host trace. Its linker
   (`chakra_trace_link`, which merges the device trace first) needs a package that is not on the
   registries, so it is not run; the issue measured it at 199 s and 1.5 GB on a 115k-node trace.
+
+Both sides run with bytecode caching on (in --workdir), after one warm-up import: as installed
+code runs. Without it an editable install recompiles our modules at every start where
+PYTHONDONTWRITEBYTECODE is set, while pip has byte-compiled mlc-chakra.
 
 Targets (issue 4): at least 10x faster and at most a quarter of mlc-chakra's peak memory.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -66,8 +72,10 @@ OURS = textwrap.dedent("""
     from chakra_tools.convert.run import convert, inputs_from_files
     devices = [sys.argv[2]] if sys.argv[2] != "-" else []
     report = convert(inputs_from_files([sys.argv[1]], devices, []), sys.argv[3], executor="serial")
+    from chakra_tools.convert.hostet import NATIVE
     print(json.dumps({"seconds": time.perf_counter() - t, "nodes": report.stats[0]["nodes"],
-                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "compiled": NATIVE is not None}))
 """)
 
 MLC = textwrap.dedent("""
@@ -98,10 +106,23 @@ def generate(workdir: Path, steps: int) -> tuple[Path, Path]:
     return host, device
 
 
-def measure(code: str, *args: str) -> dict:
+def bench_env(workdir: Path, **extra: str) -> dict:
+    """Both sides with compiled bytecode, as installed code runs: pip byte-compiles mlc-chakra,
+    but an editable install compiles ours on every start if PYTHONDONTWRITEBYTECODE is set (as
+    on this machine). The cache goes to the work folder, not the source tree."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPYCACHEPREFIX=str(workdir / "pycache"), **extra)
+    return env
+
+
+WARM_UP = "import chakra_tools.convert.run, chakra.src.converter.pytorch_converter"
+
+
+def measure(code: str, *args: str, env: dict | None = None) -> dict:
     """Run `code` in a fresh interpreter; it prints one JSON line with its figures."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark step failed:\n{proc.stderr[-3000:]}")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -123,18 +144,26 @@ def main() -> None:
     mb = lambda p: p.stat().st_size / 1e6  # noqa: E731
     print(f"trace: {host} ({mb(host):.0f} MB) + {device.name} ({mb(device):.0f} MB)")
     out = Path(tempfile.mkdtemp(prefix="bench-convert-"))
-    runs: dict[str, list[dict]] = {"ours": [], "ours_host": [], "mlc": []}
+    env, pure = bench_env(args.workdir), bench_env(args.workdir, CHAKRA_TOOLS_PURE_PYTHON="1")
+    subprocess.run([sys.executable, "-c", WARM_UP if not args.skip_mlc else WARM_UP.split(",")[0]],
+                   env=env, check=True)
+    runs: dict[str, list[dict]] = {"ours": [], "ours_host": [], "pure_host": [], "mlc": []}
     for _ in range(max(1, args.repeat)):
-        runs["ours"].append(measure(OURS, str(host), str(device), str(out / "ours"), str(REPO)))
-        runs["ours_host"].append(measure(OURS, str(host), "-", str(out / "ours-host"), str(REPO)))
+        runs["ours"].append(measure(OURS, str(host), str(device), str(out / "ours"), str(REPO), env=env))
+        runs["ours_host"].append(measure(OURS, str(host), "-", str(out / "ours-host"), str(REPO), env=env))
+        runs["pure_host"].append(measure(OURS, str(host), "-", str(out / "pure-host"), str(REPO), env=pure))
         if not args.skip_mlc:
-            runs["mlc"].append(measure(MLC, str(host), str(out / "mlc.et")))
+            runs["mlc"].append(measure(MLC, str(host), str(out / "mlc.et"), env=env))
     best = {k: min(v, key=lambda r: r["seconds"]) for k, v in runs.items() if v}
-    ours, ours_host = best["ours"], best["ours_host"]
+    ours, ours_host, pure_host = best["ours"], best["ours_host"], best["pure_host"]
+    compiled = "yes" if ours["compiled"] else "NO (not built: pure Python)"
+    print(f"compiled loops (chakra_tools/*/_hotloops.c): {compiled}")
     print(f"ours (trace-convert, host + device, validated): {ours['nodes']} nodes, "
           f"{ours['seconds']:.2f} s, peak {ours['peak_mb']:.0f} MB")
     print(f"ours (trace-convert, host only, validated):     {ours_host['nodes']} nodes, "
           f"{ours_host['seconds']:.2f} s, peak {ours_host['peak_mb']:.0f} MB")
+    print(f"ours, pure Python (CHAKRA_TOOLS_PURE_PYTHON=1), host only: "
+          f"{pure_host['seconds']:.2f} s, peak {pure_host['peak_mb']:.0f} MB")
     if args.skip_mlc:
         return
     mlc = best["mlc"]

@@ -19,6 +19,11 @@
  *         nodes whose attributes are all of `kinds`; `to_node(rec, with_durations)` makes the
  *         others (communication nodes, which go through make_attrs).
  *
+ *     mentions(raws, wanted) -> {(tid, sid): [op index, ...]}
+ *         (readers._InputsText) which ops' raw inputs mention `[tid,sid,` (or `[tid, sid,`) of
+ *         the tensors collectives wrote: one pass over every op's inputs for all of them, where
+ *         Python searches each call's window of 8,192 ops with bytes.find.
+ *
  * Objects are read and filled in through their slots (the member descriptors of __slots__ and
  * of msgspec Structs), which are looked up once per class.
  */
@@ -26,6 +31,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define PUNT 1
@@ -584,10 +590,165 @@ static PyObject *to_nodes(PyObject *self, PyObject *args)
     return out;
 }
 
+/* -- mentions ----------------------------------------------------------------------------- */
+
+/* The wanted (tensor id, storage id) pairs in an open-addressing table: the scan looks up every
+ * `[int,int,` in the inputs, and there are about a million. */
+typedef struct {
+    long long a, b;
+    PyObject *key; /* the tuple, for the result */
+    int used;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+} Table;
+
+static inline size_t pair_hash(long long a, long long b)
+{
+    uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)b + 0x632BE59BD9B4E019ULL);
+    return (size_t)(h ^ (h >> 29));
+}
+
+static Slot *table_find(Table *t, long long a, long long b)
+{
+    for (size_t i = pair_hash(a, b) & t->mask;; i = (i + 1) & t->mask) {
+        Slot *s = &t->slots[i];
+        if (!s->used || (s->a == a && s->b == b))
+            return s;
+    }
+}
+
+/* A decimal integer as `b"%d" % n` writes it (no leading zeros, no plus); NULL if none. */
+static const char *decimal(const char *p, const char *end, long long *out)
+{
+    int neg = p < end && *p == '-';
+    const char *q = p + neg, *r = q;
+    long long v = 0;
+    while (r < end && *r >= '0' && *r <= '9' && r - q < 18)
+        v = v * 10 + (*r++ - '0');
+    if (r == q || (r < end && *r >= '0' && *r <= '9') || (*q == '0' && r - q > 1) ||
+        (neg && v == 0))
+        return NULL;
+    *out = neg ? -v : v;
+    return r;
+}
+
+static PyObject *mentions(PyObject *self, PyObject *args)
+{
+    PyObject *raws, *wanted;
+    if (!PyArg_ParseTuple(args, "O!O:mentions", &PyList_Type, &raws, &wanted))
+        return NULL;
+    if (!PyAnySet_Check(wanted)) {
+        PyErr_SetString(PyExc_TypeError, "mentions: wanted must be a set of (int, int)");
+        return NULL;
+    }
+    Table t = {NULL, 0};
+    size_t cap = 16;
+    while (cap < 2 * (size_t)PySet_GET_SIZE(wanted) + 16)
+        cap *= 2;
+    t.slots = PyMem_Calloc(cap, sizeof(Slot));
+    t.mask = cap - 1;
+    PyObject *out = PyDict_New(), *it = NULL, *key;
+    if (t.slots == NULL || out == NULL)
+        goto fail;
+    it = PyObject_GetIter(wanted);
+    while (it != NULL && (key = PyIter_Next(it)) != NULL) {
+        long long a, b;
+        int ok = PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 2 &&
+                 PyLong_Check(PyTuple_GET_ITEM(key, 0)) && PyLong_Check(PyTuple_GET_ITEM(key, 1));
+        if (ok) {
+            a = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 0));
+            b = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 1));
+            ok = !PyErr_Occurred() && a > -(1LL << 59) && a < (1LL << 59) && b > -(1LL << 59) &&
+                 b < (1LL << 59);
+        }
+        if (!ok) { /* not a pair of 64-bit ints: Python's search handles it */
+            Py_DECREF(key);
+            PyErr_Clear();
+            for (size_t i = 0; i < cap; i++)
+                Py_XDECREF(t.slots[i].key);
+            PyMem_Free(t.slots);
+            Py_DECREF(it);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        Slot *s = table_find(&t, a, b);
+        if (!s->used) {
+            s->used = 1, s->a = a, s->b = b, s->key = key; /* the table keeps the reference */
+        } else {
+            Py_DECREF(key);
+        }
+    }
+    if (it == NULL || PyErr_Occurred())
+        goto fail;
+    Py_ssize_t n = PyList_GET_SIZE(raws);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(raws, i), &view, PyBUF_SIMPLE) < 0)
+            goto fail;
+        const char *p = view.buf, *end = p + view.len;
+        PyObject *last = NULL; /* the key last recorded for this op: each op once per key */
+        while ((p = memchr(p, '[', end - p)) != NULL) {
+            long long a, b;
+            const char *q = decimal(p + 1, end, &a);
+            p++;
+            if (q == NULL || q >= end || *q != ',')
+                continue;
+            q += 1 + (q + 1 < end && q[1] == ' ');
+            q = decimal(q, end, &b);
+            if (q == NULL || q >= end || *q != ',')
+                continue;
+            Slot *s = table_find(&t, a, b);
+            if (!s->used || s->key == last)
+                continue;
+            last = s->key;
+            PyObject *at = PyDict_GetItemWithError(out, s->key), *idx;
+            if (at == NULL) {
+                if (PyErr_Occurred() || (at = PyList_New(0)) == NULL ||
+                    PyDict_SetItem(out, s->key, at) < 0) {
+                    Py_XDECREF(at);
+                    PyBuffer_Release(&view);
+                    goto fail;
+                }
+                Py_DECREF(at); /* the dict holds it */
+            }
+            Py_ssize_t len = PyList_GET_SIZE(at);
+            if (len && PyLong_AsSsize_t(PyList_GET_ITEM(at, len - 1)) == i)
+                continue; /* this op is already listed for this key */
+            if ((idx = PyLong_FromSsize_t(i)) == NULL || PyList_Append(at, idx) < 0) {
+                Py_XDECREF(idx);
+                PyBuffer_Release(&view);
+                goto fail;
+            }
+            Py_DECREF(idx);
+        }
+        PyBuffer_Release(&view);
+    }
+    for (size_t i = 0; i < cap; i++)
+        Py_XDECREF(t.slots[i].key);
+    PyMem_Free(t.slots);
+    Py_DECREF(it);
+    return out;
+fail:
+    if (t.slots != NULL)
+        for (size_t i = 0; i < cap; i++)
+            Py_XDECREF(t.slots[i].key);
+    PyMem_Free(t.slots);
+    Py_XDECREF(it);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"host_ops", host_ops, METH_VARARGS,
      "host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list of HostOp,\n"
      "one per node; what this code does not make, typed_op(node, want) does."},
+    {"mentions", mentions, METH_VARARGS,
+     "mentions(raws, wanted) -> {(tid, sid): [index, ...]}: the indices of the raw inputs that\n"
+     "hold `[tid,sid,` or `[tid, sid,` of a wanted pair, ascending; None if a wanted key is not\n"
+     "a pair of integers below 2**59."},
     {"to_nodes", to_nodes, METH_VARARGS,
      "to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list of Node;\n"
      "what this code does not make, to_node(rec, with_durations) does."},

@@ -37,6 +37,7 @@ from .link import Link, runtime_calls_by_op
 from .readers import waited_calls
 from .tensors import elem_bytes_of
 
+_COMP = NodeType.COMP_NODE
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
               "cudaMemcpy", "hipDeviceSynchronize", "hipStreamSynchronize", "hipMemcpy")
 
@@ -84,8 +85,12 @@ class Builder:
         calls = self.calls
         self.member = {m: c for c in calls for m in c.members}
         self.costs = self._costs()
+        special, emit_host = self.member.keys() | {self.host.pg_init_id}, self._emit_host
         for op in self.host.ops:
-            self._emit(op)
+            if op.id in special:  # a call's member, or process-group setup
+                self._emit(op)
+            else:
+                emit_host(op)
         self._stream_order()
         self._cross_thread()
         self._sync_edges()
@@ -113,17 +118,17 @@ class Builder:
 
     def _emit_host(self, op: HostOp) -> None:
         """A host op's CPU node, then the GPU work it launched (the hot path: one per op)."""
-        oid, tid, recs = op.id, op.tid, self.recs
+        oid, tid, recs, chain = op.id, op.tid, self.recs, self.chain
         ev = self.op_event.get(oid)
         rid = len(recs) + 1
-        rec = Rec(rid, op.name, NodeType.COMP_NODE, ev.ts, max(ev.dur - ev.child_us, 0.0), tid) \
-            if ev is not None else Rec(rid, op.name, NodeType.COMP_NODE, 0.0, 0.0, tid)
+        rec = Rec(rid, op.name, _COMP, ev.ts, max(ev.dur - ev.child_us, 0.0), tid) \
+            if ev is not None else Rec(rid, op.name, _COMP, 0.0, 0.0, tid)
         recs.append(rec)
         rec.attrs["is_cpu_op"] = True
-        prev = self.chain.get(tid)
+        prev = chain.get(tid)
         if prev is not None:
             rec.deps.append(prev)
-        self.chain[tid] = self.op_node[oid] = rid
+        chain[tid] = self.op_node[oid] = rid
         kernels = self.kernels.get(oid)
         gpu = ()
         if kernels:

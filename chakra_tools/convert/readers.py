@@ -16,7 +16,7 @@ import bisect
 from itertools import accumulate
 
 from .comms import _C10D_ARGS, CommCall, WaitMark, op_kind
-from .hostet import HostOp, HostTrace, decode_inputs
+from .hostet import NATIVE, HostOp, HostTrace, decode_inputs
 from .tensors import iter_tensors
 
 #: how many ops after a call its consumer is looked for in (a few training steps of a small model)
@@ -35,10 +35,11 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
     members = {m for c in calls for m in c.members}
     ops = host.ops
     ids = [op.id for op in ops]
-    text = _InputsText(ops) if ops and ops[0].raw_inputs is not None else None
+    written = [(c, written_tensors(c, by_id)) for c in calls]
+    wanted = set().union(*(keys for _, keys in written))
+    text = _InputsText(ops, wanted) if ops and ops[0].raw_inputs is not None else None
     out = {}
-    for c in calls:
-        keys = written_tensors(c, by_id)
+    for c, keys in written:
         if not keys:
             continue
         start = bisect.bisect_right(ids, max(c.members))
@@ -52,20 +53,34 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
 
 
 class _InputsText:
-    """Every op's raw inputs joined into one text, with where each op's part begins."""
+    """Where the ops' raw inputs mention `[tid,sid,` of a tensor (compact or with a space).
 
-    def __init__(self, ops: list[HostOp]):
-        self.data = b"\n".join([op.raw_inputs for op in ops])  # type: ignore[misc]
-        self.starts = list(accumulate((len(op.raw_inputs) + 1 for op in ops[:-1]), initial=0))
+    Compiled (`_hotloops.c` `mentions`): one pass over every op's inputs finds where each of the
+    `wanted` tensors is mentioned. Python: the inputs joined into one text, searched with
+    bytes.find for each call's tensors within its window.
+    """
+
+    def __init__(self, ops: list[HostOp], wanted: set[tuple[int, int]]):
+        raws = [op.raw_inputs for op in ops]
+        self.index: dict | None = NATIVE.mentions(raws, wanted) if NATIVE is not None else None
+        if self.index is not None:
+            return
+        self.data = b"\n".join(raws)  # type: ignore[arg-type]
+        self.starts = list(accumulate((len(r) + 1 for r in raws[:-1]), initial=0))
 
     def ops_mentioning(self, keys: set[tuple[int, int]], start: int, end: int) -> list[int]:
         """Indices in [start, end) of the ops whose inputs hold `[tid,sid,` of a key, ascending."""
-        data, starts = self.data, self.starts
         if start >= end:
             return []
+        found: set[int] = set()
+        if self.index is not None:
+            for key in keys:
+                at = self.index.get(key, ())
+                found.update(at[bisect.bisect_left(at, start):bisect.bisect_left(at, end)])
+            return sorted(found)
+        data, starts = self.data, self.starts
         lo = starts[start]
         hi = starts[end] if end < len(starts) else len(data)
-        found: set[int] = set()
         for tid, sid in keys:
             for pattern in (b"[%d,%d," % (tid, sid), b"[%d, %d," % (tid, sid)):  # compact or not
                 pos = data.find(pattern, lo, hi)

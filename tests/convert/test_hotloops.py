@@ -221,3 +221,64 @@ def test_to_nodes_refuses_a_type_that_is_not_a_tuple():
     with pytest.raises(TypeError, match="named tuples"):
         NATIVE.to_nodes([], True, dict, graphcheck.Attr, graphcheck._KINDS, graphcheck._CPU,
                         graphcheck._to_node)
+
+
+# -- mentions -----------------------------------------------------------------------------------
+
+from chakra_tools.convert import readers  # noqa: E402
+
+
+def _mentioning_both(ops, wanted, windows):
+    """ops_mentioning of every window, through the compiled index and through bytes.find."""
+    compiled = readers._InputsText(ops, wanted)
+    assert compiled.index is not None
+    saved, readers.NATIVE = readers.NATIVE, None
+    try:
+        python = readers._InputsText(ops, wanted)
+    finally:
+        readers.NATIVE = saved
+    hits = 0
+    for keys, start, end in windows:
+        found = compiled.ops_mentioning(keys, start, end)
+        assert found == python.ops_mentioning(keys, start, end)
+        hits += len(found)
+    return hits
+
+
+def test_mentions_equal_python_on_real_traces(collectives_run, ddp_run):
+    for run in (collectives_run, ddp_run):
+        host = read_host(run / "rank-0.host.json.gz")
+        calls, _ = find_calls(host.ops)
+        by_id = host.by_id_cache()
+        written = [readers.written_tensors(c, by_id) for c in calls]
+        wanted = set().union(*written)
+        assert wanted
+        n = len(host.ops)
+        assert _mentioning_both(host.ops, wanted, [(k, s, min(n, s + w)) for k in written
+                                                   for s in (0, n // 3) for w in (50, n)]) > 0
+
+
+class _Op:
+    def __init__(self, text: str):
+        self.raw_inputs = text.encode()
+
+
+RAWS = ['{"values": [[5,6,0,4,4,"cpu"]]}', '{"values": [[5, 6, 0]]}', '{"values": [[05,6,0]]}',
+        '{"values": [[15,6,0], [5,66,0], [5,6]]}', '{"values": ["[5,6,", [-5,6,1], [-0,6,1]]}',
+        '[5,  6,', '[5,6,[5,6,[5,6,', '', '[', '[5', '[5,', '[5,6', '[0,6,', '[5,6,]',
+        '[123456789012345678901,6,', '[7,8, "x"]']
+
+
+@pytest.mark.parametrize("wanted", [{(5, 6)}, {(5, 6), (-5, 6), (0, 6), (7, 8), (15, 6)},
+                                    {(5, 66), (123456789012345678901, 6)}])
+def test_mentions_equal_python_on_odd_texts(wanted):
+    ops = [_Op(t) for t in RAWS]
+    n = len(ops)
+    _mentioning_both_or_python(ops, wanted, [(wanted, s, e) for s in range(n) for e in (s + 1, n)])
+
+
+def _mentioning_both_or_python(ops, wanted, windows):
+    if any(abs(a) >= 1 << 59 for a, _ in wanted):  # the compiled index declines: Python searches
+        assert readers._InputsText(ops, wanted).index is None
+        return
+    assert _mentioning_both(ops, wanted, windows) > 0
