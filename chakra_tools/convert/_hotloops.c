@@ -24,6 +24,11 @@
  *         the tensors collectives wrote: one pass over every op's inputs for all of them, where
  *         Python searches each call's window of 8,192 ops with bytes.find.
  *
+ *     emit_host_ops(ops, i, special, kernels, op_event, costs, chain, op_node, recs, ...) -> int
+ *         (build.Builder._emit_host) the records of the host ops that launched nothing, one
+ *         after another from ops[i] until one is special (a call's member, process-group
+ *         setup) or launched device work; returns where it stopped, for Python to go on.
+ *
  * Objects are read and filled in through their slots (the member descriptors of __slots__ and
  * of msgspec Structs), which are looked up once per class.
  */
@@ -422,9 +427,9 @@ fail:
 
 /* -- to_nodes ------------------------------------------------------------------------------ */
 
-enum { R_ID, R_NAME, R_TYPE, R_DEPS, R_TS, R_DUR, R_ATTRS, R_CALL, N_REC_SLOTS };
-static const char *const REC_NAMES[N_REC_SLOTS] = {"id", "name", "type", "deps",
-                                                   "ts", "dur_us", "attrs", "call"};
+enum { R_ID, R_NAME, R_TYPE, R_DEPS, R_TS, R_DUR, R_ATTRS, R_CALL, R_TID, R_STREAM, N_REC_SLOTS };
+static const char *const REC_NAMES[N_REC_SLOTS] = {"id", "name", "type", "deps", "ts",
+                                                   "dur_us", "attrs", "call", "tid", "stream"};
 static Slots REC = {NULL, N_REC_SLOTS, REC_NAMES, {0}};
 static PyObject *S_duration_ns, *S_is_cpu_op, *S_empty;
 
@@ -590,6 +595,111 @@ static PyObject *to_nodes(PyObject *self, PyObject *args)
     return out;
 }
 
+/* -- emit_host_ops ------------------------------------------------------------------------ */
+
+enum { E_TS, E_DUR, E_CHILD_US, N_EVENT_SLOTS };
+static const char *const EVENT_NAMES[N_EVENT_SLOTS] = {"ts", "dur", "child_us"};
+static Slots EVENT = {NULL, N_EVENT_SLOTS, EVENT_NAMES, {0}};
+static PyObject *S_num_ops, *S_tensor_size, *F_ZERO;
+
+/* Builder._emit_host's record of one host op that launched nothing; NULL with no exception set:
+ * Python's to emit. */
+static PyObject *host_rec(PyObject *op, PyObject *rid, PyObject *op_event, PyObject *costs,
+                          PyObject *chain, PyTypeObject *rec_type, PyObject *comp)
+{
+    PyObject *oid = SLOT(OP, op, O_ID), *tid = SLOT(OP, op, O_TID), *name = SLOT(OP, op, O_NAME);
+    if (oid == NULL || tid == NULL || name == NULL)
+        return NULL;
+    PyObject *ev = PyDict_GetItemWithError(op_event, oid), *ts = F_ZERO, *dur = NULL;
+    PyObject *cost = PyDict_GetItemWithError(costs, oid), *prev = NULL;
+    if (PyErr_Occurred() || (cost != NULL && (!PyTuple_Check(cost) || PyTuple_GET_SIZE(cost) != 2)))
+        goto punt;
+    if (ev != NULL) { /* the exclusive time: max(dur - child_us, 0.0) */
+        if (find_slots(&EVENT, Py_TYPE(ev)) < 0)
+            goto punt;
+        PyObject *d = SLOT(EVENT, ev, E_DUR), *c = SLOT(EVENT, ev, E_CHILD_US);
+        ts = SLOT(EVENT, ev, E_TS);
+        if (ts == NULL || d == NULL || c == NULL || !PyFloat_CheckExact(d) || !PyFloat_CheckExact(c))
+            goto punt;
+        double x = PyFloat_AS_DOUBLE(d) - PyFloat_AS_DOUBLE(c);
+        dur = 0.0 > x ? Py_NewRef(F_ZERO) : PyFloat_FromDouble(x);
+    } else {
+        dur = Py_NewRef(F_ZERO);
+    }
+    prev = PyDict_GetItemWithError(chain, tid);
+    if (PyErr_Occurred())
+        goto punt;
+    PyObject *deps = prev != NULL ? PyList_New(1) : PyList_New(0), *attrs = PyDict_New();
+    PyObject *rec = rec_type->tp_alloc(rec_type, 0);
+    if (deps == NULL || attrs == NULL || rec == NULL || dur == NULL ||
+        PyDict_SetItem(attrs, S_is_cpu_op, Py_True) < 0 ||
+        (cost != NULL && (PyDict_SetItem(attrs, S_num_ops, PyTuple_GET_ITEM(cost, 0)) < 0 ||
+                          PyDict_SetItem(attrs, S_tensor_size, PyTuple_GET_ITEM(cost, 1)) < 0))) {
+        Py_XDECREF(deps);
+        Py_XDECREF(attrs);
+        Py_XDECREF(rec);
+        goto punt;
+    }
+    if (prev != NULL)
+        PyList_SET_ITEM(deps, 0, Py_NewRef(prev));
+    PyObject *fields[N_REC_SLOTS] = {rid, name, comp, deps, ts, dur, attrs, Py_None, tid, Py_None};
+    for (int i = 0; i < N_REC_SLOTS; i++)
+        SLOT(REC, rec, i) = Py_NewRef(fields[i]);
+    Py_DECREF(deps);
+    Py_DECREF(attrs);
+    Py_DECREF(dur);
+    return rec;
+punt:
+    PyErr_Clear();
+    Py_XDECREF(dur);
+    return NULL;
+}
+
+static PyObject *emit_host_ops(PyObject *self, PyObject *args)
+{
+    PyObject *ops, *special, *kernels, *op_event, *costs, *chain, *op_node, *recs, *rec_type, *comp;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!nOO!O!O!O!O!O!O!O:emit_host_ops", &PyList_Type, &ops, &i,
+                          &special, &PyDict_Type, &kernels, &PyDict_Type, &op_event, &PyDict_Type,
+                          &costs, &PyDict_Type, &chain, &PyDict_Type, &op_node, &PyList_Type,
+                          &recs, &PyType_Type, &rec_type, &comp))
+        return NULL;
+    if (!PyAnySet_Check(special)) {
+        PyErr_SetString(PyExc_TypeError, "emit_host_ops: special must be a set");
+        return NULL;
+    }
+    if (find_slots(&REC, (PyTypeObject *)rec_type) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    for (; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i), *oid;
+        if (find_slots(&OP, Py_TYPE(op)) < 0 || (oid = SLOT(OP, op, O_ID)) == NULL)
+            break;
+        int sp = PySet_Contains(special, oid);
+        PyObject *k = sp == 0 ? PyDict_GetItemWithError(kernels, oid) : NULL;
+        if (sp != 0 || (k != NULL && PyObject_IsTrue(k) != 0) || PyErr_Occurred())
+            break; /* a call's member, setup, an op that launched work: Python emits it */
+        PyObject *rid = PyLong_FromSsize_t(PyList_GET_SIZE(recs) + 1);
+        PyObject *rec = rid ? host_rec(op, rid, op_event, costs, chain, (PyTypeObject *)rec_type,
+                                       comp) : NULL;
+        int bad = rec == NULL || PyList_Append(recs, rec) < 0;
+        if (!bad) /* chain[tid] = op_node[oid] = rid */
+            bad = PyDict_SetItem(chain, SLOT(OP, op, O_TID), rid) < 0 ||
+                  PyDict_SetItem(op_node, oid, rid) < 0;
+        Py_XDECREF(rid);
+        Py_XDECREF(rec);
+        if (bad) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+                PyErr_Clear();
+            if (PyErr_Occurred())
+                return NULL;
+            break;
+        }
+    }
+    PyErr_Clear();
+    return PyLong_FromSsize_t(i);
+}
+
 /* -- mentions ----------------------------------------------------------------------------- */
 
 /* The wanted (tensor id, storage id) pairs in an open-addressing table: the scan looks up every
@@ -745,6 +855,9 @@ static PyMethodDef methods[] = {
     {"host_ops", host_ops, METH_VARARGS,
      "host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list of HostOp,\n"
      "one per node; what this code does not make, typed_op(node, want) does."},
+    {"emit_host_ops", emit_host_ops, METH_VARARGS,
+     "emit_host_ops(ops, i, special, kernels, op_event, costs, chain, op_node, recs, rec_type,\n"
+     "comp) -> the index of the first op from i on it did not emit (Builder._emit_host's)."},
     {"mentions", mentions, METH_VARARGS,
      "mentions(raws, wanted) -> {(tid, sid): [index, ...]}: the indices of the raw inputs that\n"
      "hold `[tid,sid,` or `[tid, sid,` of a wanted pair, ascending; None if a wanted key is not\n"
@@ -767,7 +880,11 @@ PyMODINIT_FUNC PyInit__hotloops(void)
     S_duration_ns = PyUnicode_InternFromString("duration_ns");
     S_is_cpu_op = PyUnicode_InternFromString("is_cpu_op");
     S_empty = PyUnicode_FromString("");
-    if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_empty == NULL)
+    S_num_ops = PyUnicode_InternFromString("num_ops");
+    S_tensor_size = PyUnicode_InternFromString("tensor_size");
+    F_ZERO = PyFloat_FromDouble(0.0);
+    if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_empty == NULL || S_num_ops == NULL ||
+        S_tensor_size == NULL || F_ZERO == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -31,7 +31,7 @@ from chakra_tools.core.model import NodeType
 
 from .comms import CommCall, WaitMark, is_nccl_kernel, op_kind
 from .cost import REGISTRY as COST_REGISTRY, op_cost
-from .hostet import HostOp, HostTrace
+from .hostet import NATIVE, HostOp, HostTrace
 from .kineto import DeviceTrace, Event
 from .link import Link, runtime_calls_by_op
 from .readers import waited_calls
@@ -86,7 +86,15 @@ class Builder:
         self.member = {m: c for c in calls for m in c.members}
         self.costs = self._costs()
         special, emit_host = self.member.keys() | {self.host.pg_init_id}, self._emit_host
-        for op in self.host.ops:
+        ops, i, end = self.host.ops, 0, len(self.host.ops)
+        while i < end:
+            if NATIVE is not None:  # the ops that launched nothing, in C, up to the next other one
+                i = NATIVE.emit_host_ops(ops, i, special, self.kernels, self.op_event, self.costs,
+                                         self.chain, self.op_node, self.recs, Rec, _COMP)
+                if i == end:
+                    break
+            op = ops[i]
+            i += 1
             if op.id in special:  # a call's member, or process-group setup
                 self._emit(op)
             else:
