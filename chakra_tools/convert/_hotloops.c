@@ -29,6 +29,11 @@
  *         after another from ops[i] until one is special (a call's member, process-group
  *         setup) or launched device work; returns where it stopped, for Python to go on.
  *
+ *     device_events(trace_events, lanes, event_type), nest(host, runtime, parent, ...)
+ *         (kineto._from_typed, kineto._nest) msgspec's Kineto events -> Events in their lanes,
+ *         then each host event's enclosing host event and children's time, and each runtime
+ *         call's host event, by time containment per thread.
+ *
  * Objects are read and filled in through their slots (the member descriptors of __slots__ and
  * of msgspec Structs), which are looked up once per class.
  */
@@ -700,6 +705,266 @@ static PyObject *emit_host_ops(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(i);
 }
 
+/* -- device_events, nest ------------------------------------------------------------------ */
+
+enum { V_PH, V_CAT, V_NAME, V_TID, V_TS, V_DUR, V_ARGS, N_RAW_SLOTS };
+static const char *const RAW_NAMES[N_RAW_SLOTS] = {"ph", "cat", "name", "tid", "ts", "dur", "args"};
+static Slots RAW = {NULL, N_RAW_SLOTS, RAW_NAMES, {0}};
+enum { A_RF_ID, A_CORRELATION, A_STREAM, A_BYTES, N_ARG_SLOTS };
+static const char *const ARG_NAMES[N_ARG_SLOTS] = {"rf_id", "correlation", "stream", "bytes"};
+static Slots ARGS = {NULL, N_ARG_SLOTS, ARG_NAMES, {0}};
+enum { D_IDX, D_NAME, D_CAT, D_TID, D_TS, D_DUR, D_ARGS, D_PARENT, D_CHILD_US, N_DEV_SLOTS };
+static const char *const DEV_NAMES[N_DEV_SLOTS] = {"idx", "name", "cat", "tid", "ts",
+                                                   "dur", "args", "parent", "child_us"};
+static Slots DEV = {NULL, N_DEV_SLOTS, DEV_NAMES, {0}};
+static PyObject *S_X, *S_nccl, *S_rf_key, *S_correlation, *S_stream, *S_bytes, *I_MINUS_ONE;
+
+/* kineto._host_args / _runtime_args / _gpu_args: the args keys an event keeps */
+static PyObject *key_args(PyObject *a, long lane)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    static const int host[] = {A_RF_ID}, runtime[] = {A_CORRELATION},
+                     gpu[] = {A_CORRELATION, A_STREAM, A_BYTES};
+    PyObject *const names[N_ARG_SLOTS] = {S_rf_key, S_correlation, S_stream, S_bytes};
+    const int *which = lane == 0 ? host : lane == 1 ? runtime : gpu;
+    int n = lane == 0 || lane == 1 ? 1 : 3;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = SLOT(ARGS, a, which[i]);
+        if (v != NULL && v != Py_None && PyDict_SetItem(d, names[which[i]], v) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+static PyObject *device_events(PyObject *self, PyObject *args)
+{
+    PyObject *events, *lanes, *event_type;
+    if (!PyArg_ParseTuple(args, "O!O!O!:device_events", &PyList_Type, &events, &PyDict_Type, &lanes,
+                          &PyType_Type, &event_type))
+        return NULL;
+    if (find_slots(&DEV, (PyTypeObject *)event_type) < 0)
+        return NULL;
+    PyObject *whole_at = PyList_New(0);
+    if (whole_at == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    for (Py_ssize_t pos = 0; pos < n; pos++) {
+        PyObject *e = PyList_GET_ITEM(events, pos);
+        if (find_slots(&RAW, Py_TYPE(e)) < 0)
+            goto fail;
+        PyObject *ph = SLOT(RAW, e, V_PH), *cat = SLOT(RAW, e, V_CAT), *name = SLOT(RAW, e, V_NAME);
+        if (ph == NULL || cat == NULL || name == NULL || !PyUnicode_Check(ph) ||
+            !PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "device_events: an event without ph, cat or name");
+            goto fail;
+        }
+        if (PyUnicode_Compare(ph, S_X) != 0)
+            continue;
+        PyObject *lane = PyDict_GetItemWithError(lanes, cat); /* (list, kind, whole) */
+        if (lane == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            continue;
+        }
+        PyObject *list = PyTuple_GET_ITEM(lane, 0);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(lane, 1));
+        int whole = PyObject_IsTrue(PyTuple_GET_ITEM(lane, 2));
+        PyObject *dur = SLOT(RAW, e, V_DUR), *raw_args = SLOT(RAW, e, V_ARGS);
+        if (dur == NULL || raw_args == NULL || SLOT(RAW, e, V_TID) == NULL || SLOT(RAW, e, V_TS) == NULL)
+            goto fail;
+        int truthy = PyObject_IsTrue(dur); /* `e.dur or 0.0` */
+        if (truthy < 0)
+            goto fail;
+        int nccl = PyUnicode_Tailmatch(name, S_nccl, 0, PY_SSIZE_T_MAX, -1);
+        PyObject *ev_args;
+        if (whole || nccl) { /* its whole args, decoded afterwards; its position meanwhile */
+            ev_args = PyLong_FromSsize_t(pos);
+            if (ev_args == NULL || PyList_Append(whole_at, ev_args) < 0) {
+                Py_XDECREF(ev_args);
+                goto fail;
+            }
+        } else {
+            if (find_slots(&ARGS, Py_TYPE(raw_args)) < 0 || (ev_args = key_args(raw_args, kind)) == NULL)
+                goto fail;
+        }
+        PyObject *idx = PyLong_FromSsize_t(PyList_GET_SIZE(list));
+        PyObject *ev = ((PyTypeObject *)event_type)->tp_alloc((PyTypeObject *)event_type, 0);
+        if (idx == NULL || ev == NULL) {
+            Py_XDECREF(idx);
+            Py_XDECREF(ev);
+            Py_DECREF(ev_args);
+            goto fail;
+        }
+        PyObject *fields[N_DEV_SLOTS] = {idx, name, cat, SLOT(RAW, e, V_TID), SLOT(RAW, e, V_TS),
+                                         truthy ? dur : F_ZERO, ev_args, I_MINUS_ONE, F_ZERO};
+        for (int i = 0; i < N_DEV_SLOTS; i++)
+            SLOT(DEV, ev, i) = Py_NewRef(fields[i]);
+        Py_DECREF(idx);
+        Py_DECREF(ev_args);
+        int rc = PyList_Append(list, ev);
+        Py_DECREF(ev);
+        if (rc < 0)
+            goto fail;
+    }
+    return whole_at;
+fail:
+    Py_DECREF(whole_at);
+    return NULL;
+}
+
+/* One event in a thread's time line: host events (kind 0) and runtime calls (kind 1) sorted as
+ * the tuples (ts, -dur, kind, idx) sort. */
+typedef struct {
+    double ts, neg_dur;
+    long kind;
+    Py_ssize_t idx;
+} Item;
+
+static int item_cmp(const void *pa, const void *pb)
+{
+    const Item *a = pa, *b = pb;
+    if (a->ts != b->ts)
+        return a->ts < b->ts ? -1 : 1;
+    if (a->neg_dur != b->neg_dur)
+        return a->neg_dur < b->neg_dur ? -1 : 1;
+    if (a->kind != b->kind)
+        return a->kind < b->kind ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int event_times(PyObject *ev, double *ts, double *dur)
+{
+    PyObject *t = SLOT(DEV, ev, D_TS), *d = SLOT(DEV, ev, D_DUR);
+    if (t == NULL || d == NULL || !PyFloat_CheckExact(t) || !PyFloat_CheckExact(d))
+        return -1;
+    *ts = PyFloat_AS_DOUBLE(t);
+    *dur = PyFloat_AS_DOUBLE(d);
+    return isnan(*ts) || isnan(*dur) ? -1 : 0;
+}
+
+/* kineto._nest: each host event's parent and children's time, each runtime call's host event.
+ * Returns False (nothing changed) where an event's times are not plain floats: Python's then. */
+static PyObject *nest(PyObject *self, PyObject *args)
+{
+    PyObject *host, *runtime, *runtime_parent, *event_type;
+    double eps;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!d:nest", &PyList_Type, &host, &PyList_Type, &runtime,
+                          &PyDict_Type, &runtime_parent, &PyType_Type, &event_type, &eps))
+        return NULL;
+    if (find_slots(&DEV, (PyTypeObject *)event_type) < 0)
+        return NULL;
+    Py_ssize_t nh = PyList_GET_SIZE(host), nr = PyList_GET_SIZE(runtime), total = nh + nr;
+    Item *items = PyMem_Malloc((total + 1) * sizeof(Item));
+    Py_ssize_t *group = PyMem_Malloc((total + 1) * sizeof(Py_ssize_t));
+    PyObject *tids = PyDict_New(); /* tid -> group number */
+    Py_ssize_t *stack = PyMem_Malloc((nh + 1) * sizeof(Py_ssize_t));
+    double *ends = PyMem_Malloc((nh + 1) * sizeof(double));
+    PyObject *result = NULL;
+    if (items == NULL || group == NULL || tids == NULL || stack == NULL || ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < total; k++) { /* every event, with the group of its thread */
+        PyObject *ev = k < nh ? PyList_GET_ITEM(host, k) : PyList_GET_ITEM(runtime, k - nh);
+        if (Py_TYPE(ev) != (PyTypeObject *)event_type || SLOT(DEV, ev, D_TID) == NULL) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        double ts, dur;
+        PyObject *idx = SLOT(DEV, ev, D_IDX), *child = SLOT(DEV, ev, D_CHILD_US);
+        if (event_times(ev, &ts, &dur) < 0 || idx == NULL || !PyLong_CheckExact(idx) ||
+            PyLong_AsSsize_t(idx) != (k < nh ? k : k - nh) || child == NULL ||
+            !PyFloat_CheckExact(child) || SLOT(DEV, ev, D_PARENT) == NULL) {
+            PyErr_Clear(); /* checked before anything changes: Python can start afresh */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        PyObject *g = PyDict_GetItemWithError(tids, SLOT(DEV, ev, D_TID));
+        if (g == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            PyObject *num = PyLong_FromSsize_t(PyDict_GET_SIZE(tids));
+            if (num == NULL || PyDict_SetItem(tids, SLOT(DEV, ev, D_TID), num) < 0) {
+                Py_XDECREF(num);
+                goto done;
+            }
+            g = num;
+            Py_DECREF(num);
+        }
+        group[k] = PyLong_AsSsize_t(g);
+        items[k] = (Item){ts, -dur, k < nh ? 0 : 1, k < nh ? k : k - nh};
+    }
+    Py_ssize_t ngroups = PyDict_GET_SIZE(tids);
+    Item *sorted = PyMem_Malloc((total + 1) * sizeof(Item));
+    Py_ssize_t *start = PyMem_Calloc(ngroups + 1, sizeof(Py_ssize_t));
+    if (sorted == NULL || start == NULL) {
+        PyMem_Free(sorted);
+        PyMem_Free(start);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < total; k++) /* bucket by thread, then sort each bucket */
+        start[group[k] + 1]++;
+    for (Py_ssize_t g = 0; g < ngroups; g++)
+        start[g + 1] += start[g];
+    for (Py_ssize_t k = 0; k < total; k++)
+        sorted[start[group[k]]++] = items[k];
+    int ok = 1;
+    for (Py_ssize_t g = 0, lo = 0; g < ngroups && ok; g++) {
+        Py_ssize_t hi = start[g], depth = 0;
+        qsort(sorted + lo, hi - lo, sizeof(Item), item_cmp);
+        for (Py_ssize_t k = lo; k < hi && ok; k++) {
+            Item *it = &sorted[k];
+            double end = it->ts - it->neg_dur;
+            while (depth && end > ends[depth - 1])
+                depth--;
+            if (it->kind == 1) {
+                if (depth) {
+                    PyObject *r = PyLong_FromSsize_t(it->idx),
+                             *h = PyLong_FromSsize_t(stack[depth - 1]);
+                    ok = r && h && PyDict_SetItem(runtime_parent, r, h) == 0;
+                    Py_XDECREF(r);
+                    Py_XDECREF(h);
+                }
+                continue;
+            }
+            PyObject *ev = PyList_GET_ITEM(host, it->idx);
+            if (depth) { /* every child_us is a float: checked above, and made so here */
+                PyObject *top = PyList_GET_ITEM(host, stack[depth - 1]);
+                PyObject *parent = PyLong_FromSsize_t(stack[depth - 1]);
+                PyObject *child = PyFloat_FromDouble(
+                    PyFloat_AS_DOUBLE(SLOT(DEV, top, D_CHILD_US)) - it->neg_dur);
+                ok = parent && child;
+                if (ok) {
+                    Py_SETREF(SLOT(DEV, ev, D_PARENT), parent);
+                    Py_SETREF(SLOT(DEV, top, D_CHILD_US), child);
+                } else {
+                    Py_XDECREF(parent);
+                    Py_XDECREF(child);
+                }
+            }
+            stack[depth] = it->idx;
+            ends[depth++] = end + eps;
+        }
+        lo = hi;
+    }
+    PyMem_Free(sorted);
+    PyMem_Free(start);
+    if (ok) /* else a Python exception (memory) is set */
+        result = Py_NewRef(Py_True);
+done:
+    PyMem_Free(items);
+    PyMem_Free(group);
+    PyMem_Free(stack);
+    PyMem_Free(ends);
+    Py_XDECREF(tids);
+    return result;
+}
+
 /* -- mentions ----------------------------------------------------------------------------- */
 
 /* The wanted (tensor id, storage id) pairs in an open-addressing table: the scan looks up every
@@ -858,6 +1123,12 @@ static PyMethodDef methods[] = {
     {"emit_host_ops", emit_host_ops, METH_VARARGS,
      "emit_host_ops(ops, i, special, kernels, op_event, costs, chain, op_node, recs, rec_type,\n"
      "comp) -> the index of the first op from i on it did not emit (Builder._emit_host's)."},
+    {"device_events", device_events, METH_VARARGS,
+     "device_events(trace_events, lanes, event_type) -> positions of the events whose whole\n"
+     "args are to be decoded; appends an Event to lanes[cat][0] for each complete event."},
+    {"nest", nest, METH_VARARGS,
+     "nest(host, runtime, runtime_parent, event_type, eps) -> True, or False (nothing done)\n"
+     "where an event's times are not plain floats."},
     {"mentions", mentions, METH_VARARGS,
      "mentions(raws, wanted) -> {(tid, sid): [index, ...]}: the indices of the raw inputs that\n"
      "hold `[tid,sid,` or `[tid, sid,` of a wanted pair, ascending; None if a wanted key is not\n"
@@ -883,6 +1154,16 @@ PyMODINIT_FUNC PyInit__hotloops(void)
     S_num_ops = PyUnicode_InternFromString("num_ops");
     S_tensor_size = PyUnicode_InternFromString("tensor_size");
     F_ZERO = PyFloat_FromDouble(0.0);
+    S_X = PyUnicode_InternFromString("X");
+    S_nccl = PyUnicode_InternFromString("nccl");
+    S_rf_key = PyUnicode_InternFromString("Record function id");
+    S_correlation = PyUnicode_InternFromString("correlation");
+    S_stream = PyUnicode_InternFromString("stream");
+    S_bytes = PyUnicode_InternFromString("bytes");
+    I_MINUS_ONE = PyLong_FromLong(-1);
+    if (S_X == NULL || S_nccl == NULL || S_rf_key == NULL || S_correlation == NULL ||
+        S_stream == NULL || S_bytes == NULL || I_MINUS_ONE == NULL)
+        return NULL;
     if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_empty == NULL || S_num_ops == NULL ||
         S_tensor_size == NULL || F_ZERO == NULL)
         return NULL;

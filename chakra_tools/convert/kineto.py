@@ -21,7 +21,11 @@ from typing import Any, Union
 
 import msgspec
 
+from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
+
+#: the compiled loops (_hotloops.c), or None: then `_lane_events` and `_nest` do it all
+NATIVE = native.load("chakra_tools.convert._hotloops")
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "Operator", "operator"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "hip_driver"})
@@ -100,6 +104,8 @@ def parse_device(doc: Any, path: str) -> DeviceTrace:
 
 def _nest(dt: DeviceTrace) -> None:
     """Set each host event's parent and children time, and each runtime call's host event."""
+    if NATIVE is not None and NATIVE.nest(dt.host, dt.runtime, dt.runtime_parent, Event, EPS):
+        return
     by_tid: dict[Any, list[tuple[float, float, int, int]]] = {}
     for e in dt.host:
         by_tid.setdefault(e.tid, []).append((e.ts, -e.dur, 0, e.idx))
@@ -198,29 +204,41 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
 def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
     dist = doc.distributedInfo
     dt = DeviceTrace(path, dist_info=dist if isinstance(dist, dict) else {})
-    lanes = {cat: (dt.host, _host_args, full_args) for cat in HOST_CATS}
-    lanes.update({cat: (dt.runtime, _runtime_args, False) for cat in RUNTIME_CATS})
-    lanes.update({cat: (dt.gpu, _gpu_args, False) for cat in GPU_CATS})
+    # cat -> (its lane, which args it keeps: _KEY_ARGS[i], whether it keeps them all)
+    lanes = {cat: (dt.host, 0, full_args) for cat in HOST_CATS}
+    lanes.update({cat: (dt.runtime, 1, False) for cat in RUNTIME_CATS})
+    lanes.update({cat: (dt.gpu, 2, False) for cat in GPU_CATS})
+    if NATIVE is not None:
+        whole_args = NATIVE.device_events(doc.traceEvents, lanes, Event)
+    else:
+        whole_args = _lane_events(doc.traceEvents, lanes)
+    return dt if _decode_whole_args(dt, data, whole_args) else None
+
+
+def _lane_events(raw: list[_RawEvent], lanes: dict) -> list[int]:
+    """Each complete event of a known category, as an Event in its lane (what `_hotloops.c`
+    `device_events` does in C). Returns the positions in traceEvents of the events whose args
+    are decoded whole (their `args` holds that position until then)."""
     new = Event.__new__
-    whole_args: list[int] = []  # positions in traceEvents of the events whose args are decoded whole
-    for pos, e in enumerate(doc.traceEvents):
+    whole_args: list[int] = []
+    for pos, e in enumerate(raw):
         if e.ph != "X":
             continue
         lane = lanes.get(e.cat)
         if lane is None:
             continue
-        events, key_args, whole = lane
+        events, keys, whole = lane
         ev = new(Event)
         ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
         ev.ts, ev.dur = e.ts, e.dur or 0.0
         ev.parent, ev.child_us = -1, 0.0
         if whole or e.name.startswith("nccl"):
-            ev.args = pos  # replaced below
+            ev.args = pos  # replaced by _decode_whole_args
             whole_args.append(pos)
         else:
-            ev.args = key_args(e.args)
+            ev.args = _KEY_ARGS[keys](e.args)
         events.append(ev)
-    return dt if _decode_whole_args(dt, data, whole_args) else None
+    return whole_args
 
 
 def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bool:
@@ -253,3 +271,6 @@ def _runtime_args(a: _KeyArgs) -> dict:
 def _gpu_args(a: _KeyArgs) -> dict:
     return {k: v for k, v in (("correlation", a.correlation), ("stream", a.stream), ("bytes", a.bytes))
             if v is not None}
+
+
+_KEY_ARGS = (_host_args, _runtime_args, _gpu_args)

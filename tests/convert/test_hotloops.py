@@ -282,3 +282,66 @@ def _mentioning_both_or_python(ops, wanted, windows):
         assert readers._InputsText(ops, wanted).index is None
         return
     assert _mentioning_both(ops, wanted, windows) > 0
+
+
+# -- device_events, nest ------------------------------------------------------------------------
+
+from chakra_tools.convert import kineto  # noqa: E402
+
+EVENT_FIELDS = ("idx", "name", "cat", "tid", "ts", "dur", "args", "parent", "child_us")
+
+
+def _device_facts(dt):
+    lanes = [[tuple((getattr(e, k), type(getattr(e, k))) for k in EVENT_FIELDS) for e in lane]
+             for lane in (dt.host, dt.runtime, dt.gpu)]
+    return lanes, list(dt.runtime_parent.items())
+
+
+def _device_both(data: bytes, full_args: bool):
+    compiled = kineto.parse_device_bytes(data, "x", full_args=full_args)
+    saved, kineto.NATIVE = kineto.NATIVE, None
+    try:
+        python = kineto.parse_device_bytes(data, "x", full_args=full_args)
+    finally:
+        kineto.NATIVE = saved
+    return _device_facts(compiled), _device_facts(python)
+
+
+def test_device_events_and_nesting_equal_python_on_real_traces(collectives_run, shared_fixtures):
+    paths = [collectives_run / "rank-0.device.json.gz",
+             shared_fixtures / "param" / "linear_1gpu_kineto.json.gz",
+             shared_fixtures / "hta" / "simple_add_kineto.json.gz",
+             shared_fixtures / "hta" / "sampled_rank0_kineto.json.gz"]
+    kinds = set()
+    for path in paths:
+        data = read_bytes(path)
+        for full_args in (False, True):
+            compiled, python = _device_both(data, full_args)
+            assert compiled == python, path
+            kinds.update(i for i, lane in enumerate(compiled[0]) if lane)
+    assert kinds == {0, 1, 2}  # host, runtime and GPU events were all compared
+
+
+def _trace(events) -> bytes:
+    return json.dumps({"traceEvents": events}).encode()
+
+
+def test_nesting_equals_python_on_made_up_timelines():
+    ev = lambda name, ts, dur, tid=1, cat="cpu_op", **a: {  # noqa: E731
+        "ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid, "args": a}
+    events = [ev("outer", 0, 10), ev("inner", 1, 3), ev("inner2", 4, 6), ev("same", 4, 6),
+              ev("zero", 5, 0), ev("late", 10.0005, 1), ev("other", 0, 100, tid="t2"),
+              ev("cudaLaunchKernel", 2, 1, cat="cuda_runtime", correlation=7),
+              ev("k", 3, 1, cat="kernel", correlation=7, stream=7), ev("nccl:x", 1, 1),
+              {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 1},
+              ev("nodur", 3, None), ev("neg", 2, -1)]
+    compiled, python = _device_both(_trace(events), False)
+    assert compiled == python
+    assert any(f[7][0] != -1 for f in compiled[0][0])  # some host event has a parent
+
+
+def test_nesting_declines_what_it_cannot_order():
+    bad = kineto.Event(0, {"name": "a", "ts": 0.0, "dur": 1.0})
+    bad.ts = "0"  # not a float: the compiled nesting leaves it to Python, changing nothing
+    assert kineto.NATIVE.nest([bad], [], {}, kineto.Event, kineto.EPS) is False
+    assert (bad.parent, bad.child_us) == (-1, 0.0)
