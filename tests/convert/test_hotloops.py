@@ -345,3 +345,33 @@ def test_nesting_declines_what_it_cannot_order():
     bad.ts = "0"  # not a float: the compiled nesting leaves it to Python, changing nothing
     assert kineto.NATIVE.nest([bad], [], {}, kineto.Event, kineto.EPS) is False
     assert (bad.parent, bad.child_us) == (-1, 0.0)
+
+
+# -- end to end: the same files with and without the compiled loops -----------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+
+def _convert_in_process(run, out, pure: bool):
+    env = {**__import__("os").environ}
+    env.pop("CHAKRA_TOOLS_PURE_PYTHON", None)
+    if pure:
+        env["CHAKRA_TOOLS_PURE_PYTHON"] = "1"
+    code = ("import sys; from chakra_tools.convert import hostet; from chakra_tools.core import etio;"
+            "from chakra_tools.convert.run import convert_run;"
+            "assert (hostet.NATIVE is None) == (etio.NATIVE is None) == bool(sys.argv[3]);"
+            "convert_run(sys.argv[1], sys.argv[2], executor='serial')")
+    proc = subprocess.run([sys.executable, "-c", code, str(run), str(out), "1" if pure else ""],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_conversions_write_the_same_bytes_with_and_without_the_compiled_loops(
+        collectives_run, ddp_run, tmp_path):
+    for run in (collectives_run, ddp_run):
+        compiled = _convert_in_process(run, tmp_path / f"{run.parent.name}-c", pure=False)
+        python = _convert_in_process(run, tmp_path / f"{run.parent.name}-py", pure=True)
+        assert compiled.keys() == python.keys() and len(compiled) >= 3
+        assert compiled == python
