@@ -34,6 +34,10 @@
  *         then each host event's enclosing host event and children's time, and each runtime
  *         call's host event, by time containment per thread.
  *
+ *     tensor_bytes(value) -> int | None
+ *         (tensors.tensor_bytes) the bytes of the tensors in a recorded value, for every costed
+ *         op; None where Python must do it (a non-integer item size, an overflow).
+ *
  * Objects are read and filled in through their slots (the member descriptors of __slots__ and
  * of msgspec Structs), which are looked up once per class.
  */
@@ -965,6 +969,44 @@ done:
     return result;
 }
 
+/* -- tensor_bytes ------------------------------------------------------------------------- */
+
+/* tensors.tensor_bytes: numel x itemsize summed over the recorded tensors (lists of six: ints
+ * then a device string) in a nested value. 0: done; 1: Python's (a product that is not of two
+ * ints, an overflow, nesting deeper than 64). */
+static int sum_tensor_bytes(PyObject *v, long long *total, int depth)
+{
+    if (!PyList_CheckExact(v))
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(v);
+    if (n == 6 && PyUnicode_CheckExact(PyList_GET_ITEM(v, 5)) &&
+        PyLong_CheckExact(PyList_GET_ITEM(v, 3)) && PyLong_CheckExact(PyList_GET_ITEM(v, 0))) {
+        PyObject *size = PyList_GET_ITEM(v, 4);
+        if (!PyLong_CheckExact(size))
+            return 1;
+        int o1, o2;
+        long long a = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(v, 3), &o1),
+                  b = PyLong_AsLongLongAndOverflow(size, &o2), p;
+        if (o1 || o2 || __builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(*total, p, total))
+            return 1;
+        return 0;
+    }
+    if (depth > 64)
+        return 1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (sum_tensor_bytes(PyList_GET_ITEM(v, i), total, depth + 1))
+            return 1;
+    return 0;
+}
+
+static PyObject *tensor_bytes(PyObject *self, PyObject *v)
+{
+    long long total = 0;
+    if (sum_tensor_bytes(v, &total, 0))
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(total);
+}
+
 /* -- mentions ----------------------------------------------------------------------------- */
 
 /* The wanted (tensor id, storage id) pairs in an open-addressing table: the scan looks up every
@@ -1129,6 +1171,8 @@ static PyMethodDef methods[] = {
     {"nest", nest, METH_VARARGS,
      "nest(host, runtime, runtime_parent, event_type, eps) -> True, or False (nothing done)\n"
      "where an event's times are not plain floats."},
+    {"tensor_bytes", tensor_bytes, METH_O,
+     "tensor_bytes(value) -> total bytes of the recorded tensors in it, or None: Python's."},
     {"mentions", mentions, METH_VARARGS,
      "mentions(raws, wanted) -> {(tid, sid): [index, ...]}: the indices of the raw inputs that\n"
      "hold `[tid,sid,` or `[tid, sid,` of a wanted pair, ascending; None if a wanted key is not\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Union
 
 import msgspec
@@ -261,13 +262,15 @@ def decode_inputs(raw: msgspec.Raw) -> list:
 
 def _collect(trace: HostTrace, ops: list[HostOp]) -> HostTrace:
     """File the ops of a trace in id order: thread roots apart, the process-group list read."""
-    ops.sort(key=lambda op: op.id)
+    ops.sort(key=attrgetter("id"))
+    kept = trace.ops
     for op in ops:
-        if op.name.startswith(ROOT_MARK):
+        name = op.name
+        if name.startswith(ROOT_MARK):
             trace.roots.add(op.id)
-        else:
-            trace.ops.append(op)
-            if op.name == PG_INIT:
-                trace.pg_init_id = op.id
-                trace.process_groups = _pg_list(op, trace.path)
+            continue
+        kept.append(op)
+        if name == PG_INIT:
+            trace.pg_init_id = op.id
+            trace.process_groups = _pg_list(op, trace.path)
     return trace

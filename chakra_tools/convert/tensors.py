@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from chakra_tools.core import native
+
+#: the compiled loops (_hotloops.c), or None: `tensor_bytes` in Python
+NATIVE = native.load("chakra_tools.convert._hotloops")
+
 ELEM_BYTES = {
     "float": 4, "double": 8, "c10::half": 2, "half": 2, "c10::bfloat16": 2, "bfloat16": 2,
     "long int": 8, "long": 8, "int": 4, "short int": 2, "short": 2, "signed char": 1,
@@ -42,8 +47,17 @@ def iter_tensors(v: Any) -> Iterator[list]:
 
 
 def tensor_bytes(v: Any) -> int:
-    """Total bytes of the tensors in a value (numel x itemsize each). A plain recursion, not
-    `iter_tensors`: it runs for every costed op, and generators cost a few microseconds each."""
+    """Total bytes of the tensors in a value (numel x itemsize each). It runs for every costed
+    op: in C where `_hotloops.c` is built, else as a plain recursion (generators, as in
+    `iter_tensors`, cost a few microseconds each)."""
+    if NATIVE is not None:
+        total = NATIVE.tensor_bytes(v)
+        if total is not None:
+            return total
+    return _python_tensor_bytes(v)
+
+
+def _python_tensor_bytes(v: Any) -> int:
     if type(v) is not list:
         return 0
     if is_tensor(v):
@@ -51,7 +65,7 @@ def tensor_bytes(v: Any) -> int:
     total = 0
     for x in v:
         if type(x) is list:
-            total += tensor_bytes(x)
+            total += _python_tensor_bytes(x)
     return total
 
 

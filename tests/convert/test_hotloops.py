@@ -375,3 +375,30 @@ def test_conversions_write_the_same_bytes_with_and_without_the_compiled_loops(
         python = _convert_in_process(run, tmp_path / f"{run.parent.name}-py", pure=True)
         assert compiled.keys() == python.keys() and len(compiled) >= 3
         assert compiled == python
+
+
+# -- tensor_bytes -------------------------------------------------------------------------------
+
+from chakra_tools.convert import tensors  # noqa: E402
+
+TENSOR = st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 9),
+                   st.integers(-5, 1 << 62), st.one_of(st.integers(-2, 1 << 40), st.floats(0, 8)),
+                   st.sampled_from(["cpu", "cuda:0"])).map(list)
+VALUES = st.recursive(st.one_of(TENSOR, st.integers(), st.text(max_size=3), st.none()),
+                      lambda inner: st.lists(inner, max_size=5), max_leaves=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(VALUES)
+def test_tensor_bytes_equals_python(v):
+    compiled = NATIVE.tensor_bytes(v)
+    python = tensors._python_tensor_bytes(v)
+    assert compiled is None or (compiled == python and type(compiled) is int)
+    assert tensors.tensor_bytes(v) == python
+
+
+def test_tensor_bytes_in_c_on_real_values(collectives_run):
+    host = read_host(collectives_run / "rank-0.host.json.gz")
+    values = [op.in_values for op in host.ops if op.in_values] + [op.out_values for op in host.ops]
+    assert sum(NATIVE.tensor_bytes(v) is not None for v in values) == len(values)
+    assert [NATIVE.tensor_bytes(v) for v in values] == [tensors._python_tensor_bytes(v) for v in values]
