@@ -1,8 +1,9 @@
 /* The compiled hot loops of a conversion; each has a Python twin that is the reference (the tests
  * compare them) and that runs where this file was not built.
  *
- * Why C: after msgspec has parsed the file, the conversion is a handful of Python loops of a few
- * microseconds per node each. These two were the largest that are plain data shuffling:
+ * Why C: after msgspec has parsed the files, a conversion was a handful of Python loops of a few
+ * microseconds per node each. These are the largest of them that are plain data shuffling (the
+ * decisions stay in Python):
  *
  *     host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list[HostOp]
  *         (hostet._typed_ops) msgspec's `_Node` structs -> HostOps. The Python loop spent most
