@@ -67,6 +67,7 @@ def replay(
     """
     from chakra_tools.replay import open_rankset, parse_limits
     from chakra_tools.replay.engine import AS_CAPTURED, CaptureModes, run_replay
+    from chakra_tools.replay.fidelity import measured_of
 
     base = AS_CAPTURED if as_captured else CaptureModes()
     modes = CaptureModes(comm or base.comm, host_time or base.host_time, align or base.align).check()
@@ -75,7 +76,7 @@ def replay(
                        scale, roofline)
     result = run_replay(rankset, feeders, backend, groups=groups, modes=modes,
                         limits=parse_limits(limits), host_gaps=host_gaps)
-    _emit(result, manifest, out, timeline, as_json)
+    _emit(result, manifest, out, timeline, as_json, measured_of(feeders))
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
                    "--as-captured replays it as it ran (docs/replay.md §4)", err=True)
@@ -102,14 +103,17 @@ def _backend(rankset, top_rank, network, system, memory, offload, peak_tflops, m
     return AnalyticalBackend(net, sysc, load_memory(memory) if memory else MemoryConfig(), scales, roofline)
 
 
-def _emit(result, manifest, out, timeline, as_json) -> None:
-    """Print the table (or the JSON), save --out and --timeline, compare with --manifest."""
+def _emit(result, manifest, out, timeline, as_json, measured) -> None:
+    """Print the table (or the JSON), save --out and --timeline, compare with --manifest or,
+    without one, with the windows the rank files measured (converted host + device pairs)."""
     from chakra_tools.core.etio import atomic_output
-    from chakra_tools.replay.fidelity import compare_with_manifest, format_comparison
+    from chakra_tools.replay.fidelity import compare_with_manifest, compare_with_trace, format_comparison
 
     doc = result.to_dict()
     if manifest:
         doc["fidelity"] = compare_with_manifest(doc, manifest)
+    elif measured:
+        doc["fidelity"] = compare_with_trace(doc, measured)
     if out:
         with atomic_output(out, "w") as f:
             _dump(doc, f)
@@ -122,7 +126,7 @@ def _emit(result, manifest, out, timeline, as_json) -> None:
             _dump(doc, sys.stdout)
         return
     typer.echo(result.table())
-    if manifest:
+    if doc.get("fidelity"):
         typer.echo(format_comparison(doc["fidelity"]))
     for d in result.diagnostics:
         typer.echo(f"warning: {d}", err=True)

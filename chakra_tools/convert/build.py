@@ -12,11 +12,13 @@ Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an ab
   * a kernel after its launching op and after the previous work on its stream; an NCCL
     collective also after the last work of every other stream (ProcessGroupNCCL makes its
     stream wait for the current one);
-  * a kernel -> the later host op that waits for it: a host op that calls cudaDeviceSynchronize /
-    cudaStreamSynchronize / cudaEventSynchronize / blocking cudaMemcpy depends on the last work
-    of each stream started before the call;
+  * device work -> the host op that ran next after a runtime call that waited for it (a
+    synchronisation, a blocking copy, a launch into a full queue); the time the call was blocked
+    leaves the calling op's duration (`blocked_ns`), since the replay re-creates it;
   * a collective -> its `wait` (record_param_comms 'wait' by sequence number) and -> the first
-    later op that reads a tensor it writes (on GPU: that op's first kernel).
+    later op that reads a tensor it writes; for a collective on a device stream (NCCL) both go
+    to the next kernel launched after that op instead (the host does not block: the current
+    stream waits for the collective's).
 Any cycle the input implies is broken (graphcheck.py) with a warning naming the nodes.
 """
 
@@ -38,8 +40,18 @@ from .readers import waited_calls
 from .tensors import elem_bytes_of
 
 _COMP = NodeType.COMP_NODE
-SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-              "cudaMemcpy", "hipDeviceSynchronize", "hipStreamSynchronize", "hipMemcpy")
+#: runtime calls that may wait for the device (copies and sets wait where memory is pageable)
+BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                  "cudaMemcpy", "cudaMemset", "hipDeviceSynchronize", "hipStreamSynchronize",
+                  "hipEventSynchronize", "hipMemcpy", "hipMemset")
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+                "cudaLaunchCooperativeKernel")
+#: a launch this much longer than the rank's median launch found the launch queue full
+STALL_FACTOR, STALL_MIN_US = 10.0, 50.0
+EPS_US = 1.0  # clock slack between a call's return and the device work it waited for
+#: a call that waited for device work returns this soon after the work ends; one that returned
+#: later was busy on the host (lazy module loading, cudaFree's driver work) and keeps its time
+RETURN_US = 50.0
 
 
 class Rec:
@@ -79,6 +91,7 @@ class Builder:
         self.chain: dict[int, int] = {}           # thread -> last node in its call chain
         self.parents = {op.id: op.parent for op in host.ops}
         self.op_event, self.kernels = self.lk.op_event, self.lk.kernels  # hot-path shortcuts
+        self._launched: list[tuple[int, object]] | None = None
 
     # -- driver -------------------------------------------------------------------------------
     def build(self) -> BuildResult:
@@ -101,7 +114,7 @@ class Builder:
                 emit_host(op)
         self._stream_order()
         self._cross_thread()
-        self._sync_edges()
+        self._blocking_edges()
         self._wait_edges(self.waits)
         self._consumer_edges()
         return BuildResult(self.recs, calls, self.diags, self.dev is not None)
@@ -269,25 +282,47 @@ class Builder:
         ev = self.lk.op_event.get(op_id)
         return ev.ts if ev is not None else self.recs[node - 1].ts
 
-    def _sync_edges(self) -> None:
+    def _blocking_edges(self) -> None:
+        """Where a runtime call held its host thread until device work finished, take that time
+        out of the host op's own duration (`blocked_ns`) and make the thread's next host op wait
+        for that device work instead, so the replay re-creates the stall from its own schedule.
+
+        A call blocked when device work ended while it ran: a synchronisation
+        (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize), a copy that waits
+        for its stream (cudaMemcpy, cudaMemcpyAsync from pageable memory or to the host: what
+        `.item()`, `.cpu()` do), or a kernel launch that found the launch queue full (it lasted
+        far longer than the rank's usual launch), and it returned as that work ended (within
+        `RETURN_US`). The blocked time runs from the call's start to the end of that work.
+        """
         if self.dev is None or not self.streams:
             return
+        device = sorted((r.ts + r.dur_us, r.id, r.ts) for r in self.recs if r.stream is not None)
+        device_ends = [d[0] for d in device]
+        host_by_tid: dict = defaultdict(list)
+        for r in self.recs:
+            if r.stream is None and r.type == _COMP and r.attrs.get("is_cpu_op"):
+                host_by_tid[r.tid].append((r.ts, r.id))
+        for items in host_by_tid.values():
+            items.sort()
+        stall_us = _launch_stall_us(self.dev.runtime)
         for op_id, calls in runtime_calls_by_op(self.lk, self.dev).items():
             node = self.op_node.get(op_id)
-            if node is None:
+            rec = self.recs[node - 1] if node is not None else None
+            if rec is None or rec.stream is not None or not rec.attrs.get("is_cpu_op"):
                 continue
-            for r in calls:
-                if r.name.startswith(SYNC_CALLS):
-                    self._depend_on_streams(node, r.ts)
-
-    def _depend_on_streams(self, node: int, t: float) -> None:
-        rec = self.recs[node - 1]
-        for items in self.streams.values():
-            i = bisect.bisect_left(items, (t, -1))
-            while i and items[i - 1][1] > node:  # its own kernels come after it
-                i -= 1
-            if i:
-                rec.deps.append(items[i - 1][1])
+            for call in calls:
+                if not _may_block(call, stall_us):
+                    continue
+                waited = _waited_for(device, device_ends, call)
+                if waited is None:
+                    continue  # it did not return as pending device work ended: busy on the host
+                end, waited_id, _ = waited
+                blocked = min(end, call.end) - call.ts
+                rec.dur_us = max(rec.dur_us - blocked, 0.0)
+                rec.attrs["blocked_ns"] = rec.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
+                waiter = _first_from(host_by_tid.get(rec.tid, ()), call.end - EPS_US)
+                if waiter is not None and waiter != node:
+                    self.recs[waiter - 1].deps.append(waited_id)
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
         """A wait after the collective it waits for: by sequence number (`record_param_comms`
@@ -302,8 +337,34 @@ class Builder:
         for w in waits:
             comm = by_seq.get(w.seq) if w.seq is not None else by_root.get(by_tensor.get(w.op_id))
             node = self.op_node.get(w.op_id)
-            if comm is not None and node is not None and node != comm:
+            if comm is None or node is None or node == comm:
+                continue
+            if self.recs[comm - 1].stream is not None:
+                self._stream_wait(comm, node)
+            else:
                 self.recs[node - 1].deps.append(comm)
+
+    def _stream_wait(self, comm: int, wait_node: int) -> None:
+        """The first device work launched after node `wait_node` waits for `comm`.
+
+        `work.wait()` on a collective that runs on a device stream (NCCL) does not block the
+        host: it makes the current stream wait for the collective's (cudaStreamWaitEvent). The
+        current stream is the one the next kernel launched after the wait runs on, so that kernel
+        depends on the collective, and its stream's later work follows by stream order."""
+        own = self.recs[comm - 1].stream
+        launched = self._gpu_in_launch_order()
+        i = bisect.bisect_right(launched, (wait_node, -1))
+        for nid, stream in launched[i:]:
+            if stream != own:
+                self.recs[nid - 1].deps.append(comm)
+                return
+
+    def _gpu_in_launch_order(self) -> list[tuple[int, object]]:
+        """(node id, stream) of every device node, by id: nodes are made in launch order."""
+        if self._launched is None:
+            self._launched = [(r.id, r.stream) for r in self.recs
+                              if r.stream is not None and r.type == _COMP]
+        return self._launched
 
     def _consumer_edges(self) -> None:
         for r in self.recs:
@@ -312,6 +373,11 @@ class Builder:
 
     def _consume(self, comm: int, op_id: int) -> None:
         kernels = self.kernel_nodes.get(op_id)
+        if self.recs[comm - 1].stream is not None:  # device data: only device work reads it
+            node = self.op_node.get(op_id)
+            if node is not None:
+                self._stream_wait(comm, node - 1)
+            return
         target = kernels[0] if kernels else self.op_node.get(op_id)
         if target is not None and target != comm:
             self.recs[target - 1].deps.append(comm)
@@ -356,6 +422,38 @@ def _node_type(call: CommCall) -> NodeType:
 
 def _opt_str(v) -> str | None:
     return None if v is None else str(v)
+
+
+def _launch_stall_us(runtime: list[Event]) -> float:
+    """How long a kernel launch must last to have waited for a free slot in the launch queue."""
+    durations = sorted(r.dur for r in runtime if r.name.startswith(LAUNCH_CALLS))
+    if not durations:
+        return float("inf")
+    return max(STALL_FACTOR * durations[len(durations) // 2], STALL_MIN_US)
+
+
+def _may_block(call: Event, stall_us: float) -> bool:
+    name = call.name
+    return name.startswith(BLOCKING_CALLS) or (name.startswith(LAUNCH_CALLS) and call.dur >= stall_us)
+
+
+def _waited_for(device: list[tuple[float, int, float]], ends: list[float], call: Event):
+    """The device work (end, node, start) a blocking call waited for: the last to end before the
+    call returned, within `RETURN_US` of the return, and pending when the call began (a copy may
+    also wait for the copy it issued itself); None if there is none."""
+    own_work_counts = "Memcpy" in call.name or "Memset" in call.name
+    i = bisect.bisect_right(ends, call.end + EPS_US) - 1
+    while i >= 0 and ends[i] > max(call.ts, call.end - RETURN_US):
+        if own_work_counts or device[i][2] < call.ts:
+            return device[i]
+        i -= 1
+    return None
+
+
+def _first_from(items, t: float) -> int | None:
+    """The id of the first (start, id) in `items` (sorted) starting at or after `t`."""
+    i = bisect.bisect_left(items, (t, -1))
+    return items[i][1] if i < len(items) else None
 
 
 def _last_before(items: list[tuple[float, int]], t: float) -> int | None:

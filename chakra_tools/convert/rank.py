@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics
 from chakra_tools.core.graph import Graph
+from chakra_tools.core.measured import Measured
 from chakra_tools.core.model import Metadata, make_attrs
 
 from .build import Builder, Rec
@@ -221,4 +222,22 @@ def _metadata(host: HostTrace, dev: DeviceTrace | None, lk, rank: int) -> Metada
              "durations": "measured" if dev is not None else "missing"}
     if lk is not None:
         attrs["link_method"] = lk.method
-    return Metadata(version="0.0.4", attrs=make_attrs(attrs))
+    built = make_attrs(attrs)
+    measured = measured_reference(dev, lk) if dev is not None and lk is not None else None
+    if measured is not None:
+        built.update(measured.attrs())
+    return Metadata(version="0.0.4", attrs=built)
+
+
+def measured_reference(dev: DeviceTrace, lk) -> Measured | None:
+    """The window the converted host ops and the device work they launched span on the device
+    trace's clock, and the `ProfilerStep#N` ranges overlapping it (core/measured.py)."""
+    spans = [(e.ts, e.end) for e in lk.op_event.values()]
+    spans += [(g.ts, g.end) for kernels in lk.kernels.values() for g in kernels]
+    if not spans:
+        return None
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    steps = sorted((e.ts, e.end) for e in dev.host
+                   if e.name.startswith("ProfilerStep#") and e.ts < end and e.end > start)
+    ns = lambda us: int(round(us * 1000))  # noqa: E731
+    return Measured((ns(start), ns(end)), tuple((ns(s), ns(e)) for s, e in steps))

@@ -11,6 +11,11 @@ of a host). Then the whole job's captured window is measured too: from the earli
 of the first captured step to the latest rank's end of the last, per step, against the makespan
 per step ("job"). That is the figure a synchronous job is judged by; per-rank step times of such
 a job scatter with each rank's waiting.
+
+Any converted host + device pair carries its own reference too (core/measured.py: the window its
+host ops and their device work span, and the `ProfilerStep#N` ranges in it), so
+`compare_with_trace` needs no manifest: per rank, the window against `finish_ns - start_ns`; for
+the job, the window across ranks (earliest start to latest end) against the makespan.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 from pathlib import Path
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.measured import Measured
 
 
 def _load(manifest: str | Path | dict) -> dict:
@@ -80,6 +86,44 @@ def compare_with_manifest(result: dict, manifest: str | Path | dict) -> dict:
     return out
 
 
+def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | None:
+    """Like `compare_with_manifest`, against the windows the rank files carry (one "step": the
+    whole window); None when no replayed rank has one.
+
+    >>> from chakra_tools.core.measured import Measured
+    >>> doc = {"makespan_ns": 1300, "ranks": [{"rank": 0, "start_ns": 0, "finish_ns": 1100},
+    ...                                       {"rank": 1, "start_ns": 200, "finish_ns": 1300}]}
+    >>> cmp = compare_with_trace(doc, {0: Measured((5000, 6000)), 1: Measured((5100, 6200))})
+    >>> cmp["ranks"][1]["error"], cmp["job"]
+    (0.0, {'measured_ns': 1200, 'predicted_ns': 1300, 'error': 0.083333})
+    """
+    finish = {r["rank"]: r["finish_ns"] - r.get("start_ns", 0) for r in result["ranks"]}
+    known = {rank: m for rank, m in measured.items() if rank in finish and m.duration_ns > 0}
+    if not known:
+        return None
+    rows = [{"rank": rank, "steps": len(m.steps_ns), "measured_ns": m.duration_ns,
+             "predicted_ns": finish[rank], **_versus(m.duration_ns, finish[rank])}
+            for rank, m in sorted(known.items())]
+    window = max(m.window_ns[1] for m in known.values()) - min(m.window_ns[0] for m in known.values())
+    out = {"source": "trace", "ranks": rows,
+           "mean_abs_error": round(sum(abs(r["error"]) for r in rows) / len(rows), 6),
+           "job": _versus(window, result.get("makespan_ns") or max(finish.values()))}
+    steps = [e - s for m in known.values() for s, e in m.steps_ns]
+    if steps:
+        out["profiler_steps_ns"] = {"count": len(steps), "min": min(steps), "max": max(steps)}
+    return out
+
+
+def measured_of(feeders: dict) -> dict[int, Measured]:
+    """rank -> the measured reference its rank file carries (ranks without one left out)."""
+    out = {}
+    for rank, feeder in feeders.items():
+        m = Measured.from_metadata(feeder.metadata, str(feeder.path))
+        if m is not None:
+            out[rank] = m
+    return out
+
+
 def _versus(measured: float, predicted: float) -> dict:
     return {"measured_ns": round(measured), "predicted_ns": round(predicted),
             "error": round((predicted - measured) / measured, 6)}
@@ -109,7 +153,8 @@ def aligned_window_ns(man: dict, ranks: list[int]) -> int | None:
 
 
 def format_comparison(cmp: dict) -> str:
-    lines = [f"{'rank':>5} {'measured/step':>14} {'predicted/step':>15} {'error':>8}"]
+    per = " window" if cmp.get("source") == "trace" else "/step"
+    lines = [f"{'rank':>5} {'measured' + per:>14} {'predicted' + per:>15} {'error':>8}"]
     for r in cmp["ranks"]:
         lines.append(f"{r['rank']:>5} {r['measured_ns'] / 1e3:>12.1f}us {r['predicted_ns'] / 1e3:>13.1f}us "
                      f"{r['error'] * 100:>7.1f}%")
@@ -118,8 +163,16 @@ def format_comparison(cmp: dict) -> str:
     if st:
         lines.append(f"step (mean over ranks vs makespan): measured {st['measured_ns'] / 1e3:.1f}us, "
                      f"predicted {st['predicted_ns'] / 1e3:.1f}us, error {st['error'] * 100:.1f}%")
+    steps = cmp.get("profiler_steps_ns")
+    if steps:
+        lines.append(f"ProfilerStep ranges in the window: {steps['count']}, "
+                     f"{steps['min'] / 1e3:.1f}us .. {steps['max'] / 1e3:.1f}us")
     job = cmp.get("job")
-    if job:
+    if job and cmp.get("source") == "trace":
+        lines.append(f"job (the traced window across ranks vs makespan): measured "
+                     f"{job['measured_ns'] / 1e3:.1f}us, predicted {job['predicted_ns'] / 1e3:.1f}us, "
+                     f"error {job['error'] * 100:.1f}%")
+    elif job:
         lines.append(f"job (captured window across ranks vs makespan, per step): measured "
                      f"{job['measured_ns'] / 1e3:.1f}us, predicted {job['predicted_ns'] / 1e3:.1f}us, "
                      f"error {job['error'] * 100:.1f}%")

@@ -86,14 +86,17 @@ def read_timeline(nodes: Iterable[Node]) -> RankTimeline:
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters = _collect(nodes)
+    host, comms, waiters, host_blocked = _collect(nodes)
     starts = [h[0] for h in host]
     ends, blocked = {}, []
     for (start, end), nid, deps in comms:
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
         if not _host_starts_inside(starts, (start, done)) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
-    return RankTimeline(_retimed(host, union(blocked)), ends)
+    retimed = _retimed(host, union(blocked))
+    for nid, device_wait in host_blocked.items():  # blocked on the device: the replay's to re-create
+        retimed[nid] = max(0, retimed[nid] - device_wait)
+    return RankTimeline(retimed, ends)
 
 
 def _completion(starts: Sequence[int], start: int, end: int, waiter: int | None) -> int:
@@ -112,16 +115,21 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     return {rank: read_timeline(iter_nodes(f)) for rank, f in find_rank_files(path).items()}
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict]:
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict]:
     """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
-    comm id -> earliest start of a host op that depends on it and starts after it)."""
-    host, comms = [], []
+    comm id -> earliest start of a host op that depends on it and starts after it,
+    host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
+    some: that time is already out of its duration, and the replay re-creates it))."""
+    host, comms, host_blocked = [], [], {}
     for node in nodes:
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
         if node.type == _COMP and node.is_cpu_op:
             host.append((start, node.id, node_ns(node), node.deps))
+            device_wait = node.attrs.get("blocked_ns")
+            if device_wait is not None:
+                host_blocked[node.id] = int(device_wait.value)
         elif node.type in _COMM and node_ns(node) > 0:
             comms.append(((start, start + node_ns(node)), node.id, node.deps))
     host.sort(key=lambda h: (h[0], h[1]))
@@ -131,7 +139,7 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict]:
         for d in deps:
             if d in comm_start and start >= comm_start[d]:
                 waiters[d] = min(start, waiters.get(d, start))
-    return host, comms, waiters
+    return host, comms, waiters, host_blocked
 
 
 def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: Sequence[int]) -> bool:
