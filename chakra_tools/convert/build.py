@@ -296,7 +296,8 @@ class Builder:
         """
         if self.dev is None or not self.streams:
             return
-        device = sorted((r.ts + r.dur_us, r.id, r.ts) for r in self.recs if r.stream is not None)
+        device = sorted((r.ts + r.dur_us, r.id, r.ts, r.call is not None) for r in self.recs
+                        if r.stream is not None)
         device_ends = [d[0] for d in device]
         host_by_tid: dict = defaultdict(list)
         for r in self.recs:
@@ -316,7 +317,7 @@ class Builder:
                 waited = _waited_for(device, device_ends, call)
                 if waited is None:
                     continue  # it did not return as pending device work ended: busy on the host
-                end, waited_id, _ = waited
+                end, waited_id = waited[:2]
                 blocked = min(end, call.end) - call.ts
                 rec.dur_us = max(rec.dur_us - blocked, 0.0)
                 rec.attrs["blocked_ns"] = rec.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
@@ -437,14 +438,15 @@ def _may_block(call: Event, stall_us: float) -> bool:
     return name.startswith(BLOCKING_CALLS) or (name.startswith(LAUNCH_CALLS) and call.dur >= stall_us)
 
 
-def _waited_for(device: list[tuple[float, int, float]], ends: list[float], call: Event):
-    """The device work (end, node, start) a blocking call waited for: the last to end before the
-    call returned, within `RETURN_US` of the return, and pending when the call began (a copy may
-    also wait for the copy it issued itself); None if there is none."""
-    own_work_counts = "Memcpy" in call.name or "Memset" in call.name
+def _waited_for(device: list[tuple[float, int, float, bool]], ends: list[float], call: Event):
+    """The device work (end, node, start, is a collective) a blocking call waited for, None if
+    none: the last to end within `RETURN_US` before the call returned that was pending when the
+    call began; a copy or set also waits for the copy it issued itself, but never for another
+    stream's collective (a copy queues on its own stream, not behind NCCL's)."""
+    is_copy = "Memcpy" in call.name or "Memset" in call.name
     i = bisect.bisect_right(ends, call.end + EPS_US) - 1
     while i >= 0 and ends[i] > max(call.ts, call.end - RETURN_US):
-        if own_work_counts or device[i][2] < call.ts:
+        if not (is_copy and device[i][3]) and (is_copy or device[i][2] < call.ts):
             return device[i]
         i -= 1
     return None

@@ -1,0 +1,189 @@
+"""GPU execution semantics, one rule a test, on small hand-made device traces (converted as a
+device-only pair: the host ops come from the Kineto trace's own cpu_ops) and on the shared
+traces of real GPU runs.
+
+Each hand-made trace is a timeline a real CUDA program produces: host ops on one thread, kernels
+on a stream, runtime calls inside the host ops that launched or waited for them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chakra_tools.convert.rank import convert_rank
+from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.measured import Measured
+from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, Scales, default_network, replay
+from chakra_tools.replay.fidelity import compare_with_trace
+
+
+def cpu(name, ts, dur):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+
+def runtime(name, ts, dur, corr):
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+            "args": {"correlation": corr}}
+
+
+def kernel(name, ts, dur, corr, stream=7):
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"correlation": corr, "stream": stream}}
+
+
+def convert(tmp_path, events) -> tuple[Graph, dict]:
+    """The graph of a device-only trace, written to tmp_path as rank 0, and its nodes by name."""
+    path = tmp_path / "kineto.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    graph = convert_rank(None, path, 0).graph
+    RankSet({0: graph}, {}).write(tmp_path / "et", "trace")
+    return graph, {n.name: n for n in graph}
+
+
+def run(tmp_path, scales: Scales = Scales(), modes=AS_CAPTURED):
+    backend = AnalyticalBackend(default_network(1), scales=scales)
+    doc = replay(tmp_path / "et", backend, modes=modes).to_dict()
+    return doc, {e["name"]: e for e in doc["events"]}
+
+
+def launch_then_sync(sync_name="cudaStreamSynchronize"):
+    """launch (0..10) starts a 1,000 µs kernel at 12; sync_op (20..1020) waits in `sync_name`
+    from 25 until the kernel ends at 1012; after (1020..1030) is the next host op."""
+    return [cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("gemm", 12, 1000, 1),
+            cpu("sync_op", 20, 1000), runtime(sync_name, 25, 990, 2), cpu("after", 1020, 10)]
+
+
+def test_a_launch_does_not_block_its_host_thread(tmp_path):
+    events = [cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("gemm", 12, 1000, 1),
+              cpu("next", 12, 10)]
+    graph, n = convert(tmp_path, events)
+    assert n["gemm"].id not in n["next"].deps
+    _, ev = run(tmp_path)
+    assert ev["next"]["start_ns"] < ev["gemm"]["end_ns"]  # the host went on while the kernel ran
+
+
+def test_a_sync_blocks_and_its_stall_leaves_the_host_op(tmp_path):
+    graph, n = convert(tmp_path, launch_then_sync())
+    # blocked from the call's start (25) to the kernel's end (1012): 987 µs out of 1,000
+    assert n["sync_op"].attr("blocked_ns") == 987_000
+    assert n["sync_op"].duration_micros == 13
+    assert n["gemm"].id in n["after"].deps  # the wait, re-created as an edge
+    doc, ev = run(tmp_path)
+    assert ev["after"]["start_ns"] >= ev["gemm"]["end_ns"]
+    assert doc["makespan_ns"] == pytest.approx(1_030_000, rel=0.01)
+
+
+@pytest.mark.parametrize("call", ["cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventSynchronize"])
+def test_every_blocking_call_kind_waits(tmp_path, call):
+    _, n = convert(tmp_path, launch_then_sync(call))
+    assert n["gemm"].id in n["after"].deps and n["sync_op"].attr("blocked_ns") == 987_000
+
+
+def test_halving_the_gpu_shortens_the_step_by_the_critical_path(tmp_path):
+    """The stall follows the kernel: half the GPU time, 500 µs less, not half of every host op."""
+    convert(tmp_path, launch_then_sync())
+    full, _ = run(tmp_path)
+    half, _ = run(tmp_path, Scales(compute=0.5))
+    assert full["makespan_ns"] - half["makespan_ns"] == pytest.approx(500_000, rel=0.02)
+
+
+def test_a_sync_on_an_idle_device_keeps_its_time(tmp_path):
+    """A sync that returned long after the device went idle was busy on the host."""
+    events = [cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("gemm", 12, 10, 1),
+              cpu("sync_op", 100, 500), runtime("cudaDeviceSynchronize", 105, 490, 2), cpu("after", 600, 10)]
+    _, n = convert(tmp_path, events)
+    assert n["sync_op"].attr("blocked_ns") is None and n["sync_op"].duration_micros == 500
+    assert n["gemm"].id not in n["after"].deps
+
+
+def test_a_launch_into_a_full_queue_waits_for_a_kernel(tmp_path):
+    """Launches take 5 µs; one took 800 µs and returned as the running kernel ended: the queue
+    was full. That stall is the kernel's, not the host op's."""
+    events = [cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("long", 12, 1000, 1)]
+    t = 20
+    for i in range(2, 12):  # ordinary launches of short kernels queued behind it
+        events += [cpu(f"op{i}", t, 10), runtime("cudaLaunchKernel", t + 2, 5, i),
+                   kernel(f"k{i}", 1012 + 10 * (i - 2), 10, i)]
+        t += 12
+    events += [cpu("stalled", t, 900), runtime("cudaLaunchKernel", t + 2, 1012 - (t + 2) + 3, 99),
+               kernel("k99", 1120, 10, 99), cpu("after", t + 900, 10)]
+    _, n = convert(tmp_path, events)
+    assert n["stalled"].attr("blocked_ns") == (1012 - (t + 2)) * 1000
+    assert n["long"].id in n["after"].deps
+
+
+def test_device_only_conversion_records_the_measured_window(tmp_path):
+    graph, _ = convert(tmp_path, launch_then_sync())
+    m = Measured.from_metadata(graph.metadata)
+    assert m.window_ns == (0, 1_030_000) and m.steps_ns == ()
+    doc, _ = run(tmp_path)
+    cmp = compare_with_trace(doc, {0: m})
+    assert abs(cmp["job"]["error"]) < 0.01
+
+
+# -- the shared traces of real GPU runs ----------------------------------------------------------
+
+def _pair_files(shared_fixtures, unpack, name):
+    if name == "dlrm":
+        hosts, devs = unpack("param/dlrm_8rank_host_et.tar.gz"), unpack("param/dlrm_8rank_kineto.tar.gz")
+        return ([next(hosts.rglob(f"dlrm_eg_{r}.json")) for r in range(8)],
+                [next(devs.rglob(f"worker{r}_*.json")) for r in range(8)])
+    host, dev = GPU_PAIRS[name]
+    return [shared_fixtures / host], [shared_fixtures / dev]
+
+
+GPU_PAIRS = {  # name -> (host, device) under ../shared/fixtures/external/ (dlrm: two archives)
+    "linear": ("param/linear_1gpu_host_et.json.gz", "param/linear_1gpu_kineto.json.gz"),
+    "resnet": ("param/resnet_1gpu_host_et.json.gz", "param/resnet_1gpu_kineto.json.gz"),
+    "simple_add": ("hta/simple_add_host_et.json.gz", "hta/simple_add_kineto.json.gz"),
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_errors(shared_fixtures, unpack, tmp_path_factory):
+    """name -> job error of the as-captured replay against the window the traces measured."""
+    from chakra_tools.convert.run import convert as convert_pairs, inputs_from_files
+    from chakra_tools.replay.fidelity import measured_of
+    from chakra_tools.replay.engine import open_rankset, run_replay
+
+    errors = {}
+    for name in ("dlrm", *GPU_PAIRS):
+        hosts, devs = _pair_files(shared_fixtures, unpack, name)
+        out = tmp_path_factory.mktemp(name)
+        report = convert_pairs(inputs_from_files([str(h) for h in hosts], [str(d) for d in devs], []),
+                               out, executor="serial")
+        assert not report.errors, (name, report.errors[:3])
+        feeders, groups = open_rankset(out)
+        backend = AnalyticalBackend(default_network(len(feeders)))
+        doc = run_replay(out, feeders, backend, groups=groups, modes=AS_CAPTURED).to_dict()
+        errors[name] = compare_with_trace(doc, measured_of(feeders))["job"]["error"]
+    return errors
+
+
+def test_every_shared_gpu_pair_replays_as_captured_within_5_percent(gpu_errors):
+    assert all(abs(e) <= 0.05 for e in gpu_errors.values()), gpu_errors
+    assert sum(abs(e) for e in gpu_errors.values()) / len(gpu_errors) <= 0.03, gpu_errors
+
+
+def test_nccl_waits_order_the_stream_not_the_host(shared_fixtures, unpack, tmp_path):
+    """DLRM's `work.wait()` (record_param_comms 'wait') on an NCCL all_to_all returned in
+    microseconds while the collective ran for milliseconds: no wait may depend on an NCCL
+    collective, and the device work after each wait does."""
+    hosts, devs = _pair_files(shared_fixtures, unpack, "dlrm")
+    graph = convert_rank(hosts[0], devs[0], 0).graph
+    colls = {n.id for n in graph if n.type.name == "COMM_COLL_NODE" and n.attr("stream") is not None}
+    assert colls
+    waits = [n for n in graph if n.is_cpu_op and ("wait" in n.name.lower() or n.name == "record_param_comms")]
+    assert len(waits) >= len(colls)
+    assert [n for n in waits if colls & set(n.deps)] == []
+    device_waits = [n for n in graph if not n.is_cpu_op and n.id not in colls and colls & set(n.deps)]
+    assert len(device_waits) >= len(colls) // 2
+
+
+def test_profiler_steps_are_kept_as_the_measured_reference(shared_fixtures, unpack):
+    hosts, devs = _pair_files(shared_fixtures, unpack, "dlrm")
+    m = Measured.from_metadata(convert_rank(hosts[5], devs[5], 5).graph.metadata)
+    (start, end), = m.steps_ns  # ProfilerStep#10 of worker 5: 17,797 µs
+    assert end - start == pytest.approx(17_797_000, abs=1000) and m.window_ns[0] >= start - 1000
