@@ -373,12 +373,12 @@ class Builder:
                 self._consume(r.id, self.consumers[r.call.root])
 
     def _consume(self, comm: int, op_id: int) -> None:
-        kernels = self.kernel_nodes.get(op_id)
         if self.recs[comm - 1].stream is not None:  # device data: only device work reads it
             node = self.op_node.get(op_id)
             if node is not None:
                 self._stream_wait(comm, node - 1)
             return
+        kernels = self.kernel_nodes.get(op_id)
         target = kernels[0] if kernels else self.op_node.get(op_id)
         if target is not None and target != comm:
             self.recs[target - 1].deps.append(comm)

@@ -101,8 +101,7 @@ def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | No
     known = {rank: m for rank, m in measured.items() if rank in finish and m.duration_ns > 0}
     if not known:
         return None
-    rows = [{"rank": rank, "steps": len(m.steps_ns), "measured_ns": m.duration_ns,
-             "predicted_ns": finish[rank], **_versus(m.duration_ns, finish[rank])}
+    rows = [{"rank": rank, "steps": len(m.steps_ns), **_versus(m.duration_ns, finish[rank])}
             for rank, m in sorted(known.items())]
     window = max(m.window_ns[1] for m in known.values()) - min(m.window_ns[0] for m in known.values())
     out = {"source": "trace", "ranks": rows,

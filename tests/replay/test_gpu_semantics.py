@@ -123,6 +123,21 @@ def test_device_only_conversion_records_the_measured_window(tmp_path):
     assert abs(cmp["job"]["error"]) < 0.01
 
 
+def test_trace_replay_prints_measured_against_predicted_without_a_manifest(tmp_path):
+    from typer.testing import CliRunner
+
+    from chakra_tools.cli.replay import app
+
+    convert(tmp_path, launch_then_sync())
+    res = CliRunner().invoke(app, [str(tmp_path / "et"), "--as-captured"])
+    assert res.exit_code == 0, res.output
+    assert "measured window" in res.output
+    job = next(line for line in res.output.splitlines() if line.startswith("job (the traced window"))
+    assert "measured 1030.0us" in job
+    doc = json.loads(CliRunner().invoke(app, [str(tmp_path / "et"), "--as-captured", "--json"]).output)
+    assert doc["fidelity"]["source"] == "trace" and doc["fidelity"]["ranks"][0]["measured_ns"] == 1_030_000
+
+
 # -- the shared traces of real GPU runs ----------------------------------------------------------
 
 def _pair_files(shared_fixtures, unpack, name):
