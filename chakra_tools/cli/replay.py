@@ -41,15 +41,16 @@ def replay(
     limits: Optional[str] = typer.Option(None, "--limits",
                                          help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0."),
     as_captured: bool = typer.Option(False, "--as-captured",
-                                     help="Replay a capture on the system it ran on, to compare with its manifest: --comm calibrated --host-time timeline --align recorded (each can still be set on its own)."),
+                                     help="Replay a capture on the system it ran on, to compare with its measured steps: --comm calibrated --host-time timeline --align recorded --lanes stream (each can still be set on its own)."),
     comm: Optional[str] = typer.Option(None, "--comm",
                                        help="model (default): cost communication with the network model; measured: the trace's own durations where recorded (the shortest of a collective's members); calibrated: each member's recorded time after the last one arrived, waiting removed, sends as rendezvous (a capture replayed on the system it ran on)."),
-    host_gaps: bool = typer.Option(False, "--host-gaps",
-                                   help="Keep the recorded time between host ops (Python between operators), as Lumos does; for captured runs."),
+    host_gaps: bool = typer.Option(False, "--host-gaps", help="Short for --host-time gaps."),
     host_time: Optional[str] = typer.Option(None, "--host-time",
-                                            help="ops (default): each host op its recorded duration; timeline: re-timed from the recorded start times (untraced time where it happened, time blocked in communication removed), for captured runs."),
+                                            help="ops (default): each host op its recorded duration; gaps: and the recorded time between host ops (Python between operators), as Lumos does; timeline: re-timed from the recorded start times (untraced time where it happened, time blocked in communication or on the device removed), for captured runs."),
     align: Optional[str] = typer.Option(None, "--align",
                                         help="start (default): every rank begins at 0; recorded: at its first recorded start time relative to the earliest rank (a capture's skew between ranks)."),
+    lanes: Optional[str] = typer.Option(None, "--lanes",
+                                        help="kind (default): one host thread, one GPU compute and one comm queue per rank, as ASTRA-sim; stream: a host lane per recorded thread and a device lane per CUDA stream, each with the --limits of its kind (converted GPU traces)."),
     offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
     resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
@@ -70,12 +71,13 @@ def replay(
     from chakra_tools.replay.fidelity import measured_of
 
     base = AS_CAPTURED if as_captured else CaptureModes()
-    modes = CaptureModes(comm or base.comm, host_time or base.host_time, align or base.align).check()
+    modes = CaptureModes(comm or base.comm, host_time or ("gaps" if host_gaps else base.host_time),
+                         align or base.align, lanes or base.lanes).check()
     feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
     backend = _backend(rankset, max(feeders), network, system, memory, offload, peak_tflops, mem_bw,
                        scale, roofline)
     result = run_replay(rankset, feeders, backend, groups=groups, modes=modes,
-                        limits=parse_limits(limits), host_gaps=host_gaps)
+                        limits=parse_limits(limits))
     _emit(result, manifest, out, timeline, as_json, measured_of(feeders))
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "

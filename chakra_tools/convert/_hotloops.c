@@ -610,7 +610,7 @@ static PyObject *to_nodes(PyObject *self, PyObject *args)
 enum { E_TS, E_DUR, E_CHILD_US, N_EVENT_SLOTS };
 static const char *const EVENT_NAMES[N_EVENT_SLOTS] = {"ts", "dur", "child_us"};
 static Slots EVENT = {NULL, N_EVENT_SLOTS, EVENT_NAMES, {0}};
-static PyObject *S_num_ops, *S_tensor_size, *F_ZERO;
+static PyObject *S_num_ops, *S_tensor_size, *S_tid, *F_ZERO;
 
 /* Builder._emit_host's record of one host op that launched nothing; NULL with no exception set:
  * Python's to emit. */
@@ -643,6 +643,7 @@ static PyObject *host_rec(PyObject *op, PyObject *rid, PyObject *op_event, PyObj
     PyObject *rec = rec_type->tp_alloc(rec_type, 0);
     if (deps == NULL || attrs == NULL || rec == NULL || dur == NULL ||
         PyDict_SetItem(attrs, S_is_cpu_op, Py_True) < 0 ||
+        (PyLong_CheckExact(tid) && PyDict_SetItem(attrs, S_tid, tid) < 0) ||
         (cost != NULL && (PyDict_SetItem(attrs, S_num_ops, PyTuple_GET_ITEM(cost, 0)) < 0 ||
                           PyDict_SetItem(attrs, S_tensor_size, PyTuple_GET_ITEM(cost, 1)) < 0))) {
         Py_XDECREF(deps);
@@ -1195,6 +1196,7 @@ PyMODINIT_FUNC PyInit__hotloops(void)
 {
     S_duration_ns = PyUnicode_InternFromString("duration_ns");
     S_is_cpu_op = PyUnicode_InternFromString("is_cpu_op");
+    S_tid = PyUnicode_InternFromString("tid");
     S_empty = PyUnicode_FromString("");
     S_num_ops = PyUnicode_InternFromString("num_ops");
     S_tensor_size = PyUnicode_InternFromString("tensor_size");
@@ -1209,7 +1211,7 @@ PyMODINIT_FUNC PyInit__hotloops(void)
     if (S_X == NULL || S_nccl == NULL || S_rf_key == NULL || S_correlation == NULL ||
         S_stream == NULL || S_bytes == NULL || I_MINUS_ONE == NULL)
         return NULL;
-    if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_empty == NULL || S_num_ops == NULL ||
+    if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_tid == NULL || S_empty == NULL || S_num_ops == NULL ||
         S_tensor_size == NULL || F_ZERO == NULL)
         return NULL;
     return PyModule_Create(&module);

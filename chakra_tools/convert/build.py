@@ -146,6 +146,8 @@ class Builder:
             if ev is not None else Rec(rid, op.name, _COMP, 0.0, 0.0, tid)
         recs.append(rec)
         rec.attrs["is_cpu_op"] = True
+        if type(tid) is int:  # the thread it ran on: --lanes stream gives each its own lane
+            rec.attrs["tid"] = tid
         prev = chain.get(tid)
         if prev is not None:
             rec.deps.append(prev)
@@ -264,23 +266,92 @@ class Builder:
                             r.deps.append(last)
 
     def _cross_thread(self) -> None:
-        """Where the timeline switches thread, order the new op after the one that ran before."""
+        """Where the timeline switches thread, order the new op after the one that ran before.
+
+        With a device trace every host op has its time, so a switch is seen at any depth: the
+        autograd engine's thread starts the backward pass while the main thread sits in
+        `loss.backward()`, and the main thread goes on when that thread is done. The op that
+        started last on the thread left (if it had ended) precedes the op that starts now, both
+        ways. The main thread's wait leaves the op it waited in (`_thread_waits`)."""
+        if self.dev is None:
+            return self._cross_thread_untimed()
+        timed = sorted((ev.ts, ev.end, op.tid, nid) for op in self.host.ops
+                       if (nid := self.op_node.get(op.id)) is not None
+                       and (ev := self.op_event.get(op.id)) is not None)
+        last: dict = {}  # thread -> (end, node) of the op that started last on it
+        prev_tid = None
+        for ts, end, tid, nid in timed:
+            if prev_tid is not None and prev_tid != tid:
+                src_end, src = last[prev_tid]
+                if src < nid and src_end <= ts + EPS_US:
+                    self.recs[nid - 1].deps.append(src)
+            last[tid] = (end, nid)
+            prev_tid = tid
+        self._thread_waits(timed)
+
+    def _thread_waits(self, timed: list[tuple]) -> None:
+        """Take out of a host op the time its thread waited, doing nothing traced, while another
+        thread ran and until that thread was done (the main thread inside `loss.backward()`),
+        and keep it as `thread_wait_ns`: the replay re-creates it from the edges `_cross_thread`
+        adds. A thread that went on before the other was done ran beside it and keeps its time."""
+        by_tid: dict = defaultdict(list)
+        for item in timed:
+            by_tid[item[2]].append(item)
+        starts = {t: [it[0] for it in items] for t, items in by_tid.items()}
+        stacks: dict = defaultdict(list)  # thread -> [(end, node)] of its ops running, innermost last
+        i, n = 0, len(timed)
+        while i < n:
+            ts, end, tid, nid = timed[i]
+            stack = stacks[tid]
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            stack.append((end, nid))
+            j = i + 1
+            if j < n and timed[j][2] != tid:
+                self._wait_through(timed, j, tid, stacks[tid], starts[tid])
+            i = j
+
+    def _wait_through(self, timed: list[tuple], j: int, tid, stack: list, own_starts: list) -> None:
+        """Thread `tid` handed over at timed[j]: charge the wait to its innermost op still
+        running, if the thread resumed only once the others' ops of that stretch had ended, and
+        make the op that took over wait for that op."""
+        t = timed[j][0]
+        while stack and stack[-1][0] <= t:
+            stack.pop()
+        if not stack:
+            return
+        k = bisect.bisect_right(own_starts, t)
+        resume = own_starts[k] if k < len(own_starts) else None
+        others_end = t
+        for m in range(j, len(timed)):
+            ts, end = timed[m][0], timed[m][1]
+            if resume is not None and ts >= resume:
+                break
+            others_end = max(others_end, end)
+        if resume is not None and others_end > resume + EPS_US:
+            return  # the thread went on while the others still ran: it did not wait
+        waiter = self.recs[stack[-1][1] - 1]
+        if waiter.type != _COMP or not waiter.attrs.get("is_cpu_op"):
+            return
+        forked = timed[j][3]
+        if waiter.id < forked and waiter.id not in self.recs[forked - 1].deps:
+            self.recs[forked - 1].deps.append(waiter.id)  # the other thread began once it waited
+        waited = max(0.0, min(others_end, stack[-1][0]) - t)
+        waited = min(waited, waiter.dur_us)
+        if waited > 0:
+            waiter.dur_us -= waited
+            waiter.attrs["thread_wait_ns"] = waiter.attrs.get("thread_wait_ns", 0) + int(round(waited * 1000))
+
+    def _cross_thread_untimed(self) -> None:
+        """Without times, host traces order their top-level ops by id: a switch of thread there
+        orders the new op after the previous one."""
         tops = [(op, self.op_node[op.id]) for op in self.host.ops
                 if op.parent in self.host.roots and op.id in self.op_node]
-        if self.dev is not None:
-            tops.sort(key=lambda t: (self._host_ts(t[0].id, t[1]), t[0].id))
         prev = None
         for op, nid in tops:
-            rec = self.recs[nid - 1]
-            if prev is not None and prev[0].tid != op.tid:
-                ev = self.lk.op_event.get(prev[0].id)
-                if prev[0].id < op.id and (ev is None or ev.end <= self._host_ts(op.id, nid) + 1e-3):
-                    rec.deps.append(prev[1])
+            if prev is not None and prev[0].tid != op.tid and prev[0].id < op.id:
+                self.recs[nid - 1].deps.append(prev[1])
             prev = (op, nid)
-
-    def _host_ts(self, op_id: int, node: int) -> float:
-        ev = self.lk.op_event.get(op_id)
-        return ev.ts if ev is not None else self.recs[node - 1].ts
 
     def _blocking_edges(self) -> None:
         """Where a runtime call held its host thread until device work finished, take that time

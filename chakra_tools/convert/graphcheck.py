@@ -122,7 +122,8 @@ def _cycle_in(recs: list, left: set[int]) -> list[int]:
 
 #: kinds of the attributes compute nodes carry (contract kinds; `stream`, `duration_ns` int64)
 _KINDS = {"is_cpu_op": "bool_val", "num_ops": "int64_val", "tensor_size": "uint64_val",
-          "stream": "int64_val", "duration_ns": "int64_val", "blocked_ns": "int64_val"}
+          "stream": "int64_val", "tid": "int64_val", "duration_ns": "int64_val", "blocked_ns": "int64_val",
+          "thread_wait_ns": "int64_val"}
 _CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
 
 

@@ -17,7 +17,7 @@ from chakra_tools.core.model import IS_CPU_OP_DEFAULT, SCALAR_KINDS, NodeType
 _COMM_COLL = int(NodeType.COMM_COLL_NODE)
 _INT_KINDS = frozenset(k for k in SCALAR_KINDS if "int" in k or "fixed" in k)
 _INT_ATTRS = {"num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst",
-              "comm_tag", "comm_priority", "duration_ns"}
+              "comm_tag", "comm_priority", "duration_ns", "tid", "stream"}
 
 
 class NodeInfo(NamedTuple):
@@ -41,6 +41,9 @@ class NodeInfo(NamedTuple):
     #: exact duration when the trace carries the `duration_ns` attribute (our converters write it
     #: where `duration_micros` must round: sub-microsecond kernels, cycles of text workloads)
     duration_ns: int | None = None
+    #: the recorded host thread of a host op, the device stream of a kernel or NCCL collective
+    tid: int | None = None
+    stream: int | None = None
 
 
 _new = tuple.__new__
@@ -73,11 +76,12 @@ def node_info(m) -> NodeInfo:
     if vals is None:
         return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, 0, 0,
                                0 if t == _COMM_COLL else None, 0, None, None, None, pg, involved,
-                               m.start_time_micros, None))
+                               m.start_time_micros, None, None, None))
     ct = vals.get("comm_type")
     if ct is None and t == _COMM_COLL:
         ct = 0
     return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, vals.get("num_ops", 0),
                            vals.get("tensor_size", 0), ct, vals.get("comm_size", 0),
                            vals.get("comm_src"), vals.get("comm_dst"), vals.get("comm_tag"), pg,
-                           involved, m.start_time_micros, vals.get("duration_ns")))
+                           involved, m.start_time_micros, vals.get("duration_ns"), vals.get("tid"),
+                           vals.get("stream")))

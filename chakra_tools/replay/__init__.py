@@ -5,7 +5,8 @@
     result = replay("out/trace", backend)
     print(result.table())
 
-engine.py (the kernel and the per-kind handlers), backend.py (compute, memory, network cost),
+engine.py (the kernel, its resources and the per-kind handlers), timing.py (where durations
+come from: `Modelled`, `Captured`), backend.py (compute, memory, network cost),
 collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
 (statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps),
 calibrate.py (communication from a capture's recorded times, waiting removed: `--comm
@@ -16,12 +17,13 @@ timeline`).
 from .backend import AnalyticalBackend, Scales
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
-from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, Replayer, open_rankset, parse_limits,
-                     replay, run_replay)
+from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, Replayer, Resources, open_rankset,
+                     parse_limits, replay, run_replay)
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
+from .timing import Captured, Modelled
 
 __all__ = ["AnalyticalBackend", "Scales", "Dim", "MemoryConfig", "NetworkConfig", "SystemConfig",
            "default_network", "load_memory", "load_network", "load_system", "DEFAULT_LIMITS",
-           "AS_CAPTURED", "CaptureModes", "run_replay", "Replayer", "open_rankset", "parse_limits", "replay", "compare_with_manifest",
-           "ReplayResult"]
+           "AS_CAPTURED", "CaptureModes", "run_replay", "Replayer", "Resources", "open_rankset",
+           "parse_limits", "replay", "compare_with_manifest", "ReplayResult", "Captured", "Modelled"]

@@ -1,18 +1,19 @@
 """The replayer: a deterministic discrete-event engine over every rank at once.
 
 One `ETFeeder` per rank hands out issuable nodes; the engine issues them in ascending id onto
-per-rank *lanes* with a capacity each (ASTRA-sim's default: one host op, one GPU compute op, one
-GPU comm op in flight; receives exempt; memory and metadata nodes unlimited), dispatches each node
+per-rank *resources* with a capacity each (`Resources`: by default ASTRA-sim's one host op, one
+GPU compute op, one GPU comm op in flight, receives exempt, memory and metadata nodes unlimited;
+or, for a capture, one host lane per thread and one device lane per stream), dispatches each node
 to the handler of its kind (`on_comp`, `on_coll`, `on_send`, `on_recv`, `on_mem`, `on_meta`), and
-asks the backend (feed.Backend) how long things take.
+asks a timing policy (timing.py: the backend's model, or a capture's record) how long things take.
 
 - Collectives start when every rank of their group has issued them: the k-th collective a rank
   issues in a group meets the k-th of every other member (ASTRA-sim's rule; ranks that disagree
   are reported).
 - Sends are eager: the data leaves at issue and arrives `p2p_ns` later, when the send finishes; a
   receive finishes at max(its issue, the arrival). They pair on (src, dst, tag) in issue order.
-  With `comm="calibrated"` a send with a recorded duration is a rendezvous instead (gloo's and
-  NCCL's): both halves wait for each other, then each takes its recorded share (calibrate.py).
+  A policy may make a send a rendezvous instead (a capture's gloo or NCCL send): both halves
+  wait for each other, then each takes its time.
 - The kernel is a heap of `(time_ns, seq, event)` with integer nanoseconds, so equal times resolve
   in insertion order and the same input always gives the same timeline, byte for byte.
 
@@ -35,8 +36,9 @@ from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
-from .calibrate import COMM_MODES, RECORDED, recorded_ns
+from .calibrate import COMM_MODES
 from .result import ReplayResult
+from .timing import Captured, Modelled
 
 LANES = ("host", "compute", "comm", "recv", "mem", "other")
 HOST, COMPUTE, COMM, RECV, MEM, OTHER = range(6)
@@ -76,70 +78,113 @@ def parse_limits(text: str | None) -> dict[str, int]:
     return limits
 
 
+#: Resources.per values: one lane per kind (ASTRA-sim), or per recorded thread and stream
+LANE_SPLITS = ("kind", "stream")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each rank runs its nodes on, and how many at once.
+
+    `limits`: nodes in flight per lane (0 = unlimited; `DEFAULT_LIMITS` are ASTRA-sim's).
+    `per`: "kind" gives each rank one lane of each kind (ASTRA-sim's model: one host thread, one
+    GPU compute queue, one comm queue); "stream" gives it one host lane per recorded thread (the
+    `tid` attribute) and one compute or comm lane per device stream (`stream`), each with the
+    kind's limit, as a GPU program runs: two streams' kernels overlap, the main thread and
+    autograd's run side by side. Nodes without the attribute share their kind's lane.
+    """
+
+    limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    per: str = "kind"
+
+    def __post_init__(self) -> None:
+        if self.per not in LANE_SPLITS:
+            raise InputError(f"--lanes {self.per!r}: use " + " or ".join(LANE_SPLITS))
+        unknown = set(self.limits) - set(LANES)
+        if unknown:
+            raise InputError(f"unknown lane {sorted(unknown)[0]!r} in --limits; lanes: {', '.join(LANES)}")
+
+    def caps(self) -> list[int]:
+        """Per lane kind, its capacity (unlimited as a large number)."""
+        lim = {**DEFAULT_LIMITS, **self.limits}
+        return [lim[name] or _UNLIMITED for name in LANES]
+
+
 #: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
 _PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
 
 
 @dataclass
 class _Rank:
-    """Per-rank state: its feeder, lane occupancy, deferred nodes, collective counters."""
+    """Per-rank state: its feeder, its resources (a lane kind and occupancy each), deferred nodes,
+    collective counters. Resources 0..5 are the lane kinds; "stream" adds one per (kind, key)."""
 
     rank: int
     feeder: ETFeeder
-    caps: list[int]
-    busy: list[int] = field(default_factory=lambda: [0] * len(LANES))
-    deferred: list[list[int]] = field(default_factory=lambda: [[] for _ in LANES])
+    kind_caps: list[int]
+    split: bool = False  # one resource per recorded thread / stream
+    caps: list[int] = field(default_factory=list)
+    lane: list[int] = field(default_factory=list)  # resource -> its lane kind
+    busy: list[int] = field(default_factory=list)
+    deferred: list[list[int]] = field(default_factory=list)
+    lane_freed_by: list[int] = field(default_factory=list)
+    keyed: dict[tuple, int] = field(default_factory=dict)  # (lane, tid or stream) -> resource
     coll_seq: dict[str, int] = field(default_factory=dict)
     freed_by: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, time) that freed it
-    lane_freed_by: list[int] = field(default_factory=lambda: [-1] * len(LANES))
-    live: dict[int, int] = field(default_factory=dict)  # node -> event index while in flight
+    live: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, resource) in flight
     n_deferred: int = 0
-    host_end_us: int = 0  # recorded end of the latest host op issued (for host_gaps)
-    host_ns: Mapping[int, int] | None = None  # node -> host time re-timed (recorded.py)
-    comm_end_ns: Mapping[int, int] = field(default_factory=dict)  # node -> recorded completion
+
+    def __post_init__(self) -> None:
+        for lane in range(_NLANES):
+            self._add(lane)
+
+    def _add(self, lane: int) -> int:
+        self.caps.append(self.kind_caps[lane])
+        self.lane.append(lane)
+        self.busy.append(0)
+        self.deferred.append([])
+        self.lane_freed_by.append(-1)
+        return len(self.lane) - 1
+
+    def resource(self, info: NodeInfo) -> int:
+        lane = lane_of(info)
+        if not self.split:
+            return lane
+        key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
+        if key is None:
+            return lane
+        res = self.keyed.get((lane, key))
+        if res is None:
+            res = self.keyed[(lane, key)] = self._add(lane)
+        return res
 
 
 class _Posted(NamedTuple):
-    """A send or a receive issued and waiting for its other half."""
+    """A send or a receive issued and waiting for its other half (a timing policy's member)."""
 
-    issued_ns: int
     rank: int
     nid: int
-    ev: int
     info: NodeInfo
+    issued_ns: int
+    ev: int
     arrival_ns: int | None = None  # an eager send: when its data reaches the receiver
 
 
 class Replayer:
     """Replay a rank set; `run()` returns a `ReplayResult`.
 
-    `feeders` maps rank -> ETFeeder; `groups` maps pg_name -> global ranks (comm_group.json).
-    `comm`: "model" costs communication with the backend; "measured" and "calibrated" take it
-    from the trace's recorded times where it has them (calibrate.py), the backend elsewhere.
-    `host_ns` (rank -> node -> ns: `recorded.RankTimeline.host_ns`) replaces the recorded
-    duration of those host ops; `comm_end_ns` (rank -> node -> ns, `RankTimeline.comm_end_ns`)
-    gives "calibrated" each communication's completion where the record's end is too late.
+    `feeders` maps rank -> ETFeeder; `timing` is a timing policy (timing.py: `Modelled`,
+    `Captured`) or a plain backend (feed.Backend), which means `Modelled(backend)`; `groups` maps
+    pg_name -> global ranks (comm_group.json); `resources` says what each rank runs nodes on.
     """
 
-    def __init__(self, feeders: Mapping[int, ETFeeder], backend: Backend, *,
+    def __init__(self, feeders: Mapping[int, ETFeeder], timing: Modelled | Backend, *,
                  groups: Mapping[str, Sequence[int]] | None = None,
-                 limits: Mapping[str, int] | None = None, record_events: bool = True,
-                 comm: str = "model", host_gaps: bool = False,
-                 start_ns: Mapping[int, int] | None = None,
-                 host_ns: Mapping[int, Mapping[int, int]] | None = None,
-                 comm_end_ns: Mapping[int, Mapping[int, int]] | None = None):
-        if comm not in COMM_MODES:
-            raise InputError(f"unknown communication mode {comm!r}; use {', '.join(COMM_MODES)}")
-        lim = {**DEFAULT_LIMITS, **(limits or {})}
-        caps = [lim[name] or _UNLIMITED for name in LANES]
-        self.ranks = {r: _Rank(r, f, list(caps), host_ns=(host_ns or {}).get(r),
-                               comm_end_ns=(comm_end_ns or {}).get(r, {}))
-                      for r, f in sorted(feeders.items())}
-        self.backend = backend
-        self.comm = comm
-        self._recorded = RECORDED.get(comm)  # infos -> per-member ns from the record, or None
-        self.host_gaps = host_gaps  # keep the untraced time between a rank's host ops
-        self.start_ns = dict(start_ns or {})  # rank -> when it begins issuing (default 0)
+                 resources: Resources | None = None, record_events: bool = True):
+        self.timing = timing if isinstance(timing, Modelled) else Modelled(timing)
+        res = resources or Resources()
+        caps = res.caps()
+        self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream") for r, f in sorted(feeders.items())}
         self.groups = {str(k): tuple(sorted(v)) for k, v in (groups or {}).items()}
         self.world = tuple(sorted(feeders))
         self.diagnostics = Diagnostics()
@@ -162,9 +207,10 @@ class Replayer:
         heapq.heappush(self._heap, (time_ns, self._seq, rank, nid))
 
     def run(self) -> ReplayResult:
+        begins = {r: self.timing.begin_ns(r) for r in self.ranks}
         for r in self.ranks.values():
-            if self.start_ns.get(r.rank, 0) > 0:
-                self._at(self.start_ns[r.rank], r.rank, _BEGIN)
+            if begins[r.rank] > 0:
+                self._at(begins[r.rank], r.rank, _BEGIN)
             else:
                 self._issue(r)
         heap = self._heap
@@ -179,7 +225,8 @@ class Replayer:
             if not self._unstick():
                 break
         self._check_done()
-        self.result.finalize(self.world, self.backend.describe(), self.diagnostics, self.start_ns)
+        self.result.finalize(self.world, self.timing.describe(), self.diagnostics,
+                             {r: ns for r, ns in begins.items() if ns})
         return self.result
 
     def _unstick(self) -> bool:
@@ -199,27 +246,27 @@ class Replayer:
 
     # -- issue and finish -----------------------------------------------------------------------
     def _issue(self, r: _Rank) -> None:
-        """Issue every issuable node whose lane has room, in ascending id across lanes."""
+        """Issue every issuable node whose resource has room, in ascending id across resources."""
         feeder, deferred = r.feeder, r.deferred
         nid = feeder.next_issuable()
         if nid is not None and not r.n_deferred and not feeder.has_issuable():
             info = feeder.info(nid)  # the common case: one node freed, nothing waiting
-            lane = lane_of(info)
-            if r.busy[lane] < r.caps[lane]:
-                r.busy[lane] += 1
-                self._start(r, nid, lane, info)
+            res = r.resource(info)
+            if r.busy[res] < r.caps[res]:
+                r.busy[res] += 1
+                self._start(r, nid, res, info)
                 return
         while nid is not None:
-            heapq.heappush(deferred[lane_of(feeder.info(nid))], nid)
+            heapq.heappush(deferred[r.resource(feeder.info(nid))], nid)
             r.n_deferred += 1
             nid = feeder.next_issuable()
         caps, busy = r.caps, r.busy
         while r.n_deferred:
             best, best_id = -1, 0
-            for lane in range(_NLANES):
-                q = deferred[lane]
-                if q and busy[lane] < caps[lane] and (best < 0 or q[0] < best_id):
-                    best, best_id = lane, q[0]
+            for res in range(len(busy)):
+                q = deferred[res]
+                if q and busy[res] < caps[res] and (best < 0 or q[0] < best_id):
+                    best, best_id = res, q[0]
             if best < 0:
                 return
             heapq.heappop(deferred[best])
@@ -227,23 +274,22 @@ class Replayer:
             busy[best] += 1
             self._start(r, best_id, best)
 
-    def _start(self, r: _Rank, nid: int, lane: int, info: NodeInfo | None = None) -> None:
+    def _start(self, r: _Rank, nid: int, res: int, info: NodeInfo | None = None) -> None:
         if info is None:
             info = r.feeder.info(nid)
         now = self._now
         pred, ready_at = r.freed_by.pop(nid, _ROOT)
-        if now > ready_at and r.lane_freed_by[lane] >= 0:
-            pred = r.lane_freed_by[lane]
-        ev = self.result.add(r.rank, nid, info.name, info.type, lane, now, pred)
-        r.live[nid] = ev
+        if now > ready_at and r.lane_freed_by[res] >= 0:
+            pred = r.lane_freed_by[res]
+        ev = self.result.add(r.rank, nid, info.name, info.type, r.lane[res], now, pred)
+        r.live[nid] = (ev, res)
         self._handlers.get(info.type, self.on_meta)(r, nid, info, ev)
 
     def _finish(self, r: _Rank, nid: int, t: int) -> None:
-        ev = r.live.pop(nid)
+        ev, res = r.live.pop(nid)
         self.result.end(ev, t)
-        lane = self.result.ev_lane[ev]
-        r.busy[lane] -= 1
-        r.lane_freed_by[lane] = ev
+        r.busy[res] -= 1
+        r.lane_freed_by[res] = ev
         freed = r.freed_by
         for child in r.feeder.finish(nid):
             freed[child] = (ev, t)
@@ -251,24 +297,10 @@ class Replayer:
 
     # -- handlers, one per node kind -----------------------------------------------------------
     def on_comp(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
-        if r.host_ns is not None and info.is_cpu_op and nid in r.host_ns:
-            ns = r.host_ns[nid]
-            info = info._replace(duration_ns=ns, duration_micros=ns // 1000)
-        ns = self.backend.compute_ns(r.rank, info)
-        if self.host_gaps and info.is_cpu_op:
-            ns += self._host_gap(r, info)
-        self._at(self._now + ns, r.rank, nid)
-
-    @staticmethod
-    def _host_gap(r: _Rank, info: NodeInfo) -> int:
-        """The recorded time between this host op and the end of the host ops before it (Python
-        between operators, which no trace node covers; Lumos keeps it the same way), in ns."""
-        start, prev = info.start_time_micros, r.host_end_us
-        r.host_end_us = max(prev, start + info.duration_micros)
-        return (start - prev) * 1000 if prev and start > prev else 0
+        self._at(self._now + self.timing.compute_ns(r.rank, nid, info), r.rank, nid)
 
     def on_mem(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
-        self._at(self.backend.memory_ns(r.rank, info, self._now), r.rank, nid)
+        self._at(self.timing.memory_finish_ns(r.rank, info, self._now), r.rank, nid)
 
     def on_meta(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         self._at(self._now, r.rank, nid)
@@ -294,24 +326,13 @@ class Replayer:
                 self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
                            f"{_kind(info)} {info.comm_size} B here, {_kind(first)} {first.comm_size} B "
                            f"on rank {members[0][0]}: costed as the largest", rank, nid)
-        ns = self._recorded_ns(members)
-        if ns is None:
-            model_ns = self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)
-            ns = [model_ns] * len(members)
+        ns = self.timing.collective_ns(members, group, size)
         last_ev = members[-1][3]
         for (rank, nid, _, ev), member_ns in zip(members, ns):
             if ev != last_ev:
                 self.result.set_pred(ev, last_ev, cross=True)
             self._at(self._now + member_ns, rank, nid)
         self.result.collective(members, group, first, size, self._now, self._now + max(ns))
-
-    def _recorded_ns(self, members: Sequence[tuple]) -> list[int] | None:
-        """Per participant (rank, node, info, ...), its time from the record (as `comm` says),
-        or None: use the model."""
-        if not self._recorded:
-            return None
-        ends = [self.ranks[m[0]].comm_end_ns.get(m[1]) for m in members]
-        return self._recorded([m[2] for m in members], ends)
 
     def _group(self, r: _Rank, nid: int, info: NodeInfo) -> tuple[int, ...]:
         pg = info.pg_name
@@ -332,12 +353,11 @@ class Replayer:
 
     def on_send(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self._peer(r, nid, info, info.comm_dst, "comm_dst")
-        arrival = None  # a calibrated send with a recorded time: a rendezvous, finished in _meet
-        if self.comm != "calibrated" or recorded_ns(info) is None:  # eager: finishes on its own
-            ns = self._recorded_ns([(r.rank, nid, info)])
-            arrival = self._now + (ns[0] if ns else self.backend.p2p_ns(r.rank, dst, info.comm_size))
+        ns = self.timing.eager_send_ns(r.rank, nid, info, dst)
+        arrival = None if ns is None else self._now + ns  # None: a rendezvous, finished in _meet
+        if arrival is not None:
             self._at(arrival, r.rank, nid)
-        send = _Posted(self._now, r.rank, nid, ev, info, arrival)
+        send = _Posted(r.rank, nid, info, self._now, ev, arrival)
         key = (r.rank, dst, info.comm_tag)
         posted = self._recvs.get(key)
         if posted:
@@ -349,7 +369,7 @@ class Replayer:
         src = self._peer(r, nid, info, info.comm_src, "comm_src")
         key = (src, r.rank, info.comm_tag)
         sent = self._sends.get(key)
-        recv = _Posted(self._now, r.rank, nid, ev, info)
+        recv = _Posted(r.rank, nid, info, self._now, ev)
         if sent:
             self._meet(sent.pop(0), recv)
         else:
@@ -366,8 +386,8 @@ class Replayer:
         self._at(max(send.arrival_ns, recv.issued_ns, self._now), recv.rank, recv.nid)
 
     def _meet_rendezvous(self, send: _Posted, recv: _Posted) -> None:
-        """Calibrated send/receive: the later half arrives now, each takes its recorded share."""
-        send_ns, recv_ns = self._recorded_ns([(p.rank, p.nid, p.info) for p in (send, recv)])
+        """A rendezvous send/receive: the later half arrives now, then each takes its time."""
+        send_ns, recv_ns = self.timing.rendezvous_ns(send, recv)
         early, late = (send, recv) if send.issued_ns <= recv.issued_ns else (recv, send)
         if early.issued_ns < late.issued_ns:
             self.result.set_pred(early.ev, late.ev, cross=False)
@@ -467,41 +487,59 @@ class CaptureModes:
     """How much of a capture's own record a replay uses (all off: a what-if on the model).
 
     `comm`: "model" (the network model), "measured" or "calibrated" (calibrate.py);
-    `host_time`: "ops" (each host op its duration) or "timeline" (re-timed, recorded.py);
-    `align`: "start" (every rank at 0) or "recorded" (the capture's skew between ranks).
+    `host_time`: "ops" (each host op its duration), "gaps" (and the recorded time between host
+    ops) or "timeline" (re-timed, recorded.py);
+    `align`: "start" (every rank at 0) or "recorded" (the capture's skew between ranks);
+    `lanes`: "kind" (one host thread, one compute and one comm queue per rank, as ASTRA-sim) or
+    "stream" (a lane per recorded thread and device stream; see `Resources`).
     `AS_CAPTURED` replays a capture on the system it ran on (docs/replay.md §4).
     """
 
     comm: str = "model"
     host_time: str = "ops"
     align: str = "start"
+    lanes: str = "kind"
 
     def check(self) -> "CaptureModes":
         for value, name, choices in ((self.comm, "--comm", COMM_MODES),
-                                     (self.host_time, "--host-time", ("ops", "timeline")),
-                                     (self.align, "--align", ("start", "recorded"))):
+                                     (self.host_time, "--host-time", HOST_TIMES),
+                                     (self.align, "--align", ("start", "recorded")),
+                                     (self.lanes, "--lanes", LANE_SPLITS)):
             if value not in choices:
                 raise InputError(f"{name} {value!r}: use " + " or ".join(choices))
         return self
 
+    @property
+    def modelled(self) -> bool:
+        return (self.comm, self.host_time, self.align) == ("model", "ops", "start")
 
-AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recorded")
+    def timing(self, path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend) -> Modelled:
+        """The timing policy these modes describe for the rank set at `path` (its files are read
+        once more for the recorded timeline when a mode needs it)."""
+        from .recorded import read_rankset
+
+        self.check()
+        if self.modelled:
+            return Modelled(backend)
+        retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"
+        timelines = read_rankset(path) if retimed or calibrated else {}
+        return Captured(backend, comm=self.comm, host_gaps=self.host_time == "gaps",
+                        host_ns={r: t.host_ns for r, t in timelines.items()} if retimed else None,
+                        comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
+                        start_ns=recorded_starts(feeders) if self.align == "recorded" else None)
+
+
+HOST_TIMES = ("ops", "gaps", "timeline")
+AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recorded", lanes="stream")
 
 
 def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
-               **replayer_kw) -> ReplayResult:
-    """Replay the opened rank set at `path` under `modes` (the rank files are read once more
-    for the recorded timeline when a mode needs it); other keywords go to `Replayer`."""
-    from .recorded import read_rankset
-
-    modes.check()
-    timelines = read_rankset(path) if modes.host_time == "timeline" or modes.comm == "calibrated" else {}
-    return Replayer(
-        feeders, backend, groups=groups, comm=modes.comm,
-        start_ns=recorded_starts(feeders) if modes.align == "recorded" else None,
-        host_ns={r: t.host_ns for r, t in timelines.items()} if modes.host_time == "timeline" else None,
-        comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()}, **replayer_kw).run()
+               limits: Mapping[str, int] | None = None, record_events: bool = True) -> ReplayResult:
+    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`)."""
+    resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes)
+    return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
+                    record_events=record_events).run()
 
 
 def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None = None,

@@ -7,7 +7,8 @@ from pathlib import Path
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
 from chakra_tools.replay import AnalyticalBackend, Dim, NetworkConfig, SystemConfig
-from chakra_tools.replay.engine import Replayer, open_rankset
+from chakra_tools.replay.engine import Replayer, Resources, open_rankset
+from chakra_tools.replay.timing import Captured
 
 T = NodeType
 
@@ -48,12 +49,15 @@ def backend(net=None, **sys_kw):
     return AnalyticalBackend(net or ring_net(), SystemConfig(**sys_kw))
 
 
-def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16, **replayer_kw):
+def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16, lanes="kind",
+        **captured_kw):
+    """Replay `ranks` with the model, or with `Captured(**captured_kw)` where any is given."""
     prefix = write_rankset(tmp, ranks, groups)
     feeders, g = open_rankset(prefix, window=window)
     nranks = max(ranks) + 1
     be = be or backend(ring_net(max(2, nranks)))
-    return Replayer(feeders, be, groups=g, limits=limits, **replayer_kw).run()
+    timing = Captured(be, **captured_kw) if captured_kw else be
+    return Replayer(feeders, timing, groups=g, resources=Resources(limits or {}, per=lanes)).run()
 
 
 def events(result) -> dict:

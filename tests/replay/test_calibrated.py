@@ -13,6 +13,7 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph
 from chakra_tools.replay.engine import Replayer, open_rankset
 from chakra_tools.replay.recorded import read_rankset, read_timeline
+from chakra_tools.replay.timing import Captured
 
 from _util import backend, coll, comp, events, recv, ring_net, run, send, write_rankset
 
@@ -118,7 +119,8 @@ def test_timeline_with_calibrated_reproduces_the_recorded_step(tmp_path):
 
     def replay(**kw):
         feeders, groups = open_rankset(prefix)
-        return finish(Replayer(feeders, backend(ring_net(2)), groups=groups, **kw).run())[1]
+        timing = Captured(backend(ring_net(2)), **kw) if kw else backend(ring_net(2))
+        return finish(Replayer(feeders, timing, groups=groups).run())[1]
 
     # ops: the step's 305 µs first, by then the data is there: 305 + 10 + 10, the wait is lost
     assert replay() == 325_000

@@ -8,9 +8,9 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
 from chakra_tools.feed import DeadlockError
 from chakra_tools.replay import AnalyticalBackend, load_memory, load_network, load_system, replay
-from chakra_tools.replay.engine import parse_limits
+from chakra_tools.replay.engine import Replayer, open_rankset, parse_limits
 
-from _util import backend, coll, comp, events, recv, ring_net, run, send
+from _util import backend, coll, comp, events, recv, ring_net, run, send, write_rankset
 
 
 def test_astra_sim_all_reduce_fixture_is_43000_ns(shared_fixtures):
@@ -166,8 +166,11 @@ def test_host_gaps_keep_recorded_time_between_host_ops(tmp_path):
                     attrs=make_attrs(is_cpu_op=True))
 
     prefix = write_rankset(tmp_path, {0: [host(1, 100, 2), host(2, 110, 2, (1,))]})
-    plain = Replayer(*_open(prefix), limits=None).run()
-    gaps = Replayer(*_open(prefix), host_gaps=True).run()
+    from chakra_tools.replay.timing import Captured
+
+    plain = Replayer(*_open(prefix)).run()
+    feeders, be = _open(prefix)
+    gaps = Replayer(feeders, Captured(be, comm="model", host_gaps=True)).run()
     assert plain.makespan_ns == 4_000
     assert gaps.makespan_ns == 2_000 + 8_000 + 2_000
 
@@ -193,7 +196,9 @@ def test_recorded_alignment_starts_ranks_at_their_recorded_offsets(tmp_path):
     feeders, groups = open_rankset(prefix)
     starts = recorded_starts(feeders)
     assert starts == {0: 0, 1: 50_000}
-    r = Replayer(feeders, backend(ring_net(2)), groups=groups, start_ns=starts).run()
+    from chakra_tools.replay.timing import Captured
+
+    r = Replayer(feeders, Captured(backend(ring_net(2)), comm="model", start_ns=starts), groups=groups).run()
     ev = events(r)
     assert ev[(1, 1)] == (50_000, 60_000)
     assert r.collectives[0]["start_ns"] == 60_000
@@ -212,3 +217,23 @@ def test_windows_expand_until_every_rank_finds_its_part(tmp_path):
                  recv(6, src=0, size=8, tag=4)]}
     r = run(tmp_path, ranks, window=1)
     assert len(r.ev_node) == 14 and len(r.pairs) == 4
+
+
+def test_a_timing_policy_of_ones_own_drives_the_same_kernel(tmp_path):
+    """The kernel takes every duration from the policy it is given: a slower network is a
+    subclass of Modelled, with no option of the kernel involved."""
+    from chakra_tools.replay.timing import Modelled
+
+    class TenTimesSlowerNetwork(Modelled):
+        def collective_ns(self, members, group, size):
+            return [10 * ns for ns in super().collective_ns(members, group, size)]
+
+    prefix = write_rankset(tmp_path, {r: [comp(1, us=5), coll(2, 1 << 20, deps=(1,))] for r in (0, 1)})
+
+    def collective_ns(timing):
+        feeders, groups = open_rankset(prefix)
+        c = Replayer(feeders, timing, groups=groups).run().collectives[0]
+        return c["end_ns"] - c["start_ns"]
+
+    be = backend(ring_net(2))
+    assert collective_ns(TenTimesSlowerNetwork(be)) == 10 * collective_ns(Modelled(be)) > 0

@@ -15,12 +15,12 @@ import pytest
 from chakra_tools.convert.rank import convert_rank
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.measured import Measured
-from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, Scales, default_network, replay
+from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, CaptureModes, Scales, default_network, replay
 from chakra_tools.replay.fidelity import compare_with_trace
 
 
-def cpu(name, ts, dur):
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+def cpu(name, ts, dur, tid=1):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}}
 
 
 def runtime(name, ts, dur, corr):
@@ -112,6 +112,48 @@ def test_a_launch_into_a_full_queue_waits_for_a_kernel(tmp_path):
     _, n = convert(tmp_path, events)
     assert n["stalled"].attr("blocked_ns") == (1012 - (t + 2)) * 1000
     assert n["long"].id in n["after"].deps
+
+
+def autograd_thread():
+    """The main thread (1) waits in `backward` (100..700) while the autograd engine's thread (2)
+    runs the backward ops (150..650); then the main thread goes on with `step`."""
+    return [cpu("forward", 0, 100), cpu("backward", 100, 600), cpu("grad_a", 150, 200, tid=2),
+            cpu("grad_b", 350, 300, tid=2), cpu("step", 710, 50)]
+
+
+def test_a_thread_waiting_for_another_is_not_charged_the_wait(tmp_path):
+    _, n = convert(tmp_path, autograd_thread())
+    assert n["backward"].attr("thread_wait_ns") == 500_000  # 150..650, while thread 2 ran
+    assert n["backward"].duration_micros == 100
+    assert n["backward"].id in n["grad_a"].deps  # the fork
+    assert n["grad_b"].id in n["step"].deps  # the join
+    assert {n[k].attr("tid") for k in ("forward", "grad_a")} == {1, 2}
+    for modes in (CaptureModes(), AS_CAPTURED):  # by the ops' durations, and re-timed
+        doc, ev = run(tmp_path, modes=modes)
+        assert doc["makespan_ns"] == pytest.approx(760_000, rel=0.02), modes
+        assert ev["grad_a"]["start_ns"] >= ev["backward"]["end_ns"]
+
+
+def test_a_thread_that_went_on_beside_another_keeps_its_time(tmp_path):
+    """Thread 1 resumed (at 300) while thread 2 still ran (to 650): it did not wait."""
+    events = [cpu("forward", 0, 100), cpu("long", 100, 600), cpu("other", 150, 500, tid=2),
+              cpu("inner", 300, 10)]
+    _, n = convert(tmp_path, events)
+    assert n["long"].attr("thread_wait_ns") is None and n["long"].duration_micros == 590
+
+
+def two_streams():
+    """Two 1,000 µs kernels launched back to back on streams 7 and 8: they ran side by side."""
+    return [cpu("launch_a", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("a", 12, 1000, 1),
+            cpu("launch_b", 10, 10), runtime("cudaLaunchKernel", 12, 5, 2), kernel("b", 20, 1000, 2, stream=8)]
+
+
+def test_kernels_on_two_streams_overlap_on_stream_lanes(tmp_path):
+    convert(tmp_path, two_streams())
+    doc, ev = run(tmp_path)  # as captured: a lane per stream
+    assert doc["makespan_ns"] == pytest.approx(1_020_000, rel=0.01)
+    one_queue, _ = run(tmp_path, modes=CaptureModes(lanes="kind"))  # ASTRA-sim: one GPU queue
+    assert one_queue["makespan_ns"] >= 2_000_000
 
 
 def test_device_only_conversion_records_the_measured_window(tmp_path):

@@ -1,0 +1,135 @@
+"""Timing policies: where a replay's durations come from, handed to the kernel from outside.
+
+The kernel (engine.py) decides *when* things run: dependencies, resources, collectives meeting,
+sends pairing with receives. How *long* each thing takes is the policy's answer, so one kernel
+serves a what-if on a modelled system and a capture replayed on the system it ran on, CPU or GPU,
+without a branch on either:
+
+- `Modelled(backend)`: every duration from the backend (compute: the recorded duration or a
+  roofline; communication: the network model). Every rank starts at 0.
+- `Captured(backend, ...)`: the capture's own record where it has one, the backend elsewhere:
+  host ops re-timed from the recorded timeline (recorded.py) or kept with the untraced time
+  between them; communication calibrated from the recorded times with the waiting taken out
+  (calibrate.py); ranks started at their recorded offsets. `CaptureModes.timing` builds one.
+
+A *member* below is one rank's part in a collective or a send/receive: a tuple whose first three
+fields are (rank, node id, `NodeInfo`).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.feed.info import NodeInfo
+from chakra_tools.feed.protocol import Backend
+
+from .calibrate import COMM_MODES, RECORDED, recorded_ns
+
+
+class Modelled:
+    """Every duration from `backend` (feed.Backend): the trace's recorded compute times (or a
+    roofline) and the network model. What `Replayer(feeders, backend)` uses."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def begin_ns(self, rank: int) -> int:
+        """When `rank` begins issuing."""
+        return 0
+
+    def compute_ns(self, rank: int, nid: int, info: NodeInfo) -> int:
+        return self.backend.compute_ns(rank, info)
+
+    def memory_finish_ns(self, rank: int, info: NodeInfo, now_ns: int) -> int:
+        """A memory node's finish time (the backend may queue it on a shared port)."""
+        return self.backend.memory_ns(rank, info, now_ns)
+
+    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
+        """Each member's time from the instant the last one joined; `size`: the largest member's."""
+        first = members[0][2]
+        ns = self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)
+        return [ns] * len(members)
+
+    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int) -> int | None:
+        """How long a send's data takes to arrive when it leaves at issue (eager); None: the send
+        is a rendezvous, timed by `rendezvous_ns` once its receive is posted."""
+        return self.backend.p2p_ns(rank, dst, info.comm_size)
+
+    def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
+        """(send, receive) times from the instant the later of the two was posted."""
+        ns = self.backend.p2p_ns(send[0], recv[0], send[2].comm_size)
+        return ns, ns
+
+    def describe(self) -> dict:
+        return self.backend.describe()
+
+
+class Captured(Modelled):
+    """A capture's own record where it has one, the backend elsewhere (docs/replay.md §4).
+
+    `comm`: "model" (the network model), "measured" (the shortest recorded duration of a
+    collective's members), "calibrated" (each member's recorded time after the last one arrived;
+    a send with a recorded time is a rendezvous, as gloo's and NCCL's are).
+    `host_ns` (rank -> node -> ns, recorded.RankTimeline.host_ns): host ops re-timed from the
+    recorded timeline, in place of their own durations.
+    `host_gaps`: keep the recorded time between a rank's host ops (Python between operators,
+    which no node covers; Lumos keeps it the same way).
+    `comm_end_ns` (rank -> node -> ns, RankTimeline.comm_end_ns): when each communication really
+    completed, where the record's end is too late.
+    `start_ns` (rank -> ns): each rank's offset from the earliest (the capture's skew).
+    """
+
+    def __init__(self, backend: Backend, *, comm: str = "calibrated",
+                 host_ns: Mapping[int, Mapping[int, int]] | None = None, host_gaps: bool = False,
+                 comm_end_ns: Mapping[int, Mapping[int, int]] | None = None,
+                 start_ns: Mapping[int, int] | None = None):
+        super().__init__(backend)
+        if comm not in COMM_MODES:
+            raise InputError(f"unknown communication mode {comm!r}; use {', '.join(COMM_MODES)}")
+        self.comm = comm
+        self._recorded = RECORDED.get(comm)  # infos, ends -> per-member ns, or None: the model
+        self.host_ns = host_ns
+        self.host_gaps = host_gaps
+        self.comm_end_ns = comm_end_ns or {}
+        self.start_ns = dict(start_ns or {})
+        self._host_end_us: dict[int, int] = {}  # rank -> recorded end of its latest host op
+
+    def begin_ns(self, rank: int) -> int:
+        return self.start_ns.get(rank, 0)
+
+    def compute_ns(self, rank: int, nid: int, info: NodeInfo) -> int:
+        if info.is_cpu_op and self.host_ns is not None:
+            ns = self.host_ns.get(rank, {}).get(nid)
+            if ns is not None:
+                info = info._replace(duration_ns=ns, duration_micros=ns // 1000)
+        ns = self.backend.compute_ns(rank, info)
+        if self.host_gaps and info.is_cpu_op:
+            ns += self._host_gap_ns(rank, info)
+        return ns
+
+    def _host_gap_ns(self, rank: int, info: NodeInfo) -> int:
+        """The recorded time between this host op and the end of the host ops before it."""
+        start, prev = info.start_time_micros, self._host_end_us.get(rank, 0)
+        self._host_end_us[rank] = max(prev, start + info.duration_micros)
+        return (start - prev) * 1000 if prev and start > prev else 0
+
+    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
+        return self._recorded_ns(members) or super().collective_ns(members, group, size)
+
+    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int) -> int | None:
+        if self.comm == "calibrated" and recorded_ns(info) is not None:
+            return None
+        ns = self._recorded_ns([(rank, nid, info)])
+        return ns[0] if ns else super().eager_send_ns(rank, nid, info, dst)
+
+    def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
+        ns = self._recorded_ns([send, recv])
+        return (ns[0], ns[1]) if ns else super().rendezvous_ns(send, recv)
+
+    def _recorded_ns(self, members: Sequence[tuple]) -> list[int] | None:
+        """Per member, its time from the record (as `comm` says), or None: use the model."""
+        if not self._recorded:
+            return None
+        ends = [self.comm_end_ns.get(m[0], {}).get(m[1]) for m in members]
+        return self._recorded([m[2] for m in members], ends)
