@@ -137,6 +137,8 @@ class _Rank:
     def __post_init__(self) -> None:
         for lane in range(_NLANES):
             self._add(lane)
+        if not self.split:
+            self.resource = lane_of  # resources 0..5 are the lanes: no lookup on the hot path
 
     def _add(self, lane: int) -> int:
         self.caps.append(self.kind_caps[lane])
@@ -147,9 +149,8 @@ class _Rank:
         return len(self.lane) - 1
 
     def resource(self, info: NodeInfo) -> int:
+        """The resource `info` runs on (with `split`: its thread's or stream's lane)."""
         lane = lane_of(info)
-        if not self.split:
-            return lane
         key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
         if key is None:
             return lane
