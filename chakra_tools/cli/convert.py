@@ -42,6 +42,8 @@ def pytorch(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (with --executor dask)."),
     check: bool = typer.Option(True, "--check/--no-check", help="Validate the rank set before writing."),
     force: bool = typer.Option(False, "--force", help="Write even if validation finds errors (they are still listed)."),
+    metadata_nodes: bool = typer.Option(False, "--metadata-nodes",
+                                        help="Write process-group setup as a METADATA node, as older tools did (ASTRA-sim 2.0 aborts on it; default: a plain COMP node)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report instead of text."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no summary."),
 ) -> None:
@@ -70,7 +72,7 @@ def pytorch(
     bar = _bar(len(inputs.ranks), enabled=not quiet and not as_json)
     try:
         report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
-                         scheduler=scheduler, check=check, force=force,
+                         scheduler=scheduler, check=check, force=force, metadata_nodes=metadata_nodes,
                          on_rank_done=lambda r: bar.update(1) if bar else None)
     finally:
         if bar:

@@ -21,24 +21,34 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of text."),
     stats: bool = typer.Option(False, "--stats", help="Also print a summary: node counts, collectives, bytes, durations."),
     show: int = typer.Option(50, "--show", help="How many findings of each kind to list (all are counted)."),
+    target: Optional[str] = typer.Option(None, "--for", metavar="CONSUMER",
+                                         help="Also what this consumer rejects or mis-runs: astra-sim (METADATA nodes, collective kinds it cannot simulate, pg_name without comm_group.json, dependencies on later nodes...; docs/format.md)."),
 ) -> None:
     """Check traces for everything a simulator needs, within and across ranks.
 
     Within a rank: duplicate ids, dependencies on absent nodes, cycles, attributes of the wrong
     protobuf kind, communication nodes missing comm_type/comm_size/comm_src/comm_dst/comm_tag,
-    pg_name not an integer or not in comm_group.json. Across ranks: every process group issues the
-    same collectives in the same order, and every send has a matching receive.
+    pg_name not an integer or not in comm_group.json, a collective whose recorded group size is not
+    its group's. Across ranks: every process group issues the same collectives in the same order,
+    every send has a matching receive, and a group's ranks are all in the set (a warning).
 
     Exit code: 0 clean (warnings allowed), 1 errors found, 2 input unreadable.
 
-    Example:
+    Examples:
 
         trace-validate out/trace --comm-group out/comm_group.json --stats
+
+        trace-validate out/ddp --for astra-sim
     """
+    from chakra_tools.core.consumers import rules_for
     from chakra_tools.core.stats import format_summary, summarize_path
     from chakra_tools.core.validate import validate_path
 
-    reports = [validate_path(p, comm_group, examples_per_code=show) for p in paths]
+    try:
+        rules_for(target)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--for") from None
+    reports = [validate_path(p, comm_group, examples_per_code=show, target=target) for p in paths]
     summaries = [summarize_path(p, comm_group) for p in paths] if stats else []
     if as_json:
         docs = []

@@ -3,7 +3,9 @@
 Node mapping: every host op (roots excepted) becomes a CPU COMP node with its exclusive time;
 every kernel, memcpy and memset a GPU COMP node (`is_cpu_op` false) right after the op that
 launched it; every communication call (comms.py) one COMM_COLL / COMM_SEND / COMM_RECV node in
-place of the ops it is made of; `## process_group:init ##` a METADATA node.
+place of the ops it is made of; `## process_group:init ##` a plain CPU COMP node named
+`process_group:init` (as Chakra's converter writes it: ASTRA-sim aborts on a METADATA node, see
+docs/format.md), or a METADATA node where asked for (`metadata_nodes`).
 
 Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an absent node):
   * host ops in call order per thread; a blocking call (gloo, sync) sits in that chain, an async
@@ -40,6 +42,7 @@ from .readers import waited_calls
 from .tensors import elem_bytes_of
 
 _COMP = NodeType.COMP_NODE
+PG_INIT_NAME = "process_group:init"
 #: runtime calls that may wait for the device (copies and sets wait where memory is pageable)
 BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
                   "cudaMemcpy", "cudaMemset", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -81,8 +84,10 @@ class Builder:
     """Turns (host trace, device trace, link) into node records; one method per step."""
 
     def __init__(self, host: HostTrace, dev: DeviceTrace | None, lk: Link | None, rank: int,
-                 calls: list[CommCall], waits: list[WaitMark], consumers: dict[int, int]):
+                 calls: list[CommCall], waits: list[WaitMark], consumers: dict[int, int], *,
+                 metadata_nodes: bool = False):
         self.host, self.dev, self.lk, self.rank = host, dev, lk or Link(), rank
+        self.metadata_nodes = metadata_nodes
         self.calls, self.waits, self.consumers = calls, waits, consumers
         self.diags = Diagnostics()
         self.recs: list[Rec] = []
@@ -127,8 +132,7 @@ class Builder:
 
     def _emit(self, op: HostOp) -> None:
         if op.id == self.host.pg_init_id:
-            rec = self._new("process_group:init", NodeType.METADATA_NODE)
-            self.op_node[op.id] = rec.id
+            self._emit_pg_init(op)
             return
         call = self.member.get(op.id)
         if call is not None:
@@ -136,6 +140,18 @@ class Builder:
                 self._emit_call(op, call)
             return
         self._emit_host(op)
+
+    def _emit_pg_init(self, op: HostOp) -> None:
+        """Process-group setup: a host COMP node like any other (its facts go to comm_group.json,
+        `pg_name` and the GlobalMetadata), or the METADATA node older tools expect."""
+        if self.metadata_nodes:
+            self.op_node[op.id] = self._new(PG_INIT_NAME, NodeType.METADATA_NODE).id
+            return
+        self._emit_host(op)
+        rec = self.recs[self.op_node[op.id] - 1]
+        rec.name = PG_INIT_NAME
+        if not rec.ts and self.op_event:  # set up before tracing began: at the window's start
+            rec.ts = min(ev.ts for ev in self.op_event.values())
 
     def _emit_host(self, op: HostOp) -> None:
         """A host op's CPU node, then the GPU work it launched (the hot path: one per op)."""

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import json
+
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.graph import Graph
-from chakra_tools.core.model import NodeType, make_attr
+from chakra_tools.core.model import Metadata, NodeType, make_attr
 
 from .rank import DEFAULT_PG, GroupInfo, RankResult
 
@@ -72,6 +74,22 @@ def globalise(results: list[RankResult], ids: dict[str, str], diags: Diagnostics
             if tag is not None:
                 attrs["comm_tag"] = make_attr("comm_tag", tag)
             g.nodes[nid] = node.replace(attrs=attrs)
+
+
+def record_groups(results: list[RankResult], ids: dict[str, str],
+                  groups: dict[str, tuple[int, ...]]) -> None:
+    """Keep the process groups in each rank's GlobalMetadata too (`process_groups`, a JSON
+    string: id -> {ranks, torch_name, desc}), the facts a METADATA node used to carry; ASTRA-sim
+    reads them from comm_group.json and `pg_name`, and ignores GlobalMetadata attributes."""
+    for res in results:
+        doc = {}
+        for name, gid in sorted(ids.items(), key=lambda kv: int(kv[1])):
+            info = res.groups.get(name)
+            doc[gid] = {"ranks": list(groups[gid]), "torch_name": name,
+                        "desc": info.desc if info is not None else ""}
+        meta = res.graph.metadata
+        res.graph.metadata = Metadata(meta.version, {**meta.attrs, "process_groups": make_attr(
+            "process_groups", json.dumps(doc, separators=(",", ":")))}, meta.present)
 
 
 _COMM = frozenset((NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))

@@ -51,25 +51,29 @@ class RankResult:
 
 
 def convert_rank(host: str | Path | None, device: str | Path | None, rank: int,
-                 known_groups: dict[str, GroupInfo] | None = None) -> RankResult:
+                 known_groups: dict[str, GroupInfo] | None = None, *,
+                 metadata_nodes: bool = False) -> RankResult:
     """Convert one rank's host trace (and device trace, if any) into a Graph.
 
-    Raises ChakraToolsError naming the rank and file on unreadable input.
+    `metadata_nodes` writes process-group setup as a METADATA node (ASTRA-sim 2.0 aborts on
+    one) instead of a plain COMP node. Raises ChakraToolsError naming the rank and file on
+    unreadable input.
     """
     try:
-        return _convert(host, device, rank, known_groups or {})
+        return _convert(host, device, rank, known_groups or {}, metadata_nodes)
     except ChakraToolsError as e:
         raise e.add_context(f"rank {rank}")
 
 
-def _convert(host_path, device_path, rank: int, known: dict) -> RankResult:
+def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: bool) -> RankResult:
     t0 = time.perf_counter()
     source = str(host_path or device_path)
     with gc_paused():
         host, dev, calls, waits, consumers = _read(host_path, device_path)
         lk = link(host, dev) if dev is not None else None
         t1 = time.perf_counter()
-        result = Builder(host, dev, lk, rank, calls, waits, consumers).build()
+        result = Builder(host, dev, lk, rank, calls, waits, consumers,
+                         metadata_nodes=metadata_nodes).build()
         groups = _local_groups(host, dev, result.calls, known)
         world = _world_size(dev, groups, known)
         meta = _metadata(host, dev, lk, rank)

@@ -13,6 +13,7 @@ A rank that fails stops the conversion with its file named, and nothing is writt
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from chakra_tools.core.graph import RankSet
 
 from .jsonio import gc_paused
 
-from .crossrank import assign_groups, globalise, world_of
+from .crossrank import assign_groups, globalise, record_groups, world_of
 from .rank import GroupInfo, RankResult, convert_rank
 
 MANIFEST = "manifest.json"
@@ -124,29 +125,34 @@ def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) ->
 
 def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str = "trace",
             jobs: int | None = None, executor: str = "auto", scheduler: str | None = None,
-            check: bool = True, force: bool = False,
+            check: bool = True, force: bool = False, metadata_nodes: bool = False,
             on_rank_done: Callable[[int], None] | None = None) -> ConvertReport:
     """Convert every rank, globalise groups and tags, validate, then write (unless out_dir is None).
 
+    `metadata_nodes` keeps process-group setup as a METADATA node (ASTRA-sim 2.0 aborts on it;
+    by default it is a plain COMP node and the groups live in comm_group.json, `pg_name` and
+    each rank's GlobalMetadata).
     Raises ConversionCheckError (nothing written) when validation finds errors and not `force`.
     The cyclic garbage collector is paused throughout: the graphs are a few objects per node,
     none in a cycle, and a collection would walk them all again and again (a tenth of the time).
     """
     with gc_paused():
         return _convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
-                        scheduler=scheduler, check=check, force=force, on_rank_done=on_rank_done)
+                        scheduler=scheduler, check=check, force=force,
+                        metadata_nodes=metadata_nodes, on_rank_done=on_rank_done)
 
 
 def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, check, force,
-             on_rank_done) -> ConvertReport:
+             metadata_nodes, on_rank_done) -> ConvertReport:
     results = run_ranks(inputs, jobs=jobs, executor=executor, scheduler=scheduler,
-                        on_rank_done=on_rank_done)
+                        metadata_nodes=metadata_nodes, on_rank_done=on_rank_done)
     diags = Diagnostics()
     for r in results:
         diags.extend(r.diagnostics)
     world = world_of(results, inputs.world_size)
     ids, groups = assign_groups(results, world, diags)
     globalise(results, ids, diags)
+    record_groups(results, ids, groups)
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
     if check:
         _check(rankset, diags, force)
@@ -169,7 +175,7 @@ def _check(rankset: RankSet, diags: Diagnostics, force: bool) -> None:
 
 
 def run_ranks(inputs: RunInputs, *, jobs: int | None = None, executor: str = "auto",
-              scheduler: str | None = None,
+              scheduler: str | None = None, metadata_nodes: bool = False,
               on_rank_done: Callable[[int], None] | None = None) -> list[RankResult]:
     """RankResults in rank order, computed by the chosen executor."""
     specs = sorted(inputs.ranks, key=lambda s: s.rank)
@@ -179,29 +185,30 @@ def run_ranks(inputs: RunInputs, *, jobs: int | None = None, executor: str = "au
     if runner is None:
         raise InputError(f"unknown executor {executor!r} (serial, process, dask)")
     done = on_rank_done or (lambda r: None)
-    results = runner(specs, inputs.groups, jobs=jobs, scheduler=scheduler, done=done)
+    work = functools.partial(_one, groups=inputs.groups, metadata_nodes=metadata_nodes)
+    results = runner(specs, work, jobs=jobs, scheduler=scheduler, done=done)
     return sorted(results, key=lambda r: r.rank)
 
 
-def _one(spec: RankSpec, groups: dict) -> RankResult:
-    return convert_rank(spec.host, spec.device, spec.rank, groups)
+def _one(spec: RankSpec, groups: dict, metadata_nodes: bool = False) -> RankResult:
+    return convert_rank(spec.host, spec.device, spec.rank, groups, metadata_nodes=metadata_nodes)
 
 
-def _serial(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+def _serial(specs, work, *, jobs, scheduler, done) -> list[RankResult]:
     out = []
     for s in specs:
-        out.append(_one(s, groups))
+        out.append(work(s))
         done(s.rank)
     return out
 
 
-def _process(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+def _process(specs, work, *, jobs, scheduler, done) -> list[RankResult]:
     workers = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
     out = []
     from concurrent.futures import ProcessPoolExecutor, as_completed  # 25 ms: only when used
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_one, s, groups): s for s in specs}
+        futures = {pool.submit(work, s): s for s in specs}
         try:
             for f in as_completed(futures):
                 out.append(_result(f, futures[f]))
@@ -222,7 +229,7 @@ def _result(future, spec: RankSpec) -> RankResult:
         raise ChakraToolsError(f"{spec.describe()}: conversion failed: {type(e).__name__}: {e}") from e
 
 
-def _dask(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
+def _dask(specs, work, *, jobs, scheduler, done) -> list[RankResult]:
     try:
         from dask.distributed import Client, as_completed as dask_completed
     except ImportError:
@@ -231,7 +238,7 @@ def _dask(specs, groups, *, jobs, scheduler, done) -> list[RankResult]:
         raise InputError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
     out = []
     with Client(scheduler) as client:
-        futures = [client.submit(_one, s, groups, pure=False) for s in specs]
+        futures = [client.submit(work, s, pure=False) for s in specs]
         by_key = {f.key: s for f, s in zip(futures, specs)}
         for f in dask_completed(futures):
             spec = by_key[f.key]

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from . import native
+from .consumers import FORWARD_DEPS, check_for, rules_for
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
-from .model import CONTRACT, Attr, CommType, Node, NodeType, format_bytes
+from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType, format_bytes
 
 #: the compiled common case (_hotloops.c `plain_run`), or None: every node is checked here
 NATIVE = native.load("chakra_tools.core._hotloops")
@@ -105,6 +106,23 @@ def _check_pg(node: Node, comm_groups) -> Iterator[tuple[str, str, str]]:
                f"pg_name {pg.value!r} cannot be checked: no comm_group.json was given")
     elif pg.value not in comm_groups:
         yield "error", "unknown-pg", f"pg_name {pg.value!r} is not in the communicator-group file"
+    elif node.type is NodeType.COMM_COLL_NODE:
+        yield from _check_group_size(node, pg.value, comm_groups[pg.value])
+
+
+def _check_group_size(node: Node, pg: str, ranks: tuple[int, ...]) -> Iterator[tuple[str, str, str]]:
+    """A collective that recorded its group's size (`group_size`) must be on a group of that
+    many ranks: one put on a bigger group would make a replay synchronise ranks that never
+    took part (a 1-rank collective on an 8-rank group waits for 7 ranks)."""
+    size = node.attrs.get("group_size")
+    if size is not None and size.kind in INTEGER_KINDS and size.value != len(ranks):
+        yield ("error", "group-size-mismatch",
+               f"recorded group size {size.value}, but group {pg} has {len(ranks)} ranks {_ranks_text(ranks)}")
+
+
+def _ranks_text(ranks) -> str:
+    ranks = list(ranks)
+    return str(ranks) if len(ranks) <= 8 else f"[{ranks[0]}, {ranks[1]}, ..., {ranks[-1]}]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +213,10 @@ class _DependencyTracker:
     def dangling(self) -> list[tuple[int, int, str]]:
         """(node id, missing dep id, "data"|"ctrl") for every dependency on an absent node."""
         return [u for u in self.unresolved if u[1] not in self.index]
+
+    def forward(self) -> list[tuple[int, int, str]]:
+        """(node id, dep id, kind) for every dependency on a node later in the file."""
+        return [u for u in self.unresolved if u[1] in self.index]
 
     def has_forward_refs(self) -> bool:
         return any(d in self.index for _, d, _ in self.unresolved)
@@ -292,15 +314,20 @@ class RankScan:
 
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
               comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics,
-              again: Callable[[], Iterable[Node]] | None = None, graph: Graph | None = None) -> RankScan:
+              again: Callable[[], Iterable[Node]] | None = None, graph: Graph | None = None,
+              target: str | None = None) -> RankScan:
     """Check one rank's nodes as they stream by; return what the cross-rank checks need.
 
     `again` gives the nodes a second time, for the cycle search, which only a rank with forward
     references needs. With `graph` (the nodes are in memory anyway) findings take node names from
-    it; streaming, only the names findings can need are kept.
+    it; streaming, only the names findings can need are kept. `target` ("astra-sim") adds what
+    that consumer rejects (core/consumers.py); the compiled common case knows only the general
+    checks, so it is off then.
     """
     scan = RankScan(rank, file)
     deps = _DependencyTracker()
+    rules = rules_for(target)
+    native_run = NATIVE.plain_run if NATIVE is not None and not rules else None
 
     def report(severity, code, message, node_id=None, node_name=None):
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
@@ -309,9 +336,9 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     for chunk in _chunks(nodes):
         i, end = 0, len(chunk)
         while i < end:
-            if NATIVE is not None and index.table is None and index.first is not None \
+            if native_run is not None and index.table is None and index.first is not None \
                     and 0 <= index.first and index.first + index.count < _NATIVE_IDS:
-                plain = NATIVE.plain_run(chunk, i, index.first, index.count, _CONTRACT_KINDS, _COMM_TYPES)
+                plain = native_run(chunk, i, index.first, index.count, _CONTRACT_KINDS, _COMM_TYPES)
                 if plain:  # nothing to report: only the run of consecutive ids grows
                     index.count += plain
                     scan.nodes += plain
@@ -324,6 +351,9 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
                 report("error", "duplicate-id", f"node id {node.id} appears more than once", node.id, node.name)
             for severity, code, message in check_node(node, comm_groups):
                 report(severity, code, message, node.id, node.name)
+            if rules:
+                for severity, code, message in check_for(node, rules, comm_groups):
+                    report(severity, code, message, node.id, node.name)
             if node.type in _COMM_TYPES:
                 _record_comm(scan, node)
 
@@ -335,6 +365,11 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     for nid, dep, kind in deps.dangling():
         report("error", f"dangling-{kind}-dep", f"{kind} dependency on absent node {dep}", nid,
                name_of(nid, deps.names))
+    if target in FORWARD_DEPS:
+        for nid, dep, kind in deps.forward():
+            report("warning", "forward-dep",
+                   f"{kind} dependency on node {dep}, later in the file: the feeder holds this node "
+                   "back until it has read that far", nid, name_of(nid, deps.names))
     for nid in deps.self_deps:
         report("error", "self-dep", "depends on itself: no simulator can ever issue it", nid,
                name_of(nid, deps.names))
@@ -385,13 +420,29 @@ def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mappi
         present = [r for r in members if r in scans]
         if len(present) < 2:
             continue
-        if len(present) < len(members):
-            out.add(Diagnostic("warning", "partial-group",
-                               f"group {pg or '(world)'} has ranks {list(members)}, only {present} were given: "
-                               "compared those"))
         ref = present[0]
         for r in present[1:]:
             _compare_sequence(scans[ref], scans[r], pg, out)
+
+
+def check_absent_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
+                       out: Diagnostics) -> None:
+    """A group whose collectives are issued here but whose ranks are not all in the set: a
+    replay would wait for them forever (one rank's file of a multi-rank job). Said once per
+    group, on the first rank that issues a collective on it."""
+    for pg in sorted({pg for s in scans.values() for pg in s.collectives if s.collectives[pg]},
+                     key=lambda p: (len(p), p)):
+        members = comm_groups.get(pg)
+        absent = [r for r in members or () if r not in scans]
+        if not absent:
+            continue
+        r = min(r for r, s in scans.items() if s.collectives.get(pg))
+        nid, name, _, _ = scans[r].collectives[pg][0]
+        out.add(Diagnostic(
+            "warning", "partial-group",
+            f"group {pg} has ranks {_ranks_text(members)}; {len(absent)} of them are not in this rank set "
+            f"({_ranks_text(absent)}): its collectives cannot complete in a replay without them",
+            file=scans[r].file, rank=r, node_id=nid, node_name=name))
 
 
 def _check_membership(scans, pg, members, out) -> None:
@@ -493,16 +544,18 @@ class ValidationReport:
 
 
 def _cross_rank(scans: dict[int, RankScan], comm_groups, out: Diagnostics) -> None:
+    check_absent_ranks(scans, comm_groups or {}, out)
     if len(scans) > 1:
         check_collective_sequences(scans, comm_groups or {}, out)
         check_point_to_point(scans, out)
 
 
 def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
-                  examples_per_code: int = 50) -> ValidationReport:
+                  examples_per_code: int = 50, target: str | None = None) -> ValidationReport:
     """Validate a file, folder or prefix by streaming each rank's file once.
 
-    A comm_group.json beside the files is used unless `comm_group` names one.
+    A comm_group.json beside the files is used unless `comm_group` names one. `target`
+    ("astra-sim") adds what that consumer rejects or mis-runs (core/consumers.py).
     """
     files = find_rank_files(path)
     first = next(iter(files.values()))
@@ -514,21 +567,23 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     for rank, f in files.items():
         reader = TraceReader(f, rank=rank, diagnostics=out)
         again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
-        scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again)
+        scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
+                                target=target)
     _cross_rank(scans, groups, out)
     return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()))
 
 
-def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None) -> list[Diagnostic]:
+def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None, *,
+                   target: str | None = None) -> list[Diagnostic]:
     """Every violation in one rank's graph (see the module docstring)."""
     out = Diagnostics(examples_per_code=1 << 30)
     nodes = list(graph) + graph.duplicates
     scan_rank(nodes, rank=graph.rank, file=graph.source, comm_groups=comm_groups, out=out,
-              again=lambda: nodes, graph=graph)
+              again=lambda: nodes, graph=graph, target=target)
     return list(out)
 
 
-def validate_rankset(rankset: RankSet) -> list[Diagnostic]:
+def validate_rankset(rankset: RankSet, *, target: str | None = None) -> list[Diagnostic]:
     """Every violation in a rank set: each rank's own, then across ranks."""
     out = Diagnostics(examples_per_code=1 << 30)
     groups = rankset.comm_groups or None
@@ -536,6 +591,6 @@ def validate_rankset(rankset: RankSet) -> list[Diagnostic]:
     for g in rankset:
         nodes = list(g) + g.duplicates
         scans[g.rank] = scan_rank(nodes, rank=g.rank, file=g.source, comm_groups=groups, out=out,
-                                  again=functools.partial(iter, nodes), graph=g)
+                                  again=functools.partial(iter, nodes), graph=g, target=target)
     _cross_rank(scans, groups, out)
     return list(out)
