@@ -117,6 +117,7 @@ class CommCall:
     is_async: bool | None = None
     seq: int | None = None         # record_param_comms sequence number (matched by `wait`)
     backend: int | None = None     # host op id of the nccl:/gloo: op
+    backend_kind: str | None = None  # its op (gloo runs some kinds as others)
     members: set[int] = field(default_factory=set)  # host op ids inside the call
 
     @property
@@ -157,11 +158,14 @@ def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
     waits: list[WaitMark] = []
     owner: dict[int, CommCall] = {}
     maybe: dict[str, bool] = {}  # per distinct name: could it start a call?
+    gloo_ops: set[int] = set()
     for op in ops:
         parent_call = owner.get(op.parent) if owner else None
-        if parent_call is not None and _belongs(op, parent_call):
+        if parent_call is not None and _belongs(op, parent_call, gloo_ops):
             _add_member(parent_call, op)
             owner[op.id] = parent_call
+            if op.name.startswith("gloo:"):
+                gloo_ops.add(op.id)
             continue
         m = maybe.get(op.name)
         if m is None:
@@ -174,6 +178,8 @@ def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
             continue
         if call is None:
             continue
+        if op.name.startswith("gloo:"):
+            gloo_ops.add(op.id)
         if call.source == "backend":
             claimer = _claimer(calls, op)
             if claimer is not None:
@@ -186,14 +192,54 @@ def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
     return calls, waits
 
 
+def absorb_worker_ops(calls: list[CommCall], ops: list[HostOp], op_event: dict, events: list) -> int:
+    """Make the ops that ran inside a call's backend op on another thread members of the call;
+    returns how many. `op_event` maps host op ids to their device-trace events (link.py),
+    `events` are the device trace's host events (each `parent` an index into them).
+
+    gloo runs a collective on a worker thread, and what it does there besides communicating
+    (copying an all_gather's result into the output list, dividing the all_reduce it implements
+    a reduce_scatter with) is recorded as ordinary aten ops of that thread, whose host-trace
+    parent links point anywhere. Kept as host ops, they are replayed as the rank's own work,
+    inside the time the rank was blocked in the call. The device trace nests them in the
+    backend op's event, on the worker's thread (the caller's thread is left alone: there an
+    asynchronous call's event can outlast the call)."""
+    backend: dict[int, CommCall] = {}
+    for call in calls:
+        ev = op_event.get(call.backend) if call.backend is not None else None
+        root = op_event.get(call.root)
+        if ev is not None and (root is None or root.tid != ev.tid):
+            backend[ev.idx] = call
+    if not backend:
+        return 0
+    members = {m for c in calls for m in c.members}
+    added = 0
+    for op in ops:
+        ev = op_event.get(op.id) if op.id not in members else None
+        while ev is not None and ev.parent >= 0:
+            ev = events[ev.parent]
+            call = backend.get(ev.idx)
+            if call is not None:
+                call.members.add(op.id)
+                added += 1
+                break
+    return added
+
+
 def _may_be_comm(name: str) -> bool:
     return (name.startswith(COMM_PREFIXES) or name.startswith(ANNOTATION_PREFIX)
             or name.endswith("::wait_tensor"))
 
 
-def _belongs(op: HostOp, call: CommCall) -> bool:
-    """Whether an op nested in a call's range is part of the call."""
-    if op.name.startswith(ANNOTATION_PREFIX):
+def _belongs(op: HostOp, call: CommCall, gloo_ops: set[int]) -> bool:
+    """Whether an op nested in a call's range is part of the call.
+
+    Not what the host trace nests in a gloo backend op (`gloo:all_reduce`...): gloo opens that
+    record on the caller's thread when it queues the work and closes it when the worker thread
+    is done, so the caller's own ops meanwhile (DDP copying reduced buckets into the gradients,
+    the optimizer step) get it as their parent; the work itself is recorded on the worker's
+    thread (`absorb_worker_ops`)."""
+    if op.name.startswith(ANNOTATION_PREFIX) or op.parent in gloo_ops:
         return False
     if call.source != "annotation" or op.parent != call.root:
         return True
@@ -221,12 +267,16 @@ def _claimer(calls: list[CommCall], op: HostOp) -> CommCall | None:
     for call in reversed(recent):
         if call.backend is None and call.source == "annotation" and call.op != "barrier":
             return call
+    latest = next((c for c in reversed(recent) if c.source != "backend"), None)
+    if latest is not None and latest.op != kind and latest.backend_kind == kind:
+        return latest  # gloo reduce_scatters a list with one all_reduce per rank
     return None
 
 
 def _set_backend(call: CommCall, op: HostOp) -> None:
     """Attach the nccl:/gloo: op; its tensors size the call when the call's own did not."""
     call.backend = op.id
+    call.backend_kind = op_kind(op.name)
     if not call.in_bytes and call.op != "barrier":
         inner = _from_tensors(op, call.op, "backend")
         call.in_bytes, call.out_bytes = inner.in_bytes, call.out_bytes or inner.out_bytes

@@ -1,0 +1,111 @@
+"""gloo's threads in the host trace (tiny inline host + device traces, as torch 2.13 records them).
+
+gloo runs a collective on a worker thread. Its `gloo:<op>` record is opened on the caller's
+thread when the work is queued and closed by the worker, so (1) the caller's own ops meanwhile
+(DDP copying the reduced bucket into the gradients, the optimizer step) get it as their host-trace
+parent; (2) what the worker does besides communicating (copying an all_gather's result out,
+dividing the all_reduce a reduce_scatter is run as) is recorded as aten ops of the worker's
+thread; (3) a reduce_scatter of a list runs one all_reduce per rank. Before these rules (1) took
+the optimizer step out of the graph, (2) replayed the worker's ops as the rank's own host work,
+and (3) made the second all_reduce a collective of its own, so the ranks disagreed
+([collective-mismatch]) whenever the host trace nested it differently on each rank.
+"""
+
+from __future__ import annotations
+
+import json
+
+from chakra_tools.convert.rank import convert_rank
+from chakra_tools.core.annotations import format_annotation
+from chakra_tools.core.model import CommType, NodeType
+
+BUCKET = [40, 41, 0, 64, 4, "cpu"]
+MAIN, WORKER = 1, 2
+
+
+def _node(id, name, parent, ins=(), tid=MAIN):
+    return {"id": id, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": list(ins), "shapes": [[]] * len(ins), "types": ["Tensor(float)"] * len(ins)},
+            "outputs": {"values": [], "shapes": [], "types": []},
+            "attrs": [{"name": "rf_id", "type": "uint64", "value": id}, {"name": "fw_parent", "type": "uint64", "value": 0},
+                      {"name": "seq_id", "type": "int64", "value": -1}, {"name": "scope", "type": "uint64", "value": 0},
+                      {"name": "tid", "type": "uint64", "value": tid}]}
+
+
+def _event(id, name, ts, dur, tid=100):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid, "pid": 1,
+            "args": {"Record function id": id}}
+
+
+def _annotation(op, is_async, n=16):
+    return format_annotation({"op": op, "api": op, "pg": "0", "pg_ranks": [0, 1], "async": is_async,
+                              "seq": 0, "in_bytes": 4 * n, "out_bytes": 4 * n, "dtype": "float32",
+                              "elem_bytes": 4, "rank": 0})
+
+
+def _convert(tmp_path, nodes, events):
+    host, dev = tmp_path / "host.json", tmp_path / "device.json"
+    host.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    dev.write_text(json.dumps({"traceEvents": events}))
+    return convert_rank(host, dev, 0).graph
+
+
+def _names(graph, kind=NodeType.COMP_NODE):
+    return [n.name for n in graph if n.type is kind]
+
+
+def test_the_callers_ops_under_an_open_gloo_record_stay_host_ops(tmp_path):
+    """DDP's bucket all-reduce: async call 3-4, gloo's record 5 left open on the caller's thread,
+    then the caller waits (untraced), copies the bucket into the gradient (6-7) and steps (8-9)
+    with 5 as their parent; the worker's thread ran the all-reduce itself (5's event)."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_reduce", True), 2), _node(4, "c10d::allreduce_", 3, [[BUCKET]]),
+             _node(5, "gloo:all_reduce", 1, [BUCKET]),
+             _node(6, "torch.distributed.ddp.reducer::copy_bucket_to_grad", 5),
+             _node(7, "aten::copy_", 6), _node(8, "Optimizer.step#SGD.step", 5), _node(9, "aten::add_", 8)]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(3, nodes[2]["name"], 10, 20),
+              _event(4, "c10d::allreduce_", 12, 15), _event(5, "gloo:all_reduce", 30, 700, tid=200),
+              _event(6, "torch.distributed.ddp.reducer::copy_bucket_to_grad", 600, 20),
+              _event(7, "aten::copy_", 602, 15), _event(8, "Optimizer.step#SGD.step", 650, 100),
+              _event(9, "aten::add_", 660, 50)]
+    g = _convert(tmp_path, nodes, events)
+    assert _names(g, NodeType.COMM_COLL_NODE) == ["gloo:all_reduce"]
+    for name in ("torch.distributed.ddp.reducer::copy_bucket_to_grad", "aten::copy_",
+                 "Optimizer.step#SGD.step", "aten::add_"):
+        assert name in _names(g), name
+
+
+def test_the_workers_ops_inside_the_backend_op_are_the_calls(tmp_path):
+    """A synchronous all_gather: call 3-4 on the caller's thread, gloo's op 5 on the worker,
+    which copies the result out (6-7, recorded on its own thread, host-trace parent anywhere);
+    then the caller goes on (8)."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_gather", False), 2), _node(4, "c10d::allgather_", 3),
+             _node(5, "gloo:all_gather", 3, [BUCKET]),
+             _node(10, "[pytorch|profiler|execution_trace|thread]", 0, tid=WORKER),
+             _node(6, "aten::select", 10, tid=WORKER), _node(7, "aten::copy_", 10, tid=WORKER),
+             _node(8, "aten::relu", 2)]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(3, nodes[2]["name"], 10, 500),
+              _event(4, "c10d::allgather_", 12, 480), _event(5, "gloo:all_gather", 20, 450, tid=200),
+              _event(6, "aten::select", 400, 10, tid=200), _event(7, "aten::copy_", 420, 20, tid=200),
+              _event(8, "aten::relu", 520, 30)]
+    g = _convert(tmp_path, nodes, events)
+    assert _names(g) == ["ProfilerStep#3", "aten::relu"]  # select and copy_ are the gather's
+    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
+    relu = next(n for n in g if n.name == "aten::relu")
+    assert coll.comm_type is CommType.ALL_GATHER and coll.id in relu.data_deps
+
+
+def test_a_list_reduce_scatter_is_one_collective_however_its_all_reduces_nest(tmp_path):
+    """reduce_scatter of a 2-rank list: gloo runs two all_reduces; the host trace nests the
+    first in the call and the second anywhere (here under an unrelated op)."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("reduce_scatter", True), 2), _node(4, "c10d::reduce_scatter_", 3),
+             _node(5, "gloo:all_reduce", 3, [BUCKET]), _node(6, "aten::mm", 2),
+             _node(7, "gloo:all_reduce", 6, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(3, nodes[2]["name"], 10, 30),
+              _event(4, "c10d::reduce_scatter_", 12, 25), _event(5, "gloo:all_reduce", 20, 400, tid=200),
+              _event(6, "aten::mm", 50, 40), _event(7, "gloo:all_reduce", 22, 380, tid=201)]
+    g = _convert(tmp_path, nodes, events)
+    colls = [n for n in g if n.type is NodeType.COMM_COLL_NODE]
+    assert [c.comm_type for c in colls] == [CommType.REDUCE_SCATTER]
