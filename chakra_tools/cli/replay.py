@@ -54,6 +54,8 @@ def replay(
     offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
     resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
+    validate: bool = typer.Option(True, "--validate/--no-validate",
+                                  help="Validate the rank set first and refuse it on errors (exit 1); --no-validate replays it as it is."),
 ) -> None:
     """Replay a rank set on a simulated system and print per-rank finish, compute, exposed
     communication, overlap and idle time.
@@ -73,6 +75,9 @@ def replay(
     base = AS_CAPTURED if as_captured else CaptureModes()
     modes = CaptureModes(comm or base.comm, host_time or ("gaps" if host_gaps else base.host_time),
                          align or base.align, lanes or base.lanes).check()
+    if validate:
+        from .validate import validate_first
+        validate_first(rankset, comm_group)
     feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
     backend = _backend(rankset, max(feeders), network, system, memory, offload, peak_tflops, mem_bw,
                        scale, roofline)

@@ -1,0 +1,43 @@
+"""trace-replay validates the rank set first: it refuses what it cannot replay correctly (exit 1,
+the first findings), `--no-validate` skips that, and a group whose ranks are not all given is
+named before the replay starts."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from chakra_tools.cli.replay import app
+from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
+
+from _util import coll, comp, write_rankset
+
+runner = CliRunner()
+
+
+def unsized_all_reduce(i, deps=()):
+    """A COMM node as in the published 64-rank ResNet-50 `.et`: no comm_size."""
+    return Node(i, f"ar{i}", NodeType.COMM_COLL_NODE, tuple(deps),
+                attrs=make_attrs(comm_type=CommType.ALL_REDUCE, is_cpu_op=False))
+
+
+def test_refuses_comm_nodes_without_comm_size(tmp_path):
+    ranks = {r: [comp(1, us=5), unsized_all_reduce(2, deps=[1]), unsized_all_reduce(3, deps=[2])]
+             for r in range(4)}
+    prefix = write_rankset(tmp_path, ranks)
+    res = runner.invoke(app, [str(prefix)])
+    assert res.exit_code == 1, res.output
+    assert "[missing-comm-size]" in res.output and "8 validation error(s): not replayed" in res.output
+    assert "makespan" not in res.output
+    skipped = runner.invoke(app, [str(prefix), "--no-validate"])
+    assert skipped.exit_code == 0 and "makespan" in skipped.output
+
+
+def test_names_the_ranks_a_group_lacks_before_the_replay(tmp_path):
+    """One rank's file of a 4-rank job: validation warns, the replay says which ranks are missing
+    before it starts (and then reports the deadlock, exit 3)."""
+    prefix = write_rankset(tmp_path, {0: [comp(1, us=5), coll(2, 1024, deps=[1], pg="1")]},
+                           {"1": (0, 1, 2, 3)})
+    res = runner.invoke(app, [str(prefix)])
+    assert "[partial-group]" in res.output and "([1, 2, 3])" in res.output
+    assert res.output.index("[partial-group]") < res.output.index("deadlock")
+    assert res.exit_code == 3
