@@ -20,7 +20,9 @@ Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an ab
   * a collective -> its `wait` (record_param_comms 'wait' by sequence number) and -> the first
     later op that reads a tensor it writes; for a collective on a device stream (NCCL) both go
     to the next kernel launched after that op instead (the host does not block: the current
-    stream waits for the collective's).
+    stream waits for the collective's);
+  * an asynchronous call -> its thread's next host op, where the thread started no traced op
+    from the call's return until the call completed (it waited in untraced `work.wait()`).
 Any cycle the input implies is broken (graphcheck.py) with a warning naming the nodes.
 """
 
@@ -30,16 +32,16 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_tools.core.errors import Diagnostics
+from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.model import NodeType
 
-from .comms import CommCall, WaitMark, is_nccl_kernel, op_kind
+from .comms import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
+from .devcomm import is_comm_kernel, kernel_kind, says_comm
 from .cost import REGISTRY as COST_REGISTRY, op_cost
 from .hostet import NATIVE, HostOp, HostTrace
 from .kineto import DeviceTrace, Event
 from .link import Link, runtime_calls_by_op
 from .readers import waited_calls
-from .tensors import elem_bytes_of
 
 _COMP = NodeType.COMP_NODE
 PG_INIT_NAME = "process_group:init"
@@ -97,6 +99,7 @@ class Builder:
         self.parents = {op.id: op.parent for op in host.ops}
         self.op_event, self.kernels = self.lk.op_event, self.lk.kernels  # hot-path shortcuts
         self._launched: list[tuple[int, object]] | None = None
+        self._warned: set[tuple[str, str]] = set()
 
     # -- driver -------------------------------------------------------------------------------
     def build(self) -> BuildResult:
@@ -121,6 +124,7 @@ class Builder:
         self._cross_thread()
         self._blocking_edges()
         self._wait_edges(self.waits)
+        self._untraced_wait_edges()
         self._consumer_edges()
         return BuildResult(self.recs, calls, self.diags, self.dev is not None)
 
@@ -174,9 +178,9 @@ class Builder:
             gpu = self._emit_kernels(kernels, rid)
             if gpu:
                 self.kernel_nodes[oid] = gpu
-            if len(gpu) < len(kernels):  # NCCL kernels outside any recognised call
+            if len(gpu) < len(kernels):  # communication kernels outside any recognised call
                 for g in kernels:
-                    if is_nccl_kernel(g.name):
+                    if is_comm_kernel(g.name):
                         self._emit_kernel_call(oid, g)
         cost = self.costs.get(oid)
         if cost is not None:
@@ -193,8 +197,12 @@ class Builder:
     def _emit_kernels(self, kernels, launcher: int) -> list[int]:
         out = []
         for g in kernels:
-            if is_nccl_kernel(g.name):
+            if is_comm_kernel(g.name):
                 continue
+            if says_comm(g.name):
+                self._warn_once("unknown-comm-kernel", g.name,
+                                f"kernel {g.name!r} looks like communication but is no collective kernel "
+                                "this converter knows: written as compute")
             rec = self._new(g.name, NodeType.COMP_NODE, ts=g.ts, dur_us=g.dur,
                             stream=g.args.get("stream"))
             rec.attrs["is_cpu_op"] = False
@@ -208,7 +216,7 @@ class Builder:
 
     def _emit_call(self, op: HostOp, call: CommCall) -> None:
         kernels = [g for m in sorted(call.members) for g in self.lk.kernels.get(m, ())]
-        nccl = [g for g in kernels if is_nccl_kernel(g.name)]
+        nccl = [g for g in kernels if is_comm_kernel(g.name)]
         ev = self._call_event(call, op)
         ts = nccl[0].ts if nccl else (ev.ts if ev else 0.0)
         dur = sum(g.dur for g in nccl) if nccl else (ev.dur if ev else 0.0)
@@ -223,7 +231,7 @@ class Builder:
         self._chain(rec, op.tid, blocking=blocking)
         self.op_node[op.id] = rec.id
         issue = rec.deps[0] if rec.deps else None
-        other = self._emit_kernels([g for g in kernels if not is_nccl_kernel(g.name)],
+        other = self._emit_kernels([g for g in kernels if not is_comm_kernel(g.name)],
                                    issue if issue is not None else rec.id)
         self.kernel_nodes[op.id] = ([rec.id] if nccl else []) + other
 
@@ -239,16 +247,17 @@ class Builder:
         return self.lk.op_event.get(op.id)
 
     def _emit_kernel_call(self, op_id: int, g: Event) -> None:
-        """An NCCL kernel launched outside any recognised call: a collective of its own, sized
-        from the kernel's own metadata when Kineto recorded it (`In msg nelems`, `dtype`)."""
-        kind = op_kind(g.name) or "all_reduce"
+        """A communication kernel launched outside any recognised call: a collective of its own,
+        sized and grouped from the kernel's own metadata when Kineto recorded it (`Collective
+        name`, `In msg nelems`, `dtype`, `Process Group Name`, `Process Group Ranks`), else of
+        the kind its name says; a name that says none (`ncclDevKernel_Generic`) is an all-reduce,
+        with a warning."""
         a = g.args
-        call = CommCall(root=op_id, op=kind, name=f"nccl:{kind}", source="kernel",
-                        dtype=str(a.get("dtype", "")), pg=_opt_str(a.get("Process Group Name")))
-        eb = elem_bytes_of(call.dtype)
-        if a.get("In msg nelems") is not None and eb:
-            call.in_bytes = int(a["In msg nelems"]) * eb
-            call.out_bytes = int(a.get("Out msg nelems", 0)) * eb
+        call = kernel_call(op_id, g.name, a)
+        if not kernel_kind(g.name) and not comm_attrs_from_kineto(a).get("collective_name"):
+            self._warn_once("assumed-kernel-kind", g.name,
+                            f"kernel {g.name!r} does not say which collective it runs and has no "
+                            "metadata: read as ALL_REDUCE")
         self.calls.append(call)
         rec = self._new(call.name, _node_type(call), ts=g.ts, dur_us=g.dur,
                         stream=a.get("stream"))
@@ -257,6 +266,12 @@ class Builder:
         rec.deps.append(self.op_node[op_id])
         if rec.stream is not None:
             rec.attrs["stream"] = int(rec.stream)
+
+    def _warn_once(self, code: str, key: str, message: str) -> None:
+        """One warning per (code, kernel name): a kernel repeats thousands of times."""
+        if (code, key) not in self._warned:
+            self._warned.add((code, key))
+            self.diags.add(Diagnostic("warning", code, message, file=self.host.path, rank=self.rank))
 
     # -- dependencies ---------------------------------------------------------------------------
     def _gpu_by_stream(self) -> dict:
@@ -432,6 +447,30 @@ class Builder:
             else:
                 self.recs[node - 1].deps.append(comm)
 
+    def _untraced_wait_edges(self) -> None:
+        """An asynchronous call (`async_op=True`, isend/irecv) whose thread started no traced op
+        from the call's return until the call had completed was waited for in untraced code
+        (`work.wait()`, `req.wait()`): the thread's next host op then depends on the call, so the
+        replay re-creates that wait instead of dropping it. A gloo worker that closes its range
+        after the caller went on makes no edge (the recorded end is no completion there)."""
+        host: dict = defaultdict(list)
+        for r in self.recs:
+            if r.stream is None and r.type == _COMP and r.attrs.get("is_cpu_op") and r.ts:
+                host[r.tid].append((r.ts, r.id))
+        for items in host.values():
+            items.sort()
+        for r in self.recs:
+            call = r.call
+            if call is None or r.stream is not None or call.is_async is not True or not r.dur_us:
+                continue
+            returned = self.lk.op_event.get(call.root)
+            end = r.ts + r.dur_us
+            if returned is None or returned.end >= end or self._waits_inside(call):
+                continue
+            nxt = _first_from(host.get(r.tid, ()), returned.end - EPS_US)
+            if nxt is not None and self.recs[nxt - 1].ts >= end - EPS_US:
+                self.recs[nxt - 1].deps.append(r.id)
+
     def _stream_wait(self, comm: int, wait_node: int) -> None:
         """The first device work launched after node `wait_node` waits for `comm`.
 
@@ -506,10 +545,6 @@ def _node_type(call: CommCall) -> NodeType:
     if call.op == "recv":
         return NodeType.COMM_RECV_NODE
     return NodeType.COMM_COLL_NODE
-
-
-def _opt_str(v) -> str | None:
-    return None if v is None else str(v)
 
 
 def _launch_stall_us(runtime: list[Event]) -> float:

@@ -109,3 +109,29 @@ def test_a_list_reduce_scatter_is_one_collective_however_its_all_reduces_nest(tm
     g = _convert(tmp_path, nodes, events)
     colls = [n for n in g if n.type is NodeType.COMM_COLL_NODE]
     assert [c.comm_type for c in colls] == [CommType.REDUCE_SCATTER]
+
+
+def _async_all_gather(tmp_path, next_op_at: float):
+    """all_gather(async_op=True) (3-5, the worker runs it 20..3500 µs), `work.wait()` (untraced),
+    then the thread's next op 6 at `next_op_at`."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_gather", True), 2), _node(4, "c10d::allgather_", 3),
+             _node(5, "gloo:all_gather", 3, [BUCKET]), _node(6, "Optimizer.zero_grad#SGD.zero_grad", 2)]
+    events = [_event(2, "ProfilerStep#3", 0, 5000), _event(3, nodes[2]["name"], 10, 20),
+              _event(4, "c10d::allgather_", 12, 15), _event(5, "gloo:all_gather", 20, 3480, tid=200),
+              _event(6, "Optimizer.zero_grad#SGD.zero_grad", next_op_at, 30)]
+    g = _convert(tmp_path, nodes, events)
+    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
+    return coll, next(n for n in g if n.name.startswith("Optimizer.zero_grad"))
+
+
+def test_an_untraced_wait_on_an_async_call_becomes_an_edge(tmp_path):
+    """The thread did nothing traced from the call's return (30 µs) until the gather ended
+    (3500 µs): it waited, so its next op depends on the gather."""
+    coll, nxt = _async_all_gather(tmp_path, next_op_at=3520)
+    assert coll.id in nxt.data_deps
+
+
+def test_a_thread_that_went_on_during_an_async_call_does_not_wait_for_it(tmp_path):
+    coll, nxt = _async_all_gather(tmp_path, next_op_at=40)
+    assert coll.id not in nxt.data_deps
