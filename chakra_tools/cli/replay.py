@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -69,72 +67,50 @@ def replay(
         trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
     """
     from chakra_tools.replay import open_rankset, parse_limits
+    from chakra_tools.replay.backend import Scales, SystemSpec
     from chakra_tools.replay.engine import AS_CAPTURED, CaptureModes, run_replay
     from chakra_tools.replay.fidelity import measured_of
 
     base = AS_CAPTURED if as_captured else CaptureModes()
     modes = CaptureModes(comm or base.comm, host_time or ("gaps" if host_gaps else base.host_time),
                          align or base.align, lanes or base.lanes).check()
+    try:
+        scales = Scales.parse(scale)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--scale") from None
+    spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, scales, roofline)
     if validate:
         from .validate import validate_first
         validate_first(rankset, comm_group)
     feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
-    backend = _backend(rankset, max(feeders), network, system, memory, offload, peak_tflops, mem_bw,
-                       scale, roofline)
-    result = run_replay(rankset, feeders, backend, groups=groups, modes=modes,
-                        limits=parse_limits(limits))
-    _emit(result, manifest, out, timeline, as_json, measured_of(feeders))
+    result = run_replay(rankset, feeders, spec.backend(max(feeders) + 1, str(rankset)), groups=groups,
+                        modes=modes, limits=parse_limits(limits))
+    result.compare(manifest=manifest, measured=measured_of(feeders))
+    if out:
+        result.write(out)
+    if timeline:
+        result.timeline().write(timeline)
+    _print(result, as_json)
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
                    "--as-captured replays it as it ran (docs/replay.md §4)", err=True)
 
 
-def _backend(rankset, top_rank, network, system, memory, offload, peak_tflops, mem_bw, scale, roofline):
-    """The AnalyticalBackend the options describe (defaults: one Switch of every rank, ring)."""
-    from chakra_tools.core.errors import InputError
-    from chakra_tools.replay import AnalyticalBackend, Scales, default_network, load_memory, load_network, load_system
-    from chakra_tools.replay.config import MemoryConfig, SystemConfig
+def _print(result, as_json: bool) -> None:
+    """The table, the comparison and the warnings; or the JSON document."""
+    from chakra_tools.core.replaydoc import write_replay_result
+    from chakra_tools.replay.fidelity import format_comparison
 
-    net = _with_offload(load_network(network) if network else default_network(top_rank + 1), offload)
-    if top_rank >= net.npus:
-        raise InputError(f"{rankset}: rank {top_rank} but the network has only {net.npus} NPUs")
-    sysc = load_system(system) if system else SystemConfig()
-    if peak_tflops is not None:
-        sysc = dataclasses.replace(sysc, peak_perf_tflops=peak_tflops)
-    if mem_bw is not None:
-        sysc = dataclasses.replace(sysc, local_mem_bw_gbps=mem_bw)
-    try:
-        scales = Scales.parse(scale)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--scale") from None
-    return AnalyticalBackend(net, sysc, load_memory(memory) if memory else MemoryConfig(), scales, roofline)
-
-
-def _emit(result, manifest, out, timeline, as_json, measured) -> None:
-    """Print the table (or the JSON), save --out and --timeline, compare with --manifest or,
-    without one, with the windows the rank files measured (converted host + device pairs)."""
-    from chakra_tools.core.etio import atomic_output
-    from chakra_tools.replay.fidelity import compare_with_manifest, compare_with_trace, format_comparison
-
-    doc = result.to_dict()
-    if manifest:
-        doc["fidelity"] = compare_with_manifest(doc, manifest)
-    elif measured:
-        doc["fidelity"] = compare_with_trace(doc, measured)
-    if out:
-        with atomic_output(out, "w") as f:
-            _dump(doc, f)
-    if timeline:
-        result.timeline().write(timeline)
     if as_json:
+        doc = result.to_dict()
         if len(doc.get("events", ())) <= PRETTY_LIMIT:
             print_json(doc)
         else:
-            _dump(doc, sys.stdout)
+            write_replay_result(doc, sys.stdout)
         return
     typer.echo(result.table())
-    if doc.get("fidelity"):
-        typer.echo(format_comparison(doc["fidelity"]))
+    if result.fidelity:
+        typer.echo(format_comparison(result.fidelity))
     for d in result.diagnostics:
         typer.echo(f"warning: {d}", err=True)
 
@@ -143,28 +119,8 @@ def _emit(result, manifest, out, timeline, as_json, measured) -> None:
 PRETTY_LIMIT = 20_000
 
 
-def _dump(doc: dict, f) -> None:
-    """One JSON document, one top-level key per line: compact enough for millions of events."""
-    f.write("{\n" + ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), default=str)}"
-                                for k, v in doc.items()) + "\n}\n")
-
-
 def _resolve(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     if not kinds or not set(kinds) <= {"data", "ctrl"}:
         raise typer.BadParameter("use data,ctrl | data | ctrl", param_hint="--resolve")
     return kinds
-
-
-def _with_offload(net, dims: List[int]):
-    if not dims:
-        return net
-    from chakra_tools.core.errors import InputError
-    from chakra_tools.replay.config import NetworkConfig
-
-    new = list(net.dims)
-    for d in dims:
-        if not 0 <= d < len(new) or new[d].topology != "Switch":
-            raise InputError(f"--offload {d}: dimension {d} is not a Switch dimension of the network")
-        new[d] = dataclasses.replace(new[d], in_network_offload=True)
-    return NetworkConfig(tuple(new), net.source)

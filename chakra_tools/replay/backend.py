@@ -12,15 +12,18 @@ node reads local memory at `local-mem-bw`. Scale factors per kind are for what-i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil, prod
+from pathlib import Path
 from typing import Sequence
 
+from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
-from .config import MemoryConfig, NetworkConfig, SystemConfig
+from .config import (MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
+                     load_system)
 
 #: CommType -> (native collective it is costed as, divisor applied to comm_size)
 COLLECTIVE_OF = {
@@ -212,3 +215,46 @@ class AnalyticalBackend:
         return {"backend": "analytical", "network": self.network.describe(),
                 "system": self.system.describe(), "memory": self.memory.describe(),
                 "scales": vars(self.scales), "roofline": bool(self.roofline)}
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """The simulated system as `trace-replay`'s options name it, built into an AnalyticalBackend
+    for a rank set by `backend(npus)`: ASTRA-sim config files (None: one Switch of every rank,
+    50 GB/s, 500 ns; ASTRA-sim's system defaults; no remote memory), in-network reduction on the
+    `offload` dimensions (Switch only), overrides of peak compute and local memory bandwidth,
+    what-if scales, and the roofline switch (None: as the system JSON says)."""
+
+    network: str | Path | None = None
+    system: str | Path | None = None
+    memory: str | Path | None = None
+    offload: tuple[int, ...] = ()
+    peak_tflops: float | None = None
+    mem_bw_gbps: float | None = None
+    scales: Scales = field(default_factory=Scales)
+    roofline: bool | None = None
+
+    def backend(self, npus: int, source: str = "the rank set") -> AnalyticalBackend:
+        """The backend for `npus` ranks (`source` names them in the error if the network is smaller)."""
+        net = with_offload(load_network(self.network) if self.network else default_network(npus), self.offload)
+        if npus > net.npus:
+            raise InputError(f"{source}: rank {npus - 1} but the network has only {net.npus} NPUs")
+        sysc = load_system(self.system) if self.system else SystemConfig()
+        if self.peak_tflops is not None:
+            sysc = replace(sysc, peak_perf_tflops=self.peak_tflops)
+        if self.mem_bw_gbps is not None:
+            sysc = replace(sysc, local_mem_bw_gbps=self.mem_bw_gbps)
+        memory = load_memory(self.memory) if self.memory else MemoryConfig()
+        return AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
+
+
+def with_offload(net: NetworkConfig, dims: Sequence[int]) -> NetworkConfig:
+    """`net` with in-network reduction on each of `dims` (each must be a Switch dimension)."""
+    if not dims:
+        return net
+    new = list(net.dims)
+    for d in dims:
+        if not 0 <= d < len(new) or new[d].topology != "Switch":
+            raise InputError(f"--offload {d}: dimension {d} is not a Switch dimension of the network")
+        new[d] = replace(new[d], in_network_offload=True)
+    return NetworkConfig(tuple(new), net.source)

@@ -31,6 +31,8 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
+from chakra_tools.core.lanes import COMM, COMPUTE, HOST, LANES, OTHER
+from chakra_tools.core.lanes import lane_of as core_lane_of
 from chakra_tools.core.model import CommType, NodeType
 from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
@@ -40,8 +42,6 @@ from .calibrate import COMM_MODES
 from .result import ReplayResult
 from .timing import Captured, Modelled
 
-LANES = ("host", "compute", "comm", "recv", "mem", "other")
-HOST, COMPUTE, COMM, RECV, MEM, OTHER = range(6)
 #: ASTRA-sim's per-rank limits; 0 = unlimited
 DEFAULT_LIMITS = {"host": 1, "compute": 1, "comm": 1, "recv": 0, "mem": 0, "other": 0}
 
@@ -52,19 +52,12 @@ _NLANES = len(LANES)
 _UNLIMITED = 1 << 62
 _ROOT = (-1, 0)
 _BEGIN = -1  # heap entry: the rank begins issuing
+#: core.lanes' lane by (node type, is_cpu_op), as a table: this runs once per replayed node
+_LANE_OF = {(int(t), cpu): core_lane_of(t, cpu) for t in NodeType for cpu in (False, True)}
 
 
 def lane_of(info: NodeInfo) -> int:
-    t = info.type
-    if t == _COMP:
-        return HOST if info.is_cpu_op else COMPUTE
-    if t == _COLL or t == _SEND:
-        return COMM
-    if t == _RECV:
-        return RECV
-    if t in _MEMS:
-        return MEM
-    return OTHER
+    return _LANE_OF.get((info.type, info.is_cpu_op), OTHER)
 
 
 def parse_limits(text: str | None) -> dict[str, int]:

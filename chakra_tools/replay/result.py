@@ -14,14 +14,18 @@ The JSON document (`to_dict`, `trace-replay --json`) is documented in docs/repla
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
 
 from chakra_tools.core.errors import Diagnostics
+from chakra_tools.core.lanes import LANES, WORK
+from chakra_tools.core.measured import Measured
+from chakra_tools.core.replaydoc import FORMAT, VERSION, write_replay_result
 from chakra_tools.core.model import CommType, NodeType
 
-LANE_NAMES = ("host", "compute", "comm", "recv", "mem", "other")
-_COMPUTE_LANES = (0, 1)
-_COMM_LANES = (2, 3)
+LANE_NAMES = LANES
+_COMPUTE_LANES = tuple(i for i, lane in enumerate(LANES) if WORK[lane] in ("host", "compute"))
+_COMM_LANES = tuple(i for i, lane in enumerate(LANES) if WORK[lane] == "comm")
 
 
 def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -84,6 +88,7 @@ class ReplayResult:
         self.makespan_ns = 0
         self.config: dict = {}
         self.diagnostics = Diagnostics()
+        self.fidelity: dict | None = None  # set by `compare`
 
     # -- filled by the engine -------------------------------------------------------------------
     def add(self, rank: int, node: int, name: str, ntype: int, lane: int, start: int, pred: int) -> int:
@@ -192,7 +197,9 @@ class ReplayResult:
                                                    self.ev_lane, self.ev_start, self.ev_end)]
 
     def to_dict(self, *, events: bool = True) -> dict:
+        """The replay result document (core/replaydoc.py says what each key holds)."""
         doc = {
+            "format": FORMAT, "version": VERSION,
             "makespan_ns": self.makespan_ns,
             "ranks": self.ranks,
             "collectives": [{**c, "rank": c["ranks"][0]} for c in self.collectives],
@@ -205,7 +212,30 @@ class ReplayResult:
             doc["events"] = self._event_dicts()
             doc["deps"] = [[self.ev_rank[s], self.ev_node[s], self.ev_rank[d], self.ev_node[d]]
                            for s, d in self.dep_edges()]
+        if self.fidelity is not None:
+            doc["fidelity"] = self.fidelity
         return doc
+
+    def write(self, path: str | Path) -> None:
+        """Save the document (`to_dict`) atomically: a failed write leaves no partial file."""
+        from chakra_tools.core.etio import atomic_output
+
+        with atomic_output(path, "w") as f:
+            write_replay_result(self.to_dict(), f)
+
+    def compare(self, *, manifest: str | Path | dict | None = None,
+                measured: Mapping[int, Measured] | None = None) -> dict | None:
+        """Compare with what the capture measured: its manifest's step times, else the windows
+        the rank files carry (`measured`, replay.fidelity.measured_of); kept in the document as
+        "fidelity". None when neither is given."""
+        from .fidelity import compare_with_manifest, compare_with_trace
+
+        doc = self.to_dict(events=False)
+        if manifest is not None:
+            self.fidelity = compare_with_manifest(doc, manifest)
+        elif measured:
+            self.fidelity = compare_with_trace(doc, measured)
+        return self.fidelity
 
     def timeline(self):
         """A `core.chrome_trace.ChromeTrace`: one process per rank, one lane per resource."""

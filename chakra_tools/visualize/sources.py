@@ -22,6 +22,7 @@ from chakra_tools.core.chrome_trace import load as load_chrome
 from chakra_tools.core.errors import ChakraToolsError, InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import Node, NodeType
+from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 
 from .captured import from_capture, kineto_files
 from .drawing import graph_edges
@@ -49,7 +50,7 @@ def _is_replay(p: Path) -> bool:
         doc = load_chrome(p)
     except InputError:
         return False
-    return "events" in doc and "ranks" in doc and "traceEvents" not in doc
+    return is_replay_result(doc)
 
 
 def load_events(path: str | Path, *, rankset: RankSet | None = None) -> EventSet:
@@ -221,51 +222,21 @@ def _group_members(rs: RankSet, pg: str, seen: Iterable[int]) -> list[int]:
 
 def from_replay(path: str | Path) -> EventSet:
     """A `trace-replay --out result.json` file: simulated events, deps and breakdown as given."""
-    doc = load_chrome(path)
-    try:
-        return _replay_doc(doc, str(path))
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"{path}: not a replay result ({type(e).__name__}: {e}); expected "
-                         '"ranks", "events", "deps" as written by trace-replay --out') from None
-
-
-def _replay_doc(doc: dict, source: str) -> EventSet:
-    es = EventSet(source, "simulated")
-    for e in doc["events"]:
-        kind = _replay_kind(e)
-        es.events.append(Event(int(e["rank"]), str(e.get("name", "")), kind, str(e.get("lane") or kind),
-                               int(e["start_ns"]), int(e["end_ns"]), _opt_int(e.get("node_id")),
-                               str(e.get("type", "")), {"node_id": e.get("node_id")}))
-    es.deps = [tuple(int(x) for x in d) for d in doc.get("deps", [])]  # type: ignore[misc]
-    es.critical_path = [(int(r), int(n)) for r, n in doc.get("critical_path", [])]
-    es.breakdown = {int(r["rank"]): {k: int(r.get(k, 0)) for k in
-                                     ("finish_ns", "compute_ns", "exposed_comm_ns", "overlap_ns", "idle_ns")}
-                    for r in doc["ranks"]}
-    es.makespan_ns = _opt_int(doc.get("makespan_ns"))
-    es.comms = _replay_comms(doc, es)
+    doc = read_replay_result(path)
+    es = EventSet(str(path), "simulated")
+    es.events = [Event(e.rank, e.name, _REPLAY_KIND[e.work], e.lane, e.start_ns, e.end_ns, e.node_id, e.type,
+                       {"node_id": e.node_id}) for e in doc.events]
+    es.deps = list(doc.deps)
+    es.critical_path = list(doc.critical_path)
+    es.breakdown = {r.rank: {"finish_ns": r.finish_ns, "compute_ns": r.compute_ns,
+                             "exposed_comm_ns": r.exposed_comm_ns, "overlap_ns": r.overlap_ns,
+                             "idle_ns": r.idle_ns} for r in doc.ranks}
+    es.makespan_ns = doc.makespan_ns
+    es.comms = [CommRecord(r, c.name, c.comm_type, c.bytes, c.pg, c.node_id)
+                for c in doc.collectives for r in (c.ranks or (-1,))]
     return es
 
 
-def _opt_int(v) -> int | None:
-    return None if v is None else int(v)
-
-
-def _replay_kind(e: dict) -> str:
-    text = f"{e.get('lane', '')} {e.get('type', '')}".lower()
-    if "comm" in text or "send" in text or "recv" in text or "coll" in text:
-        return COMM
-    if "host" in text or "cpu" in text:
-        return HOST
-    return COMPUTE
-
-
-def _replay_comms(doc: dict, es: EventSet) -> list[CommRecord]:
-    """Collectives as listed (one record per member rank when the entry names its ranks)."""
-    out = []
-    for c in doc.get("collectives", []):
-        ranks = c.get("ranks") or ([c["rank"]] if "rank" in c else [None])
-        for r in ranks:
-            out.append(CommRecord(-1 if r is None else int(r), str(c.get("name", "")),
-                                  str(c.get("comm_type", "UNKNOWN")), int(c.get("bytes", 0)),
-                                  str(c.get("pg", "0")), _opt_int(c.get("node_id"))))
-    return out
+#: a replayed lane's class of work (core.lanes.WORK) as drawn: memory traffic with communication,
+#: metadata with the host that issues it
+_REPLAY_KIND = {"host": HOST, "compute": COMPUTE, "comm": COMM, "memory": COMM, "other": HOST}

@@ -96,3 +96,27 @@ def test_deadlock_exits_3_with_the_blocked_nodes(tmp_path):
     res = runner.invoke(app, [str(prefix), "--no-validate"])
     assert res.exit_code == 3
     assert "deadlock" in res.output and "recv waits for a send from rank 0 tag 2" in res.output
+
+
+def test_the_command_is_one_call_of_the_api(shared_fixtures, tmp_path):
+    """What `trace-replay --out` writes, the public API writes too: options -> SystemSpec,
+    run_replay, compare, write; and the document reads back typed."""
+    from chakra_tools.core.replaydoc import read_replay_result
+    from chakra_tools.replay import AS_CAPTURED, open_rankset, run_replay
+    from chakra_tools.replay.backend import Scales, SystemSpec
+
+    a = shared_fixtures / "astra-sim"
+    net, sysj = a / "configs/Ring_4npus.yml", a / "configs/Ring_4chunks.json"
+    cli_out, api_out = tmp_path / "cli.json", tmp_path / "api.json"
+    res = runner.invoke(app, [str(a / "all_reduce_4npus_1MB"), "--network", str(net), "--system", str(sysj),
+                              "--scale", "comm=2", "--as-captured", "--out", str(cli_out)])
+    assert res.exit_code == 0, res.output
+    path = a / "all_reduce_4npus_1MB"
+    feeders, groups = open_rankset(path)
+    spec = SystemSpec(net, sysj, scales=Scales(comm=2.0))
+    result = run_replay(path, feeders, spec.backend(len(feeders)), groups=groups, modes=AS_CAPTURED)
+    result.compare(measured={})
+    result.write(api_out)
+    assert api_out.read_text() == cli_out.read_text()
+    doc = read_replay_result(api_out)
+    assert doc.makespan_ns == 86_000 and {e.work for e in doc.events} == {"comm"}

@@ -92,3 +92,21 @@ def test_report_of_a_captured_run_renders(dlrm_kineto, tmp_path, chromium):
     top = re.findall(r'<g class="bar" data-value="([0-9.e-]+)"', dom)
     assert len(top) >= 10
     assert "ncclKernel_SendRecv" in dom
+
+
+def test_a_replayed_cpu_run_lists_its_host_ops_among_the_top_operators(tmp_path):
+    """A replayed CPU job with a METADATA node: that node is not device compute (it used to be
+    guessed so, and the host ops then vanished from the simulated top operators)."""
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.model import CommType, Node, NodeType as T, make_attrs
+    from chakra_tools.replay import AnalyticalBackend, default_network, replay
+
+    graphs = {r: Graph([Node(1, "process_group:init", T.METADATA_NODE),
+                        Node(2, "aten::mm", T.COMP_NODE, (1,), duration_micros=50, attrs=make_attrs(is_cpu_op=True)),
+                        Node(3, "gloo:all_reduce", T.COMM_COLL_NODE, (2,),
+                             attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=4096, is_cpu_op=False))],
+                       rank=r) for r in (0, 1)}
+    RankSet(graphs, {}).write(tmp_path, "cpu")
+    replay(tmp_path / "cpu", AnalyticalBackend(default_network(2))).write(tmp_path / "r.json")
+    names = {row["name"] for row in analysis.top_operators(from_replay(tmp_path / "r.json"))}
+    assert {"aten::mm", "gloo:all_reduce"} <= names
