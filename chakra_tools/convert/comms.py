@@ -8,7 +8,14 @@ Sources, most exact first (an op nested inside a recognised call belongs to that
    `in_msg_nelems`... attributes; before that the name is a string input and the tensors give the
    sizes);
 3. `c10d::<op>` ops (gloo on CPU records only these and `gloo:<op>`), sized from their tensors;
-4. a lone backend op `nccl:<op>` / `gloo:<op>` (device-only traces).
+4. a lone backend op `nccl:<op>` / `gloo:<op>` (device-only traces);
+5. collective ops outside c10d (PyTorch symmetric memory `symm_mem::*`, vLLM's custom
+   all-reduce `_C_custom_ar::all_reduce`; devcomm.py), sized from their input tensor, on the
+   group they name.
+
+Device-only traces carry `record_param_comms`' metadata in the event's `args` (`Collective name`,
+`In msg nelems`, `dtype`, `Process Group Name`, `Process Group Ranks`...): rank.py hands it over
+as the attributes a host trace has (`comm_attrs_from_kineto`), so it is read the same way.
 
 The backend op (`gloo:*`, `nccl:*`) of a call is found nested in it or, for gloo collectives
 that run on a worker thread, as the next unclaimed backend op of the same kind; its device event
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 from chakra_tools.core.annotations import parse_annotation, PREFIX as ANNOTATION_PREFIX
 from chakra_tools.core.model import CommType
 
+from .devcomm import LIBRARIES, LIBRARY_PREFIXES, group_name, input_index, kernel_kind, library_kind
 from .hostet import HostOp
 from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors, tensor_bytes
 
@@ -87,8 +95,6 @@ def is_backend_op(name: str) -> bool:
     return name.startswith(("nccl:", "gloo:")) and op_kind(name) is not None
 
 
-def is_nccl_kernel(name: str) -> bool:
-    return name.startswith(("ncclKernel_", "ncclDevKernel_"))
 
 
 @dataclass
@@ -144,7 +150,7 @@ class WaitMark:
 
 
 COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:", "_c10d_functional::",
-                 "c10d_functional::")
+                 "c10d_functional::") + LIBRARY_PREFIXES
 
 
 def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
@@ -285,10 +291,14 @@ def _set_backend(call: CommCall, op: HostOp) -> None:
 
 
 def _merge_rpc(call: CommCall, op: HostOp) -> None:
-    """Add what a nested `record_param_comms` knows (sequence number, group) to a c10d call."""
+    """Add what a nested `record_param_comms` knows (sequence number, group; sizes where the
+    call's own tensors gave none, as in device-only traces) to a c10d call."""
     inner, _ = _from_record_param_comms(op)
     if inner is None or inner.op != call.op:
         return
+    if not (call.in_bytes or call.out_bytes):
+        call.in_bytes, call.out_bytes = inner.in_bytes, inner.out_bytes
+        call.dtype, call.elem_bytes = call.dtype or inner.dtype, call.elem_bytes or inner.elem_bytes
     call.seq = inner.seq
     call.pg = call.pg if inner.pg is None else inner.pg
     call.pg_desc = call.pg_desc or inner.pg_desc
@@ -313,6 +323,9 @@ def _recognise(op: HostOp) -> tuple[CommCall | None, WaitMark | None]:
         return (_from_c10d(op, kind) if kind else None), None
     if is_backend_op(name):
         return _from_tensors(op, op_kind(name), "backend"), None
+    if name.startswith(LIBRARY_PREFIXES):
+        kind = library_kind(name)
+        return (_from_library(op, kind) if kind else None), None
     if name.endswith("::wait_tensor"):
         return None, WaitMark(op.id, None)
     return None, None
@@ -381,9 +394,33 @@ def _rpc_group(call: CommCall, a: dict, vals: list) -> None:
     if size is None and len(vals) > 7 and type(vals[7]) is int:
         size = vals[7]
     call.group_size = size
+    listed = _ints(a.get("pg_ranks", ()))  # Kineto's `Process Group Ranks`: the exact list
     start, stride = a.get("global_rank_start"), a.get("global_rank_stride")
-    if size and start is not None and start >= 0 and stride:
+    if listed and (not size or len(listed) == size):
+        call.pg_ranks = listed
+    elif size and start is not None and start >= 0 and stride:
         call.pg_ranks = tuple(start + stride * i for i in range(size))
+
+
+#: the collective metadata Kineto records in a `record_param_comms` event's (and, from PyTorch
+#: 2.1, an NCCL kernel's) `args`, under the names the host trace (schema >= 1.1.0) gives them
+KINETO_COMM_ARGS = {
+    "Collective name": "collective_name", "In msg nelems": "in_msg_nelems",
+    "Out msg nelems": "out_msg_nelems", "dtype": "dtype", "In split size": "in_split_size",
+    "Out split size": "out_split_size", "Process Group Name": "pg_name",
+    "Process Group Description": "pg_desc", "Group size": "pg_size",
+    "Global rank start": "global_rank_start", "Global rank stride": "global_rank_stride",
+    "Process Group Ranks": "pg_ranks", "Seq": "seq",
+}
+
+
+def comm_attrs_from_kineto(args: dict) -> dict:
+    """A Kineto event's collective metadata as host-trace attributes (empty if it has none).
+
+    >>> comm_attrs_from_kineto({"Collective name": "allreduce", "In msg nelems": 8, "stream": 7})
+    {'collective_name': 'allreduce', 'in_msg_nelems': 8}
+    """
+    return {KINETO_COMM_ARGS[k]: v for k, v in args.items() if k in KINETO_COMM_ARGS}
 
 
 def _ints(v) -> tuple[int, ...]:
@@ -419,6 +456,35 @@ def _from_tensors(op: HostOp, kind: str, source: str) -> CommCall:
     call.out_bytes = call.in_bytes
     _set_dtype(call, vals, types)
     return call
+
+
+def _from_library(op: HostOp, kind: str) -> CommCall:
+    """A symmetric-memory or custom all-reduce op: its input tensor's bytes, on the group it
+    names (symmetric memory takes torch's group name; vLLM's custom all-reduce names none: the
+    world group)."""
+    vals, shapes, types = op.in_values, op.in_shapes, op.in_types
+    lib = LIBRARIES[op.name[:op.name.index("::") + 2]]
+    call = CommCall(root=op.id, op=kind, name=f"{lib}:{kind}", source="library")
+    call.in_bytes = arg_bytes(vals, shapes, types, input_index(op.name))
+    call.pg = group_name(vals) if op.name.startswith("symm_mem::") else None
+    _set_dtype(call, vals, types)
+    return call
+
+
+def kernel_call(root: int, name: str, args: dict) -> CommCall:
+    """A collective known only by its kernel (launched outside any recognised call): kind,
+    size and group from the kernel's own metadata where Kineto recorded it (PyTorch >= 2.1 puts
+    `record_param_comms`' fields on NCCL kernels), else the kind its name says."""
+    kind = kernel_kind(name) or "all_reduce"  # GENERIC without metadata: assumed (build.py says so)
+    meta = comm_attrs_from_kineto(args)
+    if meta:
+        meta.setdefault("collective_name", kind)
+        op = HostOp(root, "record_param_comms", 0, 0, None, ([], [], []), ([], [], []), meta)
+        call, _ = _from_record_param_comms(op)
+        if call is not None:
+            call.source = "kernel"
+            return call
+    return CommCall(root=root, op=kind, name=f"nccl:{kind}", source="kernel")
 
 
 def _set_dtype(call: CommCall, vals: list, types: list) -> None:

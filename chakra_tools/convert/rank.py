@@ -18,7 +18,7 @@ from chakra_tools.core.measured import Measured
 from chakra_tools.core.model import Metadata, make_attrs
 
 from .build import Builder, Rec
-from .comms import COMM_PREFIXES, CommCall, absorb_worker_ops, find_calls
+from .comms import COMM_PREFIXES, CommCall, absorb_worker_ops, comm_attrs_from_kineto, find_calls
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, HostTrace, parse_host_bytes
@@ -76,6 +76,7 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
         t1 = time.perf_counter()
         result = Builder(host, dev, lk, rank, calls, waits, consumers,
                          metadata_nodes=metadata_nodes).build()
+        own_groups(result.calls, rank)
         groups = _local_groups(host, dev, result.calls, known)
         world = _world_size(dev, groups, known)
         meta = _metadata(host, dev, lk, rank)
@@ -137,7 +138,10 @@ def _finish(result, rank: int, groups: dict, meta: Metadata, has_device: bool,
 def host_from_device(dev: DeviceTrace) -> HostTrace:
     """A host trace synthesised from a device trace's host events (device-only conversion):
     ids in start order, callers by time containment, shapes and types from `Input Dims` /
-    `Input type`."""
+    `Input type` (and, for communication ops, the scalars and strings of `Concrete Inputs`:
+    roots, peers, group names), and each `record_param_comms` event's collective metadata
+    (`Collective name`, `In msg nelems`, `dtype`, `Process Group Name`, `Process Group Ranks`...)
+    as the attributes a host trace would carry: sizes, kinds and groups come out as from one."""
     from .hostet import HostOp
 
     order = sorted(dev.host, key=lambda e: (e.ts, -e.dur, e.idx))  # callers before callees
@@ -147,11 +151,29 @@ def host_from_device(dev: DeviceTrace) -> HostTrace:
     for e in order:
         tid = tids.setdefault(e.tid, len(tids) + 1)
         a = e.args
+        comm = needs_args(e.name) == ALL
+        attrs = comm_attrs_from_kineto(a) if e.name == "record_param_comms" else {}
+        values = a.get("Concrete Inputs", []) if comm else []  # scalars, strings: roots, group names
         ops.append(HostOp(ids[e.idx], e.name, ids.get(e.parent, 0), tid,
                           a.get("Record function id"),
-                          ([], a.get("Input Dims", []), a.get("Input type", [])), ([], [], []), {}))
+                          (values, a.get("Input Dims", []), a.get("Input type", [])), ([], [], []), attrs))
     trace = HostTrace(dev.path, "kineto", ops, roots={0})
     return trace
+
+
+def own_groups(calls: list[CommCall], rank: int) -> None:
+    """A collective whose group has one rank (a data-parallel group of size 1 under tensor
+    parallelism) is on that rank's own group, whatever group object the trace names (schema
+    1.0.1 records only a pointer and the size): left on the default group it would make a replay
+    synchronise every rank on a collective only this one issued."""
+    for c in calls:
+        if c.group_size == 1 and not c.pg_ranks:
+            c.pg, c.pg_ranks = f"{SELF_PG}{rank}", (rank,)
+
+
+#: rank-local name of a rank's own one-rank group (never a torch name: those are integers or
+#: user-given strings; made a global integer id by crossrank.py)
+SELF_PG = "self@"
 
 
 def _local_groups(host: HostTrace, dev: DeviceTrace | None, calls: list[CommCall],

@@ -20,7 +20,7 @@ ELEM_BYTES = {
     "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
     "float32": 4, "float64": 8, "float16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
     "uint8": 1, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
+    "float8_e5m2": 1, "byte": 1, "char": 1,  # Kineto's `dtype` names: Float, Long, Byte, Char...
 }
 
 DTYPE_NAMES = {
