@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from chakra_tools.core.chrome_trace import load as load_chrome
 from chakra_tools.core.errors import ChakraToolsError, InputError
 from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.lanes import LANES, WORK, lane_of
 from chakra_tools.core.model import Node, NodeType
 from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 
@@ -29,6 +30,9 @@ from .drawing import graph_edges
 from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet
 
 NS_PER_US = 1000
+#: a class of work (core.lanes.WORK) as drawn: memory traffic with communication, metadata with
+#: the host that issues it
+DRAWN_KIND = {"host": HOST, "compute": COMPUTE, "comm": COMM, "memory": COMM, "other": HOST}
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,12 +72,12 @@ def load_events(path: str | Path, *, rankset: RankSet | None = None) -> EventSet
 # --------------------------------------------------------------------------------------------
 
 def node_kind(node: Node) -> str:
-    """host, compute or comm. Only an explicit `is_cpu_op: true` makes a host op: generators
-    that omit the attribute mean device compute (the contract's default is for the feeder)."""
-    if node.type.is_comm:
-        return COMM
+    """host, compute or comm (core.lanes). Only an explicit `is_cpu_op: true` makes a host op:
+    generators that omit the attribute mean device compute (the contract's default is for the
+    feeder)."""
     a = node.attrs.get("is_cpu_op")
-    return HOST if a is not None and a.kind == "bool_val" and a.value else COMPUTE
+    explicit = bool(a.value) if a is not None and a.kind == "bool_val" else None
+    return DRAWN_KIND[WORK[LANES[lane_of(node.type, explicit, missing_is_host=False)]]]
 
 
 def node_lane(node: Node, kind: str) -> str:
@@ -224,7 +228,7 @@ def from_replay(path: str | Path) -> EventSet:
     """A `trace-replay --out result.json` file: simulated events, deps and breakdown as given."""
     doc = read_replay_result(path)
     es = EventSet(str(path), "simulated")
-    es.events = [Event(e.rank, e.name, _REPLAY_KIND[e.work], e.lane, e.start_ns, e.end_ns, e.node_id, e.type,
+    es.events = [Event(e.rank, e.name, DRAWN_KIND[e.work], e.lane, e.start_ns, e.end_ns, e.node_id, e.type,
                        {"node_id": e.node_id}) for e in doc.events]
     es.deps = list(doc.deps)
     es.critical_path = list(doc.critical_path)
@@ -237,6 +241,3 @@ def from_replay(path: str | Path) -> EventSet:
     return es
 
 
-#: a replayed lane's class of work (core.lanes.WORK) as drawn: memory traffic with communication,
-#: metadata with the host that issues it
-_REPLAY_KIND = {"host": HOST, "compute": COMPUTE, "comm": COMM, "memory": COMM, "other": HOST}
