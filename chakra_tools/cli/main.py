@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import sys
 
-from . import capture, convert, jsondump, replay, validate, visualize
+from . import capture, convert, jsondump, replay, upgrade, validate, visualize
 from .common import new_app
 
 HELP = """Chakra execution traces of distributed ML training: capture, convert, replay, visualize.
@@ -26,6 +26,7 @@ SUBAPPS = {
     "validate": validate.app,
     "visualize": visualize.app,
     "json": jsondump.app,
+    "upgrade": upgrade.app,
 }
 
 app = new_app(HELP, no_args_is_help=True)

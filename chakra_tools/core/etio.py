@@ -58,6 +58,7 @@ def _wrong_kind_pattern() -> "re.Pattern[bytes]":
 CHUNK = 1 << 22
 #: protobuf refuses messages over 2 GiB; a larger length prefix can only be corruption.
 MAX_MESSAGE = (1 << 31) - 1
+LEGACY_SNIFF = 16  # nodes checked for the legacy (proto2-era) layout at the start of a file
 WRITER_VERSION = "0.0.4"
 
 
@@ -497,6 +498,7 @@ class TraceReader:
         self._stream = open_binary(path)
         self._frames = iter_frames(self._stream, self.path)
         self._first: tuple[int, bytes] | None = None
+        self._sniff_left = LEGACY_SNIFF
         self._read_metadata()
 
     def _warn(self, code: str, message: str, node: Node | None = None) -> None:
@@ -511,6 +513,7 @@ class TraceReader:
             self.close()
             raise
         if first is not None and looks_like_metadata(first[1]):
+            self._refuse_legacy(first[0], first[1], metadata=True)
             try:
                 self.metadata = metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
                 return
@@ -537,8 +540,22 @@ class TraceReader:
         finally:
             self.close()
 
+    def _refuse_legacy(self, offset: int, msg: bytes, metadata: bool = False) -> None:
+        """Refuse a legacy (2023, proto2-era) file: read as today's schema it would lose every
+        attribute without a word (core/legacy.py; `chakra-tools upgrade` converts it)."""
+        from . import legacy
+
+        if legacy.legacy_metadata(msg) if metadata else legacy.is_legacy_node(msg):
+            self.close()
+            raise TraceReadError(self.path, offset, f"a {legacy.FORMAT}, not today's schema: "
+                                 f"`chakra-tools upgrade {self.path} NEW` converts it")
+
     def _decode(self, offset: int, msg: bytes, last: Node | None) -> Node:
-        """Decode one node; check the contract kinds on the raw bytes (see `_contract_patterns`)."""
+        """Decode one node; check the contract kinds on the raw bytes (see `_contract_patterns`).
+        The first `LEGACY_SNIFF` nodes are also checked for the legacy layout."""
+        if self._sniff_left:
+            self._sniff_left -= 1
+            self._refuse_legacy(offset, msg)
         try:
             m = pb.Node.FromString(msg)
             node = node_from_pb(m)
