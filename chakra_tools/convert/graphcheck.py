@@ -8,6 +8,7 @@ would replay 0 as 1 ns), and its exact length is kept in the `duration_ns` attri
 from __future__ import annotations
 
 from chakra_tools.core import native
+from chakra_tools.core.cycles import find_cycle as core_find_cycle
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.model import Attr, Node, make_attrs
 
@@ -83,41 +84,8 @@ def _edge_to_cut(cycle: list[int]) -> tuple[int, int]:
 
 
 def find_cycle(recs: list) -> list[int] | None:
-    """A cycle in dependency order (first == last), or None. Kahn's algorithm first, so an
-    acyclic graph costs one linear pass."""
-    indeg = [0] * (len(recs) + 1)
-    succ: list[list[int]] = [[] for _ in range(len(recs) + 1)]
-    for r in recs:
-        indeg[r.id] = len(r.deps)
-        for d in r.deps:
-            succ[d].append(r.id)
-    ready = [r.id for r in recs if not r.deps]
-    seen = 0
-    while ready:
-        x = ready.pop()
-        seen += 1
-        for s in succ[x]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    if seen == len(recs):
-        return None
-    left = {r.id for r in recs if indeg[r.id] > 0}
-    return _cycle_in(recs, left)
-
-
-def _cycle_in(recs: list, left: set[int]) -> list[int]:
-    """Walk dependencies inside the unresolved set until a node repeats."""
-    start = min(left)
-    path, pos = [start], {start: 0}
-    cur = start
-    while True:
-        cur = next(d for d in recs[cur - 1].deps if d in left)
-        if cur in pos:
-            cyc = path[pos[cur]:] + [cur]
-            return cyc[::-1]
-        pos[cur] = len(path)
-        path.append(cur)
+    """A cycle in dependency order (first == last), or None (records are numbered 1..n)."""
+    return core_find_cycle([r.deps for r in recs], first=1)
 
 
 #: kinds of the attributes compute nodes carry (contract kinds; `stream`, `duration_ns` int64)

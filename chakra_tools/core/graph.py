@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
+from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
 from .files import read_json
@@ -129,28 +130,10 @@ class Graph:
 
     def find_cycle(self) -> list[int] | None:
         """One dependency cycle as a list of node ids (first == last), or None if acyclic."""
-        state: dict[int, int] = {}  # 1 = on stack, 2 = done
-        for root in self.nodes:
-            if root in state:
-                continue
-            stack = [(root, iter(self.predecessors(root)))]
-            path = [root]
-            state[root] = 1
-            while stack:
-                nid, it = stack[-1]
-                nxt = next(it, None)
-                if nxt is None:
-                    state[nid] = 2
-                    stack.pop()
-                    path.pop()
-                elif state.get(nxt) == 1:
-                    cyc = path[path.index(nxt):] + [nxt]
-                    return cyc[::-1]  # dependency order: a -> b means b depends on a
-                elif nxt not in state:
-                    state[nxt] = 1
-                    stack.append((nxt, iter(self.predecessors(nxt))))
-                    path.append(nxt)
-        return None
+        ids = list(self.nodes)
+        pos = {nid: k for k, nid in enumerate(ids)}
+        cycle = find_cycle([[pos[d] for d in self.predecessors(nid)] for nid in ids])
+        return None if cycle is None else [ids[k] for k in cycle]
 
     def topological_order(self) -> list[Node]:
         """Nodes with every present dependency before its dependents; ties in ascending id.

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 from . import native
 from .consumers import FORWARD_DEPS, check_for, rules_for
+from .cycles import find_cycle
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
@@ -245,55 +246,14 @@ class _Structure:
             self.dep_ids.extend(deps)
             self.dep_end.append(len(self.dep_ids))
 
-    def _spans(self) -> Iterator[tuple[int, int, int]]:
-        """(node index, first dep, end) over the flat arrays."""
-        start = 0
-        for i, end in enumerate(self.dep_end):
-            yield i, start, end
-            start = end
-
     def find_cycle(self) -> list[int] | None:
         """One cycle of two or more nodes, as ids in dependency order (first == last), or None
-        (Kahn's algorithm; self-dependencies are reported apart)."""
-        n = len(self.ids)
-        index, dep_ids = self.index, self.dep_ids
-        indeg = array("Q", bytes(8 * n))
-        succ: dict[int, list[int]] = defaultdict(list)
-        for i, start, end in self._spans():
-            if start == end:
-                continue
-            for d in set(dep_ids[start:end]):
-                j = index.get(d)
-                if j is not None and j != i:
-                    indeg[i] += 1
-                    succ[j].append(i)
-        ready = deque(i for i in range(n) if indeg[i] == 0)
-        done = 0
-        while ready:
-            j = ready.popleft()
-            done += 1
-            for i in succ.get(j, ()):
-                indeg[i] -= 1
-                if indeg[i] == 0:
-                    ready.append(i)
-        if done == n:
-            return None
-        return self._walk_back([i for i in range(n) if indeg[i] > 0], indeg)
-
-    def _walk_back(self, left: list[int], indeg) -> list[int]:
-        """Every node left by Kahn has a predecessor also left: walking them must repeat."""
-        start_of = {i: (s, e) for i, s, e in self._spans()}
-        seen: dict[int, int] = {}
-        path: list[int] = []
-        i = left[0]
-        while i not in seen:
-            seen[i] = len(path)
-            path.append(i)
-            s, e = start_of[i]
-            i = next(self.index[d] for d in self.dep_ids[s:e]
-                     if d in self.index and self.index[d] != i and indeg[self.index[d]] > 0)
-        cyc = path[seen[i]:] + [i]
-        return [self.ids[k] for k in reversed(cyc)]
+        (self-dependencies are reported apart)."""
+        index, dep_ids, ends = self.index, self.dep_ids, self.dep_end
+        deps = [[j for j in map(index.get, dep_ids[ends[i - 1] if i else 0:ends[i]]) if j is not None]
+                for i in range(len(self.ids))]
+        cycle = find_cycle(deps, self_loops=False)
+        return None if cycle is None else [self.ids[k] for k in cycle]
 
 
 # --------------------------------------------------------------------------------------------
