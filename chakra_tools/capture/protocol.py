@@ -12,14 +12,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from chakra_tools.core.manifest import FORMAT, MANIFEST  # noqa: F401  (core owns the manifest)
+
 ENV_CONFIG = "CHAKRA_CAPTURE_CONFIG"  # JSON of CaptureConfig
 ENV_OWNER = "CHAKRA_CAPTURE_OWNER"  # set by a capturing process so its children stay out
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-
-MANIFEST = "manifest.json"
-FORMAT = "chakra-tools-capture/1"
 
 
 @dataclass

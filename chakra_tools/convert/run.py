@@ -14,7 +14,6 @@ A rank that fails stops the conversion with its file named, and nothing is writt
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +21,13 @@ from typing import Callable
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import RankSet
+from chakra_tools.core.manifest import MANIFEST, read_manifest
 
 from .jsonio import gc_paused
 
 from .crossrank import assign_groups, globalise, record_groups, world_of
 from .rank import GroupInfo, RankResult, convert_rank
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = "chakra-tools-capture/1"
 
 
 class ConversionCheckError(ChakraToolsError):
@@ -75,29 +73,20 @@ class ConvertReport:
 def inputs_from_run(folder: str | Path) -> RunInputs:
     """The ranks of a `trace-capture` run folder, from its manifest."""
     folder = Path(folder)
-    path = folder / MANIFEST
-    if not path.is_file():
+    if not (folder / MANIFEST).is_file():
         raise InputError(f"{folder}: no {MANIFEST} (not a trace-capture run folder); "
                          "give the traces with --host/--device/--rank instead")
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: unreadable manifest: {e}") from None
-    if m.get("format") != MANIFEST_FORMAT:
-        raise InputError(f"{path}: format {m.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+    man = read_manifest(folder)
     specs = []
-    for r in m.get("ranks", []):
-        if not r.get("host_trace") and not r.get("device_trace"):
-            raise InputError(f"{path}: rank {r.get('rank')} has no traces (status "
-                             f"{r.get('status')!r}: {r.get('error') or 'no error recorded'})")
-        specs.append(RankSpec(int(r["rank"]), _under(folder, r.get("host_trace")),
-                              _under(folder, r.get("device_trace"))))
+    for r in man.ranks:
+        if not r.host_trace and not r.device_trace:
+            raise InputError(f"{man.source}: rank {r.rank} has no traces (status "
+                             f"{r.status!r}: {r.error or 'no error recorded'})")
+        specs.append(RankSpec(r.rank, _under(folder, r.host_trace), _under(folder, r.device_trace)))
     if not specs:
-        raise InputError(f"{path}: lists no ranks")
-    groups = {str(g["name"]): GroupInfo(tuple(g.get("ranks") or ()) or None, g.get("desc") or "",
-                                        len(g.get("ranks") or ()) or None)
-              for g in m.get("process_groups") or []}
-    return RunInputs(specs, groups, m.get("world_size"), str(folder))
+        raise InputError(f"{man.source}: lists no ranks")
+    groups = {g.name: GroupInfo(g.ranks or None, g.desc, len(g.ranks) or None) for g in man.process_groups}
+    return RunInputs(specs, groups, man.world_size, str(folder))
 
 
 def _under(folder: Path, name: str | None) -> str | None:

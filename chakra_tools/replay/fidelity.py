@@ -20,35 +20,32 @@ the job, the window across ranks (earliest start to latest end) against the make
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.manifest import RankRecord, RunManifest, manifest_from_dict, read_manifest
 from chakra_tools.core.measured import Measured
 
 
-def _load(manifest: str | Path | dict) -> dict:
-    if isinstance(manifest, dict):
+def _load(manifest: str | Path | dict | RunManifest) -> RunManifest:
+    if isinstance(manifest, RunManifest):
         return manifest
-    try:
-        return json.loads(Path(manifest).read_text())
-    except OSError as e:
-        raise InputError(f"{manifest}: cannot read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{manifest}: not valid JSON: {e.msg}") from None
+    if isinstance(manifest, dict):
+        return manifest_from_dict(manifest)
+    return read_manifest(manifest)
 
 
-def measured_step_ns(rank_rec: dict, top: dict) -> tuple[float | None, list[int]]:
+def measured_step_ns(rec: RankRecord, man: RunManifest) -> tuple[float | None, list[int]]:
     """Mean measured time of the captured steps of one rank, and those step numbers."""
-    times = rank_rec.get("step_times_ns") or []
-    steps = rank_rec.get("captured_steps") or top.get("captured_steps") or []
-    picked = [times[s] for s in steps if isinstance(s, int) and 0 <= s < len(times)]
+    times = rec.step_times_ns
+    steps = rec.captured_steps or man.captured_steps
+    picked = [times[s] for s in steps if 0 <= s < len(times)]
     if not picked:
         picked = list(times)
     return (sum(picked) / len(picked) if picked else None), list(steps)
 
 
-def compare_with_manifest(result: dict, manifest: str | Path | dict) -> dict:
+def compare_with_manifest(result: dict, manifest: str | Path | dict | RunManifest) -> dict:
     """{"ranks": [{rank, measured_ns, predicted_ns, error}], "mean_abs_error", "step": {...}}.
 
     "step" compares the run as a whole: the measured step time averaged over ranks and captured
@@ -65,8 +62,8 @@ def compare_with_manifest(result: dict, manifest: str | Path | dict) -> dict:
     man = _load(manifest)
     finish = {r["rank"]: r["finish_ns"] - r.get("start_ns", 0) for r in result["ranks"]}
     rows = []
-    for rec in man.get("ranks", []):
-        rank = rec.get("rank")
+    for rec in man.ranks:
+        rank = rec.rank
         measured, steps = measured_step_ns(rec, man)
         if rank not in finish or measured is None or measured <= 0:
             continue
@@ -128,7 +125,7 @@ def _versus(measured: float, predicted: float) -> dict:
             "error": round((predicted - measured) / measured, 6)}
 
 
-def aligned_window_ns(man: dict, ranks: list[int]) -> int | None:
+def aligned_window_ns(man: dict | RunManifest, ranks: list[int]) -> int | None:
     """Wall time of the captured window across `ranks`: earliest start of the first captured step
     to the latest end of the last; None when a rank lacks the wall-clock step starts.
 
@@ -138,12 +135,13 @@ def aligned_window_ns(man: dict, ranks: list[int]) -> int | None:
     >>> aligned_window_ns(man, [0, 1])  # 100 .. 116 + 9
     25
     """
+    man = _load(man)
     begin, end = [], []
-    for rec in man.get("ranks", []):
-        if rec.get("rank") not in ranks:
+    for rec in man.ranks:
+        if rec.rank not in ranks:
             continue
-        steps = rec.get("captured_steps") or man.get("captured_steps") or []
-        starts, times = rec.get("step_starts_unix_ns") or [], rec.get("step_times_ns") or []
+        steps = rec.captured_steps or man.captured_steps
+        starts, times = rec.step_starts_unix_ns, rec.step_times_ns
         if not steps or max(steps) >= min(len(starts), len(times)):
             return None
         begin.append(starts[steps[0]])

@@ -14,7 +14,6 @@ collective calls (`nccl:all_reduce` with `Input Dims` / `Input type`, or `In msg
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from chakra_tools.core.chrome_trace import load as load_chrome
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.manifest import MANIFEST, read_manifest
 
 from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX, parse_annotation
 
@@ -45,13 +45,9 @@ def capture_files(path: str | Path) -> dict[int, Path]:
     p = Path(path)
     if p.is_file():
         return {_rank_of(p, 0): p}
-    manifest = p / "manifest.json"
-    if manifest.exists():
-        try:
-            doc = json.loads(manifest.read_text())
-            return {int(r["rank"]): p / r["device_trace"] for r in doc["ranks"] if r.get("device_trace")}
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f"{manifest}: not a trace-capture manifest: {e}") from None
+    if (p / MANIFEST).exists():
+        man = read_manifest(p)
+        return {r.rank: man.trace_path(r.device_trace) for r in man.ranks if r.device_trace}
     files = kineto_files(p)
     if not files:
         raise InputError(f"{p}: no manifest.json and no Kineto trace files (*.json, *.json.gz)")
