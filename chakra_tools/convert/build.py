@@ -218,8 +218,7 @@ class Builder:
         kernels = [g for m in sorted(call.members) for g in self.lk.kernels.get(m, ())]
         nccl = [g for g in kernels if is_comm_kernel(g.name)]
         ev = self._call_event(call, op)
-        ts = nccl[0].ts if nccl else (ev.ts if ev else 0.0)
-        dur = sum(g.dur for g in nccl) if nccl else (ev.dur if ev else 0.0)
+        ts, dur = (nccl[0].ts, sum(g.dur for g in nccl)) if nccl else self._call_span(call, op, ev)
         name = _call_name(call, self.host_by_id)
         rec = self._new(name, _node_type(call), ts=ts, dur_us=dur, tid=op.tid,
                         stream=nccl[0].args.get("stream") if nccl else None)
@@ -240,6 +239,19 @@ class Builder:
         collective whose `wait_tensor` ran inside it) blocks its thread all the same."""
         by_id = self.host_by_id
         return any(m in by_id and by_id[m].name.endswith("wait_tensor") for m in call.members)
+
+    def _call_span(self, call: CommCall, op: HostOp, ev: Event | None) -> tuple[float, float]:
+        """(start, duration) of a call's node: its backend op's; a point-to-point call's from the
+        call on. gloo hands a message to the transport (or posts a receive) inside `c10d::send`,
+        before its backend op (the wait) begins, so the peer can have it long before: a sender
+        that lost its core after the hand-off began `gloo:send` 4.1 ms after its receiver had
+        finished `gloo:recv`."""
+        if ev is None:
+            return 0.0, 0.0
+        call_ev = self.lk.op_event.get(op.id)
+        if call.op in ("send", "recv") and call_ev is not None and call_ev.ts < ev.ts:
+            return call_ev.ts, max(ev.end - call_ev.ts, 0.0)
+        return ev.ts, ev.dur
 
     def _call_event(self, call: CommCall, op: HostOp) -> Event | None:
         if call.backend is not None and call.backend in self.lk.op_event:

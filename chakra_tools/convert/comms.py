@@ -186,6 +186,11 @@ def find_calls(ops: list[HostOp]) -> tuple[list[CommCall], list[WaitMark]]:
             continue
         if op.name.startswith("gloo:"):
             gloo_ops.add(op.id)
+        caller = _caller(calls, call) if call.source == "c10d" else None
+        if caller is not None:
+            _add_member(caller, op)
+            owner[op.id] = caller
+            continue
         if call.source == "backend":
             claimer = _claimer(calls, op)
             if claimer is not None:
@@ -258,6 +263,17 @@ def _add_member(call: CommCall, op: HostOp) -> None:
         _set_backend(call, op)
     elif op.name == "record_param_comms" and call.source != "annotation":
         _merge_rpc(call, op)
+
+
+def _caller(calls: list[CommCall], call: CommCall) -> CommCall | None:
+    """The annotated call a c10d op recorded outside it belongs to: the latest call, when it is
+    an annotation of the same op with nothing in it yet (gloo's asynchronous work leaves the host
+    trace's parent links pointing elsewhere, so the op can appear beside its annotation)."""
+    last = calls[-1] if calls else None
+    if last is not None and last.source == "annotation" and last.op == call.op \
+            and last.members == {last.root}:
+        return last
+    return None
 
 
 def _claimer(calls: list[CommCall], op: HostOp) -> CommCall | None:

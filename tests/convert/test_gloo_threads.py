@@ -135,3 +135,36 @@ def test_an_untraced_wait_on_an_async_call_becomes_an_edge(tmp_path):
 def test_a_thread_that_went_on_during_an_async_call_does_not_wait_for_it(tmp_path):
     coll, nxt = _async_all_gather(tmp_path, next_op_at=40)
     assert coll.id not in nxt.data_deps
+
+
+def test_a_send_starts_at_its_call_not_at_its_backend_op(tmp_path):
+    """gloo hands the message over inside c10d::send (4 here); its backend op 5 is the wait, and
+    began 4 ms later (the sender lost its core): the send node spans the call from its start."""
+    ann = format_annotation({"op": "send", "api": "send", "pg": "0", "pg_ranks": [0, 1], "async": False,
+                             "seq": 0, "in_bytes": 64, "out_bytes": 64, "dtype": "float32",
+                             "elem_bytes": 4, "rank": 0, "peer": 1, "tag": 0})
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, ann, 2), _node(4, "c10d::send", 3, [[BUCKET]]), _node(5, "gloo:send", 3, [BUCKET]),
+             _node(6, "aten::relu", 2)]
+    events = [_event(2, "ProfilerStep#3", 0, 5000), _event(3, ann, 1000, 4300),
+              _event(4, "c10d::send", 1010, 4200), _event(5, "gloo:send", 5220, 50),
+              _event(6, "aten::relu", 5320, 30)]
+    g = _convert(tmp_path, nodes, events)
+    send = next(n for n in g if n.type is NodeType.COMM_SEND_NODE)
+    relu = next(n for n in g if n.name == "aten::relu")
+    assert send.start_time_micros == 1000 and send.duration_micros == 4270
+    assert relu.start_time_micros - (send.start_time_micros + send.duration_micros) == 50
+
+
+def test_a_c10d_op_recorded_beside_its_annotation_is_the_calls(tmp_path):
+    """The annotation 3 wraps c10d::allreduce_ 4, whose host-trace parent is an unrelated op
+    (gloo's async work left the links pointing there), and gloo's op 5 under it: one call."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(6, "aten::mul", 2), _node(3, _annotation("all_reduce", True), 6),
+             _node(4, "c10d::allreduce_", 6, [[BUCKET]]), _node(5, "gloo:all_reduce", 4, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(6, "aten::mul", 5, 4),
+              _event(3, nodes[3]["name"], 10, 20), _event(4, "c10d::allreduce_", 12, 15),
+              _event(5, "gloo:all_reduce", 20, 400, tid=200)]
+    g = _convert(tmp_path, nodes, events)
+    colls = [n for n in g if n.type is NodeType.COMM_COLL_NODE]
+    assert [(c.name, c.comm_type, c.comm_size) for c in colls] == [("gloo:all_reduce", CommType.ALL_REDUCE, 64)]
