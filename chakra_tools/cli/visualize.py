@@ -61,26 +61,17 @@ def graph(
         trace-visualize graph out/trace --rank 0 --around 812 --radius 2 -o n812.svg
         trace-visualize graph out/trace --rank 1 --kind coll,send,recv -o comm.dot
     """
-    from chakra_tools.core.graph import RankSet
-    from chakra_tools.visualize import drawing
-    from chakra_tools.visualize.select import select
+    from chakra_tools.visualize.drawing import write_graph
 
     sel = _selection(rank, ids, step, kind, name, around, radius)
-    fmt = drawing.format_of(out, fmt)
-    rs = RankSet.load(path, comm_group)
-    view = select(rs, sel)
-    nodes, edges = drawing.count(view)
-    limit = max_nodes if max_nodes is not None else drawing.DRAW_LIMIT
-    if fmt == "graphml":
-        drawing.write_graphml(view, out, progress=_bar(show_progress, "graphml", len(view)))
-    else:
-        drawing.FORMATS[fmt](view, out, limit=limit)
-    doc = {"out": str(out), "format": fmt, "ranks": sorted(view), "nodes": nodes, "edges": edges,
-           "selection": sel.describe()}
+    doc = write_graph(path, out, sel, fmt=fmt, comm_group=comm_group, max_nodes=max_nodes,
+                      progress=_bar(show_progress, "graphml", None))
+    nodes, edges = doc["nodes"], doc["edges"]
     if as_json:
         print_json(doc)
     else:
-        typer.echo(f"{out}: {fmt}, {nodes} nodes, {edges} edges from {len(view)} rank(s) ({sel.describe()})")
+        typer.echo(f"{out}: {doc['format']}, {nodes} nodes, {edges} edges from {len(doc['ranks'])} rank(s) "
+                   f"({sel.describe()})")
 
 
 def _selection(rank, ids, step, kind, name, around, radius):
@@ -141,26 +132,18 @@ def timeline(
         trace-visualize timeline result.json -o replay.json --window 0:5ms
         trace-visualize timeline traces/run1 -o measured.json.gz
     """
-    from chakra_tools.core.chrome_trace import write_parts
-    from chakra_tools.core.errors import InputError
-    from chakra_tools.core.graph import RankSet
-    from chakra_tools.visualize.sources import detect, load_events
-    from chakra_tools.visualize.timeline import build_timeline
+    from chakra_tools.visualize.select import parse_ints
+    from chakra_tools.visualize.sources import load_events
+    from chakra_tools.visualize.timeline import write_timeline
 
-    if flows not in ("all", "cross-rank", "none"):
-        raise InputError(f"--flows {flows!r}: expected all, cross-rank or none")
-    rs = RankSet.load(path, comm_group) if detect(path) == "rankset" else None
-    es = load_events(path, rankset=rs)
-    es = _narrow(es, rank, flows)
-    tl = build_timeline(es, progress=_bar(show_progress, "events", len(es.events)))
-    trace = tl.trace
+    es = load_events(path, comm_group=comm_group).narrow(parse_ints(rank, "--rank") if rank else None, flows)
+    span = None
     if window:
         lo, _, hi = window.partition(":")
-        trace = trace.window(trace.origin_ns + (parse_time(lo) if lo else 0),
-                             trace.origin_ns + (parse_time(hi) if hi else 2**62))
-    files = write_parts(trace, out, max_events=max_events, compress=True if gz else None)
-    doc = {**tl.to_dict(), "source": es.label, "events_written": len(trace.slices),
-           "flows_written": len(trace.flows), "files": [str(f) for f in files], "notes": es.notes}
+        span = (parse_time(lo) if lo else 0, parse_time(hi) if hi else 2**62)
+    doc = write_timeline(es, out, window_ns=span, max_events=max_events, compress=True if gz else None,
+                         progress=_bar(show_progress, "events", len(es.events)))
+    files = doc["files"]
     if as_json:
         print_json(doc)
     else:
@@ -169,19 +152,6 @@ def timeline(
                    f"{doc['ranks']} rank(s), {doc['lanes']} lanes ({es.label} times)")
         for n in es.notes[:3]:
             typer.echo(f"note: {n}", err=True)
-
-
-def _narrow(es, rank, flows):
-    from chakra_tools.visualize.select import parse_ints
-
-    if rank:
-        es = es.filter_ranks(parse_ints(rank, "--rank"))
-    if flows == "none":
-        es.deps, es.flows = [], []
-    elif flows == "cross-rank":
-        es.deps = [d for d in es.deps if d[0] != d[2]]
-        es.flows = [f for f in es.flows if f[0].rank != f[1].rank]
-    return es
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,16 +178,12 @@ def report(
         trace-visualize report out/trace -o report.html --open
         trace-visualize report traces/run1 result.json -o compare.html
     """
-    from chakra_tools.core.graph import RankSet
     from chakra_tools.visualize.report import report_data, write_report
-    from chakra_tools.visualize.sources import detect, load_events
+    from chakra_tools.visualize.sources import load_events
     from chakra_tools.visualize.select import parse_ints
 
-    sets = []
-    for p in paths:
-        rs = RankSet.load(p, comm_group) if detect(p) == "rankset" else None
-        es = load_events(p, rankset=rs)
-        sets.append(es.filter_ranks(parse_ints(rank, "--rank")) if rank else es)
+    ranks = parse_ints(rank, "--rank") if rank else None
+    sets = [load_events(p, comm_group=comm_group).narrow(ranks) for p in paths]
     write_report(sets, out, title=title)
     if as_json:
         print_json({"out": str(out), **report_data(sets)})

@@ -22,8 +22,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 from chakra_tools.core.errors import ChakraToolsError, InputError
 from chakra_tools.core.etio import atomic_output
-from chakra_tools.core.graph import Graph
+from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import Node, NodeType, format_bytes
+
+from .select import Selection, select
 
 #: the most nodes DOT / SVG output draws; documented in docs/visualize.md
 DRAW_LIMIT = 1000
@@ -202,3 +204,21 @@ def format_of(path: str | Path, explicit: str | None = None) -> str:
     if fmt not in FORMATS:
         raise InputError(f"{path}: unknown graph format {fmt!r}; use .graphml, .dot or .svg (or --format)")
     return fmt
+
+
+def write_graph(path: str | Path, out: str | Path, selection: Selection | None = None, *,
+                fmt: str | None = None, comm_group: str | Path | None = None, max_nodes: int | None = None,
+                progress: Callable[[Iterable], Iterable] = lambda x: x) -> dict:
+    """`trace-visualize graph`: the selected part of the rank set at `path` written to `out` as
+    GraphML (any size), DOT or SVG (at most `max_nodes`, default `DRAW_LIMIT`). Returns what was
+    written."""
+    fmt = format_of(out, fmt)
+    selection = selection or Selection()
+    view = select(RankSet.load(path, comm_group), selection)
+    nodes, edges = count(view)
+    if fmt == "graphml":
+        write_graphml(view, out, progress=progress)
+    else:
+        FORMATS[fmt](view, out, limit=max_nodes if max_nodes is not None else DRAW_LIMIT)
+    return {"out": str(out), "format": fmt, "ranks": sorted(view), "nodes": nodes, "edges": edges,
+            "selection": selection.describe()}

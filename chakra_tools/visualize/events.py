@@ -14,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from chakra_tools.core.errors import InputError
+
+#: which dependency arrows a drawing keeps (`EventSet.narrow`)
+FLOWS = ("all", "cross-rank", "none")
 #: the three classes of work a lane holds; the report's breakdown is built from them
 HOST, COMPUTE, COMM = "host", "compute", "comm"
 KINDS = (HOST, COMPUTE, COMM)
@@ -110,3 +114,16 @@ class EventSet:
             None if self.breakdown is None else {r: v for r, v in self.breakdown.items() if r in keep},
             self.makespan_ns, list(self.notes),
             [f for f in self.flows if f[0].rank in keep and f[1].rank in keep], self.shift_ns)
+
+    def narrow(self, ranks: Iterable[int] | None = None, flows: str = "all") -> "EventSet":
+        """Only `ranks` (None: all), with the dependency arrows `flows` says: all, cross-rank
+        (between ranks only) or none."""
+        if flows not in FLOWS:
+            raise InputError(f"--flows {flows!r}: expected {', '.join(FLOWS)}")
+        es = self.filter_ranks(ranks) if ranks is not None else self
+        if flows == "none":
+            es.deps, es.flows = [], []
+        elif flows == "cross-rank":
+            es.deps = [d for d in es.deps if d[0] != d[2]]
+            es.flows = [f for f in es.flows if f[0].rank != f[1].rank]
+        return es

@@ -57,14 +57,16 @@ def _is_replay(p: Path) -> bool:
     return is_replay_result(doc)
 
 
-def load_events(path: str | Path, *, rankset: RankSet | None = None) -> EventSet:
-    """The `EventSet` of any input `trace-visualize` takes."""
+def load_events(path: str | Path, *, rankset: RankSet | None = None,
+                comm_group: str | Path | None = None) -> EventSet:
+    """The `EventSet` of any input `trace-visualize` takes (`comm_group`: for a rank set, its
+    communicator-group file when not beside the traces)."""
     kind = detect(path)
     if kind == "replay":
         return from_replay(path)
     if kind == "capture":
         return from_capture(path)
-    return from_rankset(rankset or RankSet.load(path), source=str(path))
+    return from_rankset(rankset or RankSet.load(path, comm_group), source=str(path))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
-from chakra_tools.core.chrome_trace import ChromeTrace, Slice
+from chakra_tools.core.chrome_trace import ChromeTrace, Slice, write_parts
 
 from .events import COMM, COMPUTE, HOST, Event, EventSet
 
@@ -58,6 +59,21 @@ def build_timeline(es: EventSet, *, progress: Callable[[Iterable], Iterable] = l
     skipped = _draw_dep_flows(trace, es, drawn) + _draw_event_flows(trace, es, drawn)
     lanes = sum(len(p.lanes) for p in trace.processes.values())
     return Timeline(trace, len(trace.slices), len(trace.flows), lanes, skipped)
+
+
+def write_timeline(es: EventSet, out: str | Path, *, window_ns: tuple[int, int] | None = None,
+                   max_events: int = 500_000, compress: bool | None = None,
+                   progress: Callable[[Iterable], Iterable] = lambda x: x) -> dict:
+    """Draw `es` and write it to `out` (`trace-visualize timeline`): only the events inside
+    `window_ns` (from the run's start) if given, in numbered parts of at most `max_events` so a
+    browser can open them; gzip by the name or `compress`. Returns what was written."""
+    tl = build_timeline(es, progress=progress)
+    trace = tl.trace
+    if window_ns is not None:
+        trace = trace.window(trace.origin_ns + window_ns[0], trace.origin_ns + window_ns[1])
+    files = write_parts(trace, out, max_events=max_events, compress=compress)
+    return {**tl.to_dict(), "source": es.label, "events_written": len(trace.slices),
+            "flows_written": len(trace.flows), "files": [str(f) for f in files], "notes": es.notes}
 
 
 def _assign_lanes(trace: ChromeTrace, events: list[Event]) -> list[int]:
