@@ -3,7 +3,7 @@ converted and replayed as captured and by the default model.
 
     python bench/fidelity_fuzz.py                        # seeds 0..29 (~15 min on 2 cores)
     python bench/fidelity_fuzz.py --seed 100 --count 40  # seeds 100..139
-    python bench/fidelity_fuzz.py --seed 17 --count 1    # re-run one seed (same script)
+    python bench/fidelity_fuzz.py --seeds 3,17           # re-run seeds (the same scripts)
     python bench/fidelity_fuzz.py --show 17              # print the script of seed 17
     python bench/fidelity_fuzz.py --quick                # 4 scripts (a smoke run)
 
@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -391,10 +392,13 @@ def _run(stage: str, cmd: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
+ERROR_LINE = re.compile(r"^\s*(error:|trace-\w+: |rank \d+: |\S*/\S+: rank \d+:|[\w.]*(Error|Exception)\b|terminate called)")
+
+
 def _message(text: str, code: int) -> str:
-    """The telling lines of a failed command's output: errors first, else its last lines."""
-    lines = [x for x in text.splitlines() if x.strip() and "USDT:" not in x]
-    errors = [x.strip() for x in lines if "rror" in x or "[collective" in x or "unmatched" in x]
+    """The telling lines of a failed command's output (error lines, exceptions), else its last."""
+    lines = [x.strip() for x in text.splitlines() if x.strip() and "USDT:" not in x]
+    errors = [x for x in lines if ERROR_LINE.match(x)]
     picked = errors[-6:] if errors else lines[-6:]
     return f"exit {code}: " + " | ".join(picked)[:1500]
 
@@ -517,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--count", type=int, default=30, help="scripts (seeds seed .. seed+count-1)")
+    parser.add_argument("--seeds", help="these seeds instead, comma-separated (e.g. a failure's)")
     parser.add_argument("--quick", action="store_true", help="4 scripts (a smoke run)")
     parser.add_argument("--show", type=int, metavar="SEED", help="print the script of SEED and exit")
     parser.add_argument("--keep", type=Path, default=REPO / "out" / "fidelity-fuzz",
@@ -527,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.show is not None:
         print(generate(args.show).source, end="")
         return 0
-    seeds = list(range(args.seed, args.seed + (4 if args.quick else args.count)))
+    seeds = ([int(x) for x in args.seeds.split(",")] if args.seeds else
+             list(range(args.seed, args.seed + (4 if args.quick else args.count))))
     work = Path(tempfile.mkdtemp(prefix="fidelity-fuzz-"))
     print(f"{'seed':>5} {'n':>2} {'default':>10} {'as captured':>11}  script", flush=True)
     outcomes = []
