@@ -44,6 +44,8 @@ def pytorch(
     force: bool = typer.Option(False, "--force", help="Write even if validation finds errors (they are still listed)."),
     metadata_nodes: bool = typer.Option(False, "--metadata-nodes",
                                         help="Write process-group setup as a METADATA node, as older tools did (ASTRA-sim 2.0 aborts on it; default: a plain COMP node)."),
+    target: Optional[str] = typer.Option(None, "--for", metavar="CONSUMER",
+                                         help="astra-sim: write collectives ASTRA-sim 2.0 cannot simulate (barrier, reduce, gather, scatter) as the nearest kind it runs, the recorded kind kept in recorded_comm_type, and validate for it (trace-validate --for)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report instead of text."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no summary."),
 ) -> None:
@@ -73,6 +75,7 @@ def pytorch(
     try:
         report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
                          scheduler=scheduler, check=check, force=force, metadata_nodes=metadata_nodes,
+                         target=target,
                          on_rank_done=lambda r: bar.update(1) if bar else None)
     finally:
         if bar:

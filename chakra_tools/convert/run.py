@@ -115,12 +115,15 @@ def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) ->
 def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str = "trace",
             jobs: int | None = None, executor: str = "auto", scheduler: str | None = None,
             check: bool = True, force: bool = False, metadata_nodes: bool = False,
+            target: str | None = None,
             on_rank_done: Callable[[int], None] | None = None) -> ConvertReport:
     """Convert every rank, globalise groups and tags, validate, then write (unless out_dir is None).
 
     `metadata_nodes` keeps process-group setup as a METADATA node (ASTRA-sim 2.0 aborts on it;
     by default it is a plain COMP node and the groups live in comm_group.json, `pg_name` and
-    each rank's GlobalMetadata).
+    each rank's GlobalMetadata). `target` ("astra-sim") writes what that consumer runs in place
+    of what it cannot (core/consumers.py: collectives of a kind it cannot simulate as the nearest
+    kind it can) and validates for it.
     Raises ConversionCheckError (nothing written) when validation finds errors and not `force`.
     The cyclic garbage collector is paused throughout: the graphs are a few objects per node,
     none in a cycle, and a collection would walk them all again and again (a tenth of the time).
@@ -128,11 +131,11 @@ def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str
     with gc_paused():
         return _convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
                         scheduler=scheduler, check=check, force=force,
-                        metadata_nodes=metadata_nodes, on_rank_done=on_rank_done)
+                        metadata_nodes=metadata_nodes, target=target, on_rank_done=on_rank_done)
 
 
 def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, check, force,
-             metadata_nodes, on_rank_done) -> ConvertReport:
+             metadata_nodes, target, on_rank_done) -> ConvertReport:
     results = run_ranks(inputs, jobs=jobs, executor=executor, scheduler=scheduler,
                         metadata_nodes=metadata_nodes, on_rank_done=on_rank_done)
     diags = Diagnostics()
@@ -143,16 +146,32 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     globalise(results, ids, diags)
     record_groups(results, ids, groups)
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
+    if target is not None:
+        _adapt(rankset, target)
     if check:
-        _check(rankset, diags, force)
+        _check(rankset, diags, force, target)
     files = rankset.write(out_dir, prefix) if out_dir is not None else []
     return ConvertReport(files, rankset, diags, {r.rank: r.stats for r in results})
 
 
-def _check(rankset: RankSet, diags: Diagnostics, force: bool) -> None:
+def _adapt(rankset: RankSet, target: str) -> None:
+    """Rewrite every rank's nodes into what `target` runs (core/consumers.py ADAPTERS)."""
+    from chakra_tools.core.consumers import ADAPTERS
+
+    adapt = ADAPTERS.get(target)
+    if adapt is None:
+        raise InputError(f"unknown target {target!r} (known: {', '.join(sorted(ADAPTERS))})")
+    for g in rankset:
+        for nid, node in list(g.nodes.items()):
+            new = adapt(node)
+            if new is not node:
+                g.nodes[nid] = new
+
+
+def _check(rankset: RankSet, diags: Diagnostics, force: bool, target: str | None = None) -> None:
     from chakra_tools.core.validate import validate_rankset
 
-    found = validate_rankset(rankset)
+    found = validate_rankset(rankset, target=target)
     diags.extend(found)
     errors = [d for d in found if d.severity == "error"]
     if errors and not force:

@@ -8,14 +8,15 @@ of one node; `RULES[target]` lists them, and the validator runs them on every no
 compiled common case is off for a target: it only knows the general checks).
 
 Rules that need the whole rank (dependencies on later nodes) are flags here (`FORWARD_DEPS`) that
-the validator reports from what it already tracks.
+the validator reports from what it already tracks. `ADAPTERS[target]` rewrites a node into what
+the consumer runs (`trace-convert --for astra-sim`).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterator, Mapping
 
-from .model import Attr, CommType, Node, NodeType
+from .model import Attr, CommType, Node, NodeType, make_attr
 
 Problem = tuple[str, str, str]  # severity, code, message
 _COMM = frozenset((NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))
@@ -67,7 +68,8 @@ def _collective_kind(node: Node, groups) -> Iterator[Problem]:
     elif ct is not None and ct not in ASTRA_SIMULATED:
         yield ("error", "astra-unsupported-collective",
                f"{ct.name}: ASTRA-sim 2.0 simulates only ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER "
-               "and ALL_TO_ALL (BROADCAST by duration) and throws 'Unsupported collective comm type'")
+               "and ALL_TO_ALL (BROADCAST by duration) and throws 'Unsupported collective comm type' "
+               "(trace-convert --for astra-sim writes the nearest kind it runs)")
 
 
 def _pg_lookup(node: Node, groups) -> Iterator[Problem]:
@@ -114,3 +116,44 @@ def rules_for(target: str | None) -> tuple[Rule, ...]:
 def check_for(node: Node, rules: tuple[Rule, ...], groups) -> list[Problem]:
     """Every problem the rules find in one node."""
     return [p for rule in rules for p in rule(node, groups)]
+
+
+# --------------------------------------------------------------------------------------------
+# adapting a trace to a consumer (trace-convert --for astra-sim)
+# --------------------------------------------------------------------------------------------
+
+#: the kind ASTRA-sim 2.0 runs in place of each kind it cannot simulate, the nearest in what it
+#: moves (same `comm_size` convention, docs/convert.md), and a size where the kind has none: a
+#: barrier is what ProcessGroupNCCL makes of it, an all-reduce of one float32
+ASTRA_NEAREST: dict[CommType, tuple[CommType, int | None]] = {
+    CommType.BARRIER: (CommType.ALL_REDUCE, 4),
+    CommType.REDUCE: (CommType.ALL_REDUCE, None),
+    CommType.GATHER: (CommType.ALL_GATHER, None),
+    CommType.SCATTER: (CommType.ALL_GATHER, None),
+    CommType.REDUCE_SCATTER_BLOCK: (CommType.REDUCE_SCATTER, None),
+}
+
+
+def for_astra_sim(node: Node) -> Node:
+    """The node as ASTRA-sim 2.0 can run it: a collective of a kind it cannot simulate becomes
+    the nearest kind it can, its recorded kind kept in `recorded_comm_type`; any other node is
+    returned as it is.
+
+    >>> from chakra_tools.core.model import make_attrs
+    >>> n = Node(3, "gloo:barrier", NodeType.COMM_COLL_NODE,
+    ...          attrs=make_attrs(comm_type=CommType.BARRIER, comm_size=0, is_cpu_op=False))
+    >>> m = for_astra_sim(n)
+    >>> m.comm_type.name, m.comm_size, m.attr("recorded_comm_type")
+    ('ALL_REDUCE', 4, 'BARRIER')
+    """
+    if node.type is not NodeType.COMM_COLL_NODE or node.comm_type not in ASTRA_NEAREST:
+        return node
+    kind, size = ASTRA_NEAREST[node.comm_type]
+    attrs = {**node.attrs, "comm_type": make_attr("comm_type", int(kind)),
+             "recorded_comm_type": make_attr("recorded_comm_type", node.comm_type.name)}
+    if size is not None:
+        attrs["comm_size"] = make_attr("comm_size", size)
+    return node.replace(attrs=attrs)
+
+
+ADAPTERS: dict[str, Callable[[Node], Node]] = {"astra-sim": for_astra_sim}
