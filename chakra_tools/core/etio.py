@@ -543,12 +543,13 @@ class TraceReader:
     def _refuse_legacy(self, offset: int, msg: bytes, metadata: bool = False) -> None:
         """Refuse a legacy (2023, proto2-era) file: read as today's schema it would lose every
         attribute without a word (core/legacy.py; `chakra-tools upgrade` converts it)."""
-        from . import legacy
+        from .legacy import refuse_legacy
 
-        if legacy.legacy_metadata(msg) if metadata else legacy.is_legacy_node(msg):
+        try:
+            refuse_legacy(self.path, offset, msg, metadata=metadata)
+        except TraceReadError:
             self.close()
-            raise TraceReadError(self.path, offset, f"a {legacy.FORMAT}, not today's schema: "
-                                 f"`chakra-tools upgrade {self.path} NEW` converts it")
+            raise
 
     def _decode(self, offset: int, msg: bytes, last: Node | None) -> Node:
         """Decode one node; check the contract kinds on the raw bytes (see `_contract_patterns`).

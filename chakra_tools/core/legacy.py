@@ -105,6 +105,15 @@ def _is_legacy_attr(body: bytes) -> bool:
     return any(n == 1 and w == _LEN for n, w, _ in f) and any(n == 2 and w == _VARINT for n, w, _ in f)
 
 
+def refuse_legacy(path: str, offset: int, msg: bytes, *, metadata: bool = False) -> None:
+    """Raise a TraceReadError naming the format and the fix if `msg` (a node, or with
+    `metadata` the first message) has the legacy layout: read as today's schema it would lose
+    every attribute without a word. Readers call it on the first few messages of a file."""
+    if legacy_metadata(msg) if metadata else is_legacy_node(msg):
+        raise TraceReadError(path, offset, f"a {FORMAT}, not today's schema: "
+                             f"`chakra-tools upgrade {path} NEW` converts it")
+
+
 # --------------------------------------------------------------------------------------------
 # decoding legacy messages
 # --------------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
-from chakra_tools.core.etio import iter_frames, looks_like_metadata, metadata_from_pb, node_from_pb, open_binary
+from chakra_tools.core.etio import (LEGACY_SNIFF, iter_frames, looks_like_metadata, metadata_from_pb,
+                                    node_from_pb, open_binary)
 from chakra_tools.core.model import Metadata, Node
 from chakra_tools.core.schema import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
@@ -138,6 +139,7 @@ class ETFeeder:
             self._close()
             return Metadata("", {}, present=False)
         if looks_like_metadata(first[1]):
+            self._refuse_legacy(*first, metadata=True)
             try:
                 return metadata_from_pb(pb.GlobalMetadata.FromString(first[1]))
             except DecodeError:
@@ -167,7 +169,20 @@ class ETFeeder:
         self._load(*nxt)
         return True
 
+    def _refuse_legacy(self, offset: int, msg: bytes, metadata: bool = False) -> None:
+        """A legacy (2023, proto2-era) file would feed nodes without their attributes: refused,
+        naming the format (core/legacy.py)."""
+        from chakra_tools.core.legacy import refuse_legacy
+
+        try:
+            refuse_legacy(self.path, offset, msg, metadata=metadata)
+        except TraceReadError:
+            self._close()
+            raise
+
     def _load(self, offset: int, msg: bytes) -> None:
+        if self.nodes_read < LEGACY_SNIFF:
+            self._refuse_legacy(offset, msg)
         try:
             m = pb.Node.FromString(msg)
         except DecodeError as e:

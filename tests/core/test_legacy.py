@@ -144,3 +144,11 @@ def test_cli_upgrade(tmp_path):
     assert res.stdout.count(": 1 node(s) from") == 2
     rs = RankSet.load(tmp_path / "new")
     assert [g[0].comm_type for g in rs] == [CommType.ALL_GATHER] * 2 and isinstance(rs[0], Graph)
+
+
+def test_the_feeder_refuses_a_legacy_file_too(tmp_path):
+    from chakra_tools.feed import ETFeeder
+
+    path = allgather(tmp_path, ranks=1) / "one_comm_coll_node_allgather.0.et"
+    with pytest.raises(TraceReadError, match="legacy Chakra ET"):
+        ETFeeder(path)
