@@ -64,6 +64,11 @@ def pytorch(
     from chakra_tools.convert.run import convert, inputs_from_files, inputs_from_run
     from chakra_tools.core.errors import InputError
 
+    from chakra_tools.core.consumers import ADAPTERS
+
+    if target is not None and target not in ADAPTERS:
+        raise typer.BadParameter(f"unknown consumer {target!r} (known: {', '.join(sorted(ADAPTERS))})",
+                                 param_hint="--for")
     if run is not None and (host or device):
         raise InputError("give a RUN_FOLDER or --host/--device traces, not both")
     if run is None and not (host or device):
