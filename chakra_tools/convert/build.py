@@ -226,7 +226,8 @@ class Builder:
         rec.attrs["is_cpu_op"] = False
         if rec.stream is not None:
             rec.attrs["stream"] = int(rec.stream)
-        blocking = not nccl and (call.is_async is not True or self._waits_inside(call))
+        blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
+                                 or self._returned_after(call, op, ev))
         self._chain(rec, op.tid, blocking=blocking)
         self.op_node[op.id] = rec.id
         issue = rec.deps[0] if rec.deps else None
@@ -239,6 +240,13 @@ class Builder:
         collective whose `wait_tensor` ran inside it) blocks its thread all the same."""
         by_id = self.host_by_id
         return any(m in by_id and by_id[m].name.endswith("wait_tensor") for m in call.members)
+
+    def _returned_after(self, call: CommCall, op: HostOp, ev: Event | None) -> bool:
+        """An asynchronous call that returned only once its backend op had ended (gloo queued it
+        and the caller waited inside `c10d::allgather_`...) blocked its thread all the same."""
+        call_ev = self.lk.op_event.get(op.id)
+        return (ev is not None and call_ev is not None and ev is not call_ev
+                and call_ev.end >= ev.end - EPS_US)
 
     def _call_span(self, call: CommCall, op: HostOp, ev: Event | None) -> tuple[float, float]:
         """(start, duration) of a call's node: its backend op's; a point-to-point call's from the

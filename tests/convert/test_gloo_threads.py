@@ -168,3 +168,18 @@ def test_a_c10d_op_recorded_beside_its_annotation_is_the_calls(tmp_path):
     g = _convert(tmp_path, nodes, events)
     colls = [n for n in g if n.type is NodeType.COMM_COLL_NODE]
     assert [(c.name, c.comm_type, c.comm_size) for c in colls] == [("gloo:all_reduce", CommType.ALL_REDUCE, 64)]
+
+
+def test_an_async_call_that_returned_after_its_work_blocked_its_thread(tmp_path):
+    """all_gather(async_op=True) whose call (3-4) returned only after the worker's op (5) ended:
+    the thread was blocked in the call, so its next op waits for the gather."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_gather", True), 2), _node(4, "c10d::allgather_", 3),
+             _node(5, "gloo:all_gather", 3, [BUCKET]), _node(6, "Optimizer.zero_grad#SGD.zero_grad", 2)]
+    events = [_event(2, "ProfilerStep#3", 0, 6000), _event(3, nodes[2]["name"], 10, 4500),
+              _event(4, "c10d::allgather_", 12, 4480), _event(5, "gloo:all_gather", 1100, 3300, tid=200),
+              _event(6, "Optimizer.zero_grad#SGD.zero_grad", 4700, 30)]
+    g = _convert(tmp_path, nodes, events)
+    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
+    nxt = next(n for n in g if n.name.startswith("Optimizer.zero_grad"))
+    assert coll.id in nxt.data_deps
