@@ -43,14 +43,6 @@ def _invalid_node(node: Node, groups) -> Iterator[Problem]:
                "INVALID node: ASTRA-sim skips it (its dependents run as if it took no time)")
 
 
-def _cpu_flag(node: Node, groups) -> Iterator[Problem]:
-    """Both Chakra feeders default `is_cpu_op` to false: a COMP node without it is GPU work
-    there, while Chakra's Python tools (and this one) read it as a CPU op."""
-    if node.type is NodeType.COMP_NODE and "is_cpu_op" not in node.attrs:
-        yield ("warning", "astra-cpu-op-absent",
-               "COMP node without is_cpu_op: ASTRA-sim runs it as GPU work (default false)")
-
-
 def _comm_on_cpu(node: Node, groups) -> Iterator[Problem]:
     """Workload::issue_comm throws "Comm node should not be on CPU"."""
     if node.type in _COMM and node.attrs.get("is_cpu_op", _FALSE).value is True:
@@ -94,7 +86,7 @@ def _single_rank_group(node: Node, groups) -> Iterator[Problem]:
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
-    "astra-sim": (_metadata_node, _invalid_node, _cpu_flag, _comm_on_cpu, _collective_kind,
+    "astra-sim": (_metadata_node, _invalid_node, _comm_on_cpu, _collective_kind,
                   _pg_lookup, _single_rank_group),
 }
 
