@@ -3,6 +3,7 @@ file (docs/format.md, "Checking for ASTRA-sim"), and a converted trace that pass
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.etio import write_trace
-from chakra_tools.core.graph import write_comm_groups
+from chakra_tools.core.graph import RankSet, write_comm_groups
 from chakra_tools.core.model import Attr, CommType, Node, NodeType, make_attrs
 from chakra_tools.core.validate import validate_path
 
@@ -116,6 +117,11 @@ def test_a_converted_trace_has_nothing_astra_sim_flags(shared_fixtures, tmp_path
     convert(inputs_from_files([str(host), str(host)], [], []), tmp_path / "out", executor="serial")
     report = validate_path(tmp_path / "out", target="astra-sim")
     assert report.nodes > 0 and not [d for d in report.diagnostics if d.code != "durations-missing"]
+    # the process groups the METADATA node held: comm_group.json and each rank's GlobalMetadata
+    rs = RankSet.load(tmp_path / "out")
+    in_metadata = json.loads(rs[1].metadata.attrs["process_groups"].value)
+    assert {k: tuple(v["ranks"]) for k, v in in_metadata.items()} == rs.comm_groups == {"1": (0, 1)}
+    assert in_metadata["1"]["torch_name"] == "0"  # the trace's own name (its pg list has no pg_desc)
     metadata_run = convert(inputs_from_files([str(host), str(host)], [], []), tmp_path / "meta",
                            executor="serial", metadata_nodes=True)
     assert metadata_run.files
