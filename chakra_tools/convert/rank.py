@@ -153,7 +153,8 @@ def host_from_device(dev: DeviceTrace) -> HostTrace:
         a = e.args
         comm = needs_args(e.name) == ALL
         attrs = comm_attrs_from_kineto(a) if e.name == "record_param_comms" else {}
-        values = a.get("Concrete Inputs", []) if comm else []  # scalars, strings: roots, group names
+        values = a.get("Concrete Inputs") if comm else None  # scalars, strings: roots, group names
+        values = values if isinstance(values, list) else []
         ops.append(HostOp(ids[e.idx], e.name, ids.get(e.parent, 0), tid,
                           a.get("Record function id"),
                           (values, a.get("Input Dims", []), a.get("Input type", [])), ([], [], []), attrs))
