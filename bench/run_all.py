@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: benchmarks not named bench_*.py (fidelity_fuzz.py: 30 random scripts, about 6 minutes)
+OTHERS = ("fidelity_fuzz.py",)
 
 
 def main() -> int:
     failed = []
-    for script in sorted(HERE.glob("bench_*.py")):
+    for script in [*sorted(HERE.glob("bench_*.py")), *(HERE / name for name in OTHERS)]:
         print(f"\n=== {script.name} ===", flush=True)
         rc = subprocess.call([sys.executable, str(script), *sys.argv[1:]])
         if rc:
