@@ -723,7 +723,7 @@ enum { D_IDX, D_NAME, D_CAT, D_TID, D_TS, D_DUR, D_ARGS, D_PARENT, D_CHILD_US, N
 static const char *const DEV_NAMES[N_DEV_SLOTS] = {"idx", "name", "cat", "tid", "ts",
                                                    "dur", "args", "parent", "child_us"};
 static Slots DEV = {NULL, N_DEV_SLOTS, DEV_NAMES, {0}};
-static PyObject *S_X, *S_nccl, *S_rf_key, *S_correlation, *S_stream, *S_bytes, *I_MINUS_ONE;
+static PyObject *S_X, *S_nccl, *S_rpc, *S_rf_key, *S_correlation, *S_stream, *S_bytes, *I_MINUS_ONE;
 
 /* kineto._host_args / _runtime_args / _gpu_args: the args keys an event keeps */
 static PyObject *key_args(PyObject *a, long lane)
@@ -785,7 +785,9 @@ static PyObject *device_events(PyObject *self, PyObject *args)
         int truthy = PyObject_IsTrue(dur); /* `e.dur or 0.0` */
         if (truthy < 0)
             goto fail;
-        int nccl = PyUnicode_Tailmatch(name, S_nccl, 0, PY_SSIZE_T_MAX, -1);
+        /* NCCL events and record_param_comms keep their whole args: the collective metadata */
+        int nccl = PyUnicode_Tailmatch(name, S_nccl, 0, PY_SSIZE_T_MAX, -1)
+                   || PyUnicode_Compare(name, S_rpc) == 0;
         PyObject *ev_args;
         if (whole || nccl) { /* its whole args, decoded afterwards; its position meanwhile */
             ev_args = PyLong_FromSsize_t(pos);
@@ -1203,12 +1205,13 @@ PyMODINIT_FUNC PyInit__hotloops(void)
     F_ZERO = PyFloat_FromDouble(0.0);
     S_X = PyUnicode_InternFromString("X");
     S_nccl = PyUnicode_InternFromString("nccl");
+    S_rpc = PyUnicode_InternFromString("record_param_comms");
     S_rf_key = PyUnicode_InternFromString("Record function id");
     S_correlation = PyUnicode_InternFromString("correlation");
     S_stream = PyUnicode_InternFromString("stream");
     S_bytes = PyUnicode_InternFromString("bytes");
     I_MINUS_ONE = PyLong_FromLong(-1);
-    if (S_X == NULL || S_nccl == NULL || S_rf_key == NULL || S_correlation == NULL ||
+    if (S_X == NULL || S_nccl == NULL || S_rpc == NULL || S_rf_key == NULL || S_correlation == NULL ||
         S_stream == NULL || S_bytes == NULL || I_MINUS_ONE == NULL)
         return NULL;
     if (S_duration_ns == NULL || S_is_cpu_op == NULL || S_tid == NULL || S_empty == NULL || S_num_ops == NULL ||

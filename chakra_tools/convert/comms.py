@@ -487,6 +487,42 @@ def _from_library(op: HostOp, kind: str) -> CommCall:
     return call
 
 
+def fill_from_device(calls: list[CommCall], by_id: dict[int, HostOp], op_event: dict) -> int:
+    """What the device trace knows of each call and the host trace did not (older host schemas
+    record no group, a schema 1.0.1 trace only a group object): its `record_param_comms` event's
+    metadata (`Process Group Name`, `Process Group Ranks`, `Group size`, sizes) fills the call's
+    missing fields, never overrides them. Returns how many calls gained something."""
+    filled = 0
+    for call in calls:
+        for m in sorted(call.members):
+            op, ev = by_id.get(m), op_event.get(m)
+            if op is None or ev is None or op.name != "record_param_comms":
+                continue
+            meta = comm_attrs_from_kineto(ev.args) if isinstance(ev.args, dict) else {}
+            inner = _from_record_param_comms(_meta_op(m, meta))[0] if meta else None
+            if inner is not None and inner.op == call.op and _fill_missing(call, inner):
+                filled += 1
+            break
+    return filled
+
+
+def _meta_op(op_id: int, meta: dict) -> HostOp:
+    """A `record_param_comms` op holding nothing but collective metadata as its attributes."""
+    return HostOp(op_id, "record_param_comms", 0, 0, None, ([], [], []), ([], [], []), meta)
+
+
+def _fill_missing(call: CommCall, inner: CommCall) -> bool:
+    changed = False
+    for name in ("pg", "pg_desc", "pg_ranks", "group_size", "in_split", "out_split"):
+        if getattr(call, name) in (None, "", ()) and getattr(inner, name) not in (None, "", ()):
+            setattr(call, name, getattr(inner, name))
+            changed = True
+    if not (call.in_bytes or call.out_bytes) and (inner.in_bytes or inner.out_bytes):
+        call.in_bytes, call.out_bytes, call.dtype = inner.in_bytes, inner.out_bytes, call.dtype or inner.dtype
+        changed = True
+    return changed
+
+
 def kernel_call(root: int, name: str, args: dict) -> CommCall:
     """A collective known only by its kernel (launched outside any recognised call): kind,
     size and group from the kernel's own metadata where Kineto recorded it (PyTorch >= 2.1 puts
@@ -495,8 +531,7 @@ def kernel_call(root: int, name: str, args: dict) -> CommCall:
     meta = comm_attrs_from_kineto(args)
     if meta:
         meta.setdefault("collective_name", kind)
-        op = HostOp(root, "record_param_comms", 0, 0, None, ([], [], []), ([], [], []), meta)
-        call, _ = _from_record_param_comms(op)
+        call, _ = _from_record_param_comms(_meta_op(root, meta))
         if call is not None:
             call.source = "kernel"
             return call

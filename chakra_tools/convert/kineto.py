@@ -190,7 +190,7 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
     """A device trace from the file's bytes: typed decoding when it fits, else plain JSON.
 
     With `full_args` (device-only conversion) host events keep their whole `args`; NCCL events
-    always do (their collective metadata)."""
+    and `record_param_comms` always do (their collective metadata)."""
     from .jsonio import decode_typed, parse_json_bytes
 
     doc = decode_typed(_TRACE, data)
@@ -232,7 +232,7 @@ def _lane_events(raw: list[_RawEvent], lanes: dict) -> list[int]:
         ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
         ev.ts, ev.dur = e.ts, e.dur or 0.0
         ev.parent, ev.child_us = -1, 0.0
-        if whole or e.name.startswith("nccl"):
+        if whole or e.name.startswith("nccl") or e.name == "record_param_comms":
             ev.args = pos  # replaced by _decode_whole_args
             whole_args.append(pos)
         else:

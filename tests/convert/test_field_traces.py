@@ -160,3 +160,34 @@ def test_validation_flags_a_group_size_its_group_disagrees_with(tmp_path):
     found = [d for d in validate_rankset(rs) if d.code == "group-size-mismatch"]
     assert [(d.rank, d.node_id) for d in found] == [(0, 2), (1, 2)]
     assert "recorded group size 1, but group 1 has 2 ranks [0, 1]" in found[0].message
+
+
+def test_a_host_trace_without_groups_takes_them_from_its_device_trace(tmp_path):
+    """Schema 1.0.1 records a group object and size only; the Kineto trace's record_param_comms
+    event names the group and its ranks: the all-reduce is on [0, 2] of a world of 4."""
+    def host_op(nid, name, parent, inputs=(), types=()):
+        return {"name": name, "id": nid, "rf_id": nid, "parent": parent, "tid": 1, "inputs": list(inputs),
+                "input_shapes": [[] for _ in inputs], "input_types": list(types),
+                "outputs": [], "output_shapes": [], "output_types": []}
+    t = [9, 9, 0, 256, 4, "cuda:0"]
+    host = {"schema": "1.0.1", "pid": 1, "nodes": [
+        host_op(2, "[pytorch|profiler|execution_graph|thread]", 1),
+        host_op(3, "c10d::allreduce_", 2),
+        host_op(4, "record_param_comms", 3, [t, 1, 4242, 0, "allreduce", [], [], 2],
+                ["Tensor(float)", "Int", "Int", "Int", "String", "GenericList[]", "GenericList[]", "Int"]),
+        host_op(5, "nccl:all_reduce", 4)]}
+    ev = _events_on()
+    meta = {"Record function id": 4, "Collective name": "allreduce", "In msg nelems": 256,
+            "Out msg nelems": 256, "dtype": "Float", "Process Group Name": "3",
+            "Process Group Ranks": "[0, 2]", "Group size": 2}
+    device = [ev("c10d::allreduce_", 0, 30, **{"Record function id": 3}), ev("record_param_comms", 1, 25, **meta),
+              ev("nccl:all_reduce", 2, 20, cat="user_annotation", **{"Record function id": 5}),
+              *_launch(3, 1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")]
+    hosts, devs = [], []
+    for r in (0, 2):
+        hosts.append(str(tmp_path / f"host{r}.json"))
+        (tmp_path / f"host{r}.json").write_text(json.dumps(host))
+        devs.append(str(_write(tmp_path, device, f"dev{r}.json")))
+    rs = convert(inputs_from_files(hosts, devs, [0, 2]), None, executor="serial").rankset
+    (c,) = colls(rs[0])
+    assert (c.comm_size, c.attr("group_size"), rs.group_ranks(c.pg_name)) == (1024, 2, (0, 2))
