@@ -426,10 +426,30 @@ def measure(spec: Script, folder: Path) -> Outcome:
         job = _job(_run("replay", as_captured, folder))
     except StageError as e:
         out.status, out.message = e.stage, str(e)
+        if e.stage == "convert" and "[collective" in out.message:
+            out.message += windows_verdict(folder / "run")
         return out
     out.as_captured = job["error"]
     out.measured_us, out.predicted_us = job["measured_ns"] / 1e3, job["predicted_ns"] / 1e3
     return out
+
+
+def windows_verdict(run: Path) -> str:
+    """Whether every rank's captured window holds the same annotated collectives per group (then
+    a refused conversion is the converter's fault, else the capture's)."""
+    import gzip
+
+    from chakra_tools.core.annotations import PREFIX, parse_annotation
+
+    seqs = []
+    for rec in json.loads((run / "manifest.json").read_text())["ranks"]:
+        with gzip.open(run / rec["host_trace"], "rt") as f:
+            nodes = sorted(json.load(f)["nodes"], key=lambda n: n["id"])
+        fields = [parse_annotation(n["name"]) for n in nodes if n["name"].startswith(PREFIX)]
+        seqs.append([(f["pg"], f["op"]) for f in fields if f["op"] not in ("send", "recv")])
+    same = all(x == seqs[0] for x in seqs[1:])
+    return (" (the ranks' captured windows hold the same collectives: a converter cause)" if same else
+            " (the ranks' captured windows hold different collectives: a capture cause)")
 
 
 def _job(text: str) -> dict:
