@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Any, Callable, Iterable, TypeVar
 
+import click
 import typer
 
 from chakra_tools.core.errors import ChakraToolsError
@@ -22,9 +24,17 @@ def new_app(help: str | None = None, **kw: Any) -> typer.Typer:
     return typer.Typer(help=help, add_completion=False, rich_markup_mode="markdown", **kw)
 
 
+#: the exit code of a bug (EX_SOFTWARE): not a user's mistake, and not one of the documented codes
+#: (1 validation errors found, 2 bad input or environment, 3 deadlock / conversion refused, 130 Ctrl-C)
+BUG_EXIT = 70
+DEBUG_ENV = "CHAKRA_TOOLS_DEBUG"
+
+
 def handle_errors(fn: F) -> F:
     """Print a ChakraToolsError as one clear line on stderr and exit with its code (2 by default),
-    instead of a traceback. Ctrl-C exits 130 quietly."""
+    instead of a traceback; an OS error (a missing folder, a full disk, no permission) the same
+    way, with exit 2. Anything else is a bug: one line that says so and where, exit 70, the
+    traceback only with CHAKRA_TOOLS_DEBUG=1. Ctrl-C exits 130 quietly."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -36,8 +46,35 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+            raise
+        except OSError as e:
+            typer.echo(f"error: {os_error_text(e)}", err=True)
+            raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - the last line of defence: never a bare traceback
+            if os.environ.get(DEBUG_ENV):
+                raise
+            typer.echo(f"error: internal error (a bug in chakra-tools, not in your input): {bug_text(e)}; "
+                       f"please report it with the command line; {DEBUG_ENV}=1 shows the traceback", err=True)
+            raise typer.Exit(BUG_EXIT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def os_error_text(e: OSError) -> str:
+    """`path: reason` of an OS error (both paths of a failed rename)."""
+    where = ": ".join(str(p) for p in (e.filename, e.filename2) if p is not None)
+    reason = e.strerror or str(e)
+    return f"{where}: {reason}" if where else reason
+
+
+def bug_text(e: BaseException) -> str:
+    """`Type: message at file:line`, the innermost frame of our own code."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "chakra_tools" in f.filename]
+    at = f" at {frames[-1].filename.split('chakra_tools')[-1].lstrip('/')}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__}: {e}{at}"
 
 
 def print_json(doc: Any) -> None:

@@ -1,0 +1,39 @@
+"""What a command prints when something goes wrong: one line and a documented exit code, never a
+traceback, whatever raised."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from chakra_tools.cli.common import BUG_EXIT
+from chakra_tools.cli.replay import app as replay_app
+from chakra_tools.cli.visualize import app as visualize_app
+
+runner = CliRunner()
+
+
+def test_an_output_folder_that_does_not_exist_is_one_line_naming_it(shared_fixtures, tmp_path):
+    rankset = shared_fixtures / "astra-sim" / "all_reduce_4npus_1MB"
+    out = tmp_path / "no" / "such" / "dir" / "r.json"
+    res = runner.invoke(replay_app, [str(rankset), "--out", str(out)])
+    assert res.exit_code == 2
+    assert "Traceback" not in res.output and str(tmp_path / "no" / "such" / "dir") in res.output
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_bug_is_one_line_that_says_so_with_the_traceback_on_request(shared_fixtures, monkeypatch):
+    import chakra_tools.core.stats as stats
+
+    def broken(*a, **k):
+        return {}["a key the code forgot"]
+
+    monkeypatch.setattr(stats, "summarize_path", broken)
+    path = str(shared_fixtures / "astra-sim" / "all_reduce_4npus_1MB")
+    res = runner.invoke(visualize_app, ["summary", path])
+    assert res.exit_code == BUG_EXIT
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: internal error (a bug in chakra-tools")
+    assert "KeyError" in lines[0] and "CHAKRA_TOOLS_DEBUG=1" in lines[0]
+    monkeypatch.setenv("CHAKRA_TOOLS_DEBUG", "1")
+    res = runner.invoke(visualize_app, ["summary", path])
+    assert isinstance(res.exception, KeyError)  # raised through: the traceback is shown
