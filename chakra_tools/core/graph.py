@@ -178,9 +178,24 @@ class Graph:
 def read_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
     """Read an ASTRA-sim communicator-group file `{"<id>": [ranks...]}`."""
     data = read_json(path, what='an object {"<group id>": [ranks...]}')
-    if not all(isinstance(v, list) for v in data.values()):
-        raise InputError(f'{path}: expected an object {{"<group id>": [ranks...]}}')
-    return {str(k): tuple(int(r) for r in v) for k, v in data.items()}
+    return {str(k): _group_ranks(v, path, k) for k, v in data.items()}
+
+
+#: ranks are int32 on the wire (`comm_src`, `comm_dst`)
+MAX_RANK = 2**31 - 1
+
+
+def _group_ranks(members, path, key) -> tuple[int, ...]:
+    """A group's member list, checked: distinct ranks, each an integer in 0..MAX_RANK."""
+    if not isinstance(members, list):
+        raise InputError(f'{path}: group "{key}": expected a list of ranks, not {type(members).__name__}')
+    for m in members:
+        if type(m) is not int or not 0 <= m <= MAX_RANK:
+            raise InputError(f'{path}: group "{key}": member {m!r} is not a rank (an integer 0..{MAX_RANK})')
+    if len(set(members)) != len(members):
+        twice = sorted({m for m in members if members.count(m) > 1})
+        raise InputError(f'{path}: group "{key}": rank {twice[0]} listed twice')
+    return tuple(members)
 
 
 def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:

@@ -37,3 +37,20 @@ def test_a_bug_is_one_line_that_says_so_with_the_traceback_on_request(shared_fix
     monkeypatch.setenv("CHAKRA_TOOLS_DEBUG", "1")
     res = runner.invoke(visualize_app, ["summary", path])
     assert isinstance(res.exception, KeyError)  # raised through: the traceback is shown
+
+
+def test_a_comm_group_file_with_a_member_that_is_not_a_rank_is_refused_by_every_command(shared_fixtures, tmp_path):
+    import json
+    import shutil
+
+    from chakra_tools.cli.validate import app as validate_app
+
+    src = shared_fixtures / "astra-sim" / "all_reduce_4npus_1MB"
+    shutil.copytree(src, tmp_path / "set")
+    for members, says in (([0, 1, "x", 3], "member 'x' is not a rank"), ([0, 1, 2**40], "member 1099511627776"),
+                          ([0, 1, 1, 3], "rank 1 listed twice"), ({"a": 1}, "expected a list of ranks")):
+        (tmp_path / "set" / "comm_group.json").write_text(json.dumps({"1": members}))
+        for app, args in ((validate_app, []), (replay_app, [])):
+            res = runner.invoke(app, [*args, str(tmp_path / "set")])
+            assert res.exit_code == 2, (members, res.output)
+            assert says in res.output and "comm_group.json" in res.output and "Traceback" not in res.output
