@@ -43,12 +43,14 @@ from typing import Iterable, Iterator
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
 from chakra_tools.core.etio import (LEGACY_SNIFF, iter_frames, looks_like_metadata, metadata_from_pb,
                                     node_from_pb, open_binary)
-from chakra_tools.core.model import Metadata, Node
+from chakra_tools.core.model import Metadata, Node, NodeType
 from chakra_tools.core.schema import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
 
 from .info import NodeInfo, node_info
+
+_MAX_TYPE = max(NodeType)
 
 DEFAULT_WINDOW = 1 << 16
 #: ids below this are remembered in a bitmap (1 bit each); larger ids in a set.
@@ -188,6 +190,8 @@ class ETFeeder:
         except DecodeError as e:
             raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}") from None
         nid = m.id
+        if not 0 <= m.type <= _MAX_TYPE:  # as Graph.read refuses it: no simulator can run it
+            raise TraceReadError(self.path, offset, f"node {nid} has unknown node type {m.type}")
         self.nodes_read += 1
         loaded, finished = self._loaded, self._finished
         if nid in loaded or nid in finished:

@@ -73,7 +73,7 @@ class ReplayResult:
     def __init__(self, record_events: bool = True):
         self.record_events = record_events
         self.ev_rank = array("q")
-        self.ev_node = array("q")
+        self.ev_node = array("Q")  # node ids are uint64
         self.ev_type = array("b")
         self.ev_lane = array("b")
         self.ev_start = array("q")

@@ -54,3 +54,24 @@ def test_a_comm_group_file_with_a_member_that_is_not_a_rank_is_refused_by_every_
             res = runner.invoke(app, [*args, str(tmp_path / "set")])
             assert res.exit_code == 2, (members, res.output)
             assert says in res.output and "comm_group.json" in res.output and "Traceback" not in res.output
+
+
+def test_a_node_of_an_unknown_type_is_refused_by_the_replay_as_by_the_reader(tmp_path):
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    from chakra_tools.core.etio import iter_frames, write_trace
+    from chakra_tools.core.model import Node, NodeType, make_attrs
+    from chakra_tools.core.schema import et_def_pb2 as pb
+
+    path = tmp_path / "t.0.et"
+    write_trace(path, [Node(1, "a", NodeType.COMP_NODE, duration_micros=5, attrs=make_attrs(is_cpu_op=False)),
+                       Node(2, "b", NodeType.COMP_NODE, (1,), duration_micros=5)])
+    with open(path, "rb") as f:
+        frames = [b for _, b in iter_frames(f)]
+    node = pb.Node.FromString(frames[2])
+    node.type = 8  # proto3 keeps an enum value it does not know
+    frames[2] = node.SerializeToString()
+    path.write_bytes(b"".join(_VarintBytes(len(b)) + b for b in frames))
+    for args in ([], ["--no-validate"]):
+        res = runner.invoke(replay_app, [str(tmp_path), *args])
+        assert res.exit_code == 2 and "node 2 has unknown node type 8" in res.output, res.output

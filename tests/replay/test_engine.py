@@ -237,3 +237,9 @@ def test_a_timing_policy_of_ones_own_drives_the_same_kernel(tmp_path):
 
     be = backend(ring_net(2))
     assert collective_ns(TenTimesSlowerNetwork(be)) == 10 * collective_ns(Modelled(be)) > 0
+
+
+def test_node_ids_use_the_whole_uint64_range(tmp_path):
+    big = 2**63 + 5  # legal on the wire (uint64), beyond a signed 64-bit array
+    r = run(tmp_path, {0: [comp(big, us=3), comp(big + 1, us=2, deps=(big,))]})
+    assert [(e["node_id"], e["end_ns"]) for e in r.to_dict()["events"]] == [(big, 3000), (big + 1, 5000)]
