@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chakra_tools.core.errors import ChakraToolsError, TraceReadError
-from chakra_tools.core.etio import TraceReader, node_from_pb, write_trace
+from chakra_tools.core.etio import LEGACY_SNIFF, TraceReader, node_from_pb, write_trace
 from chakra_tools.core.schema import et_def_pb2 as pb
 
 from et_strategies import frames, node_lists, split_frames
@@ -75,15 +75,27 @@ def same(a: list, b: list) -> bool:
 
 def oracle(data: bytes, metadata_present: bool):
     """What the bytes say, decoded without our reader: ("nodes", [...]) or ("error", offset) where
-    offset is the first message that does not decode or, before that, where the framing breaks."""
+    offset is the first message that does not decode, or has the legacy layout among the first
+    LEGACY_SNIFF nodes (docs/format.md, Legacy files), or, before that, where the framing breaks."""
     fr, broken = split_frames(data)
     out = []
-    for offset, body in fr[1:] if metadata_present else fr:
+    for k, (offset, body) in enumerate(fr[1:] if metadata_present else fr):
         try:
-            out.append(node_from_pb(pb.Node.FromString(body)))
+            m = pb.Node.FromString(body)
+            out.append(node_from_pb(m))
         except (DecodeError, ValueError):
             return "error", offset
+        if k < LEGACY_SNIFF and _legacy_layout(m):
+            return "error", offset
     return ("nodes", out) if broken is None else ("error", broken)
+
+
+def _legacy_layout(m) -> bool:
+    """Fields today's Node does not have, as the legacy (proto2-era) Node had them: strings in
+    6 and 7, attributes in 11 (protobuf keeps them as unknown fields)."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    return any(f.field_number in (6, 7, 11) and f.wire_type == 2 for f in UnknownFieldSet(m))
 
 
 @PROPS
