@@ -10,7 +10,10 @@ the edge, in `to_networkx()`.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,6 +201,20 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
     return tuple(members)
 
 
+def _remove_stale(out: Path, prefix: str, written: list[Path]) -> None:
+    """Rank files of `prefix` in `out` that this write did not make, and a comm_group.json it did
+    not write when every rank file in `out` is of `prefix`."""
+    keep = set(written)
+    ours = [p for p in out.iterdir() if (m := RANK_FILE.match(p.name)) and m.group("prefix") == prefix]
+    others = [p for p in out.iterdir() if (m := RANK_FILE.match(p.name)) and m.group("prefix") != prefix]
+    for p in ours:
+        if p not in keep:
+            p.unlink()
+    groups = out / "comm_group.json"
+    if groups not in keep and not others and groups.exists():
+        groups.unlink()
+
+
 def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:
     from .etio import atomic_output
 
@@ -280,22 +297,37 @@ class RankSet:
               compress: bool = False) -> list[Path]:
         """Write `<out_dir>/<prefix>.<rank>.et` for each rank and `comm_group.json` if any groups.
 
-        All or nothing: if one rank fails, the files already written by this call are removed.
+        All or nothing: the files are written into a staging folder inside `out_dir` and moved into
+        place only once every one is written, so a failure leaves what was there before untouched
+        (and no folder this call created). Then what an earlier set of the same prefix left is
+        removed: its other ranks, and a comm_group.json this set does not have when no other rank
+        set shares the folder (a reader would take them as this set's).
         """
         out = Path(out_dir)
+        created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
         out.mkdir(parents=True, exist_ok=True)
         prefix = prefix or self.prefix
-        written: list[Path] = []
+        stage = Path(tempfile.mkdtemp(prefix=".writing-", dir=out))
         try:
+            names = []
             for r in self.ranks:
-                path = out / f"{prefix}.{r}.et{'.gz' if compress else ''}"
-                self.graphs[r].write(path, compress=compress)
-                written.append(path)
+                names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
+                self.graphs[r].write(stage / names[-1], compress=compress)
             if self.comm_groups:
-                write_comm_groups(out / "comm_group.json", self.comm_groups)
-                written.append(out / "comm_group.json")
-        except BaseException:
-            for p in written:
-                p.unlink(missing_ok=True)
+                names.append("comm_group.json")
+                write_comm_groups(stage / names[-1], self.comm_groups)
+            written = []
+            for name in names:
+                os.replace(stage / name, out / name)
+                written.append(out / name)
+        except BaseException as e:
+            shutil.rmtree(stage, ignore_errors=True)
+            for d in created:
+                if not any(d.iterdir()):
+                    d.rmdir()
+            if isinstance(e, ChakraToolsError):  # name the file the user asked for, not the stage
+                e.message = e.message.replace(str(stage), str(out))
             raise
+        stage.rmdir()
+        _remove_stale(out, prefix, written)
         return written
