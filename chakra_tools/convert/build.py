@@ -226,6 +226,8 @@ class Builder:
         rec.attrs["is_cpu_op"] = False
         if rec.stream is not None:
             rec.attrs["stream"] = int(rec.stream)
+        elif not nccl:
+            self._worker_lane(rec, op, ev)
         blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
                                  or self._returned_after(call, op, ev))
         self._chain(rec, op.tid, blocking=blocking)
@@ -240,6 +242,16 @@ class Builder:
         collective whose `wait_tensor` ran inside it) blocks its thread all the same."""
         by_id = self.host_by_id
         return any(m in by_id and by_id[m].name.endswith("wait_tensor") for m in call.members)
+
+    def _worker_lane(self, rec: Rec, op: HostOp, ev: Event | None) -> None:
+        """A call whose backend op ran on another thread (gloo's worker threads, two by default,
+        each running one collective at a time) gets that thread as its `stream`: `--lanes
+        stream` then runs it on that worker's lane, so two asynchronous collectives (DDP's
+        buckets) overlap as they did, instead of queueing on one comm lane."""
+        call_ev = self.lk.op_event.get(op.id)
+        if ev is not None and call_ev is not None and ev is not call_ev and ev.tid != call_ev.tid \
+                and type(ev.tid) is int:
+            rec.attrs["stream"] = ev.tid
 
     def _returned_after(self, call: CommCall, op: HostOp, ev: Event | None) -> bool:
         """An asynchronous call that returned only once its backend op had ended (gloo queued it

@@ -183,3 +183,28 @@ def test_an_async_call_that_returned_after_its_work_blocked_its_thread(tmp_path)
     coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
     nxt = next(n for n in g if n.name.startswith("Optimizer.zero_grad"))
     assert coll.id in nxt.data_deps
+
+
+def test_a_collective_on_a_worker_thread_runs_on_that_workers_lane(tmp_path):
+    """Two bucket all-reduces (async) that gloo ran on its two worker threads at once, and a
+    synchronous send whose backend op is the caller's: the collectives carry their worker as
+    `stream` (trace-replay --lanes stream gives each its lane), the send none."""
+    send = format_annotation({"op": "send", "api": "send", "pg": "0", "pg_ranks": [0, 1], "async": False,
+                              "seq": 2, "in_bytes": 64, "out_bytes": 64, "dtype": "float32",
+                              "elem_bytes": 4, "rank": 0, "peer": 1, "tag": 0})
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_reduce", True), 2), _node(4, "c10d::allreduce_", 3, [[BUCKET]]),
+             _node(5, "gloo:all_reduce", 4, [BUCKET]),
+             _node(6, _annotation("all_reduce", True), 2), _node(7, "c10d::allreduce_", 6, [[BUCKET]]),
+             _node(8, "gloo:all_reduce", 7, [BUCKET]),
+             _node(9, send, 2), _node(10, "c10d::send", 9, [[BUCKET]]), _node(11, "gloo:send", 9, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 2000), _event(3, nodes[2]["name"], 10, 20),
+              _event(4, "c10d::allreduce_", 12, 15), _event(5, "gloo:all_reduce", 25, 900, tid=201),
+              _event(6, nodes[5]["name"], 40, 20), _event(7, "c10d::allreduce_", 42, 15),
+              _event(8, "gloo:all_reduce", 50, 800, tid=202), _event(9, send, 1000, 100),
+              _event(10, "c10d::send", 1005, 40), _event(11, "gloo:send", 1050, 40)]
+    g = _convert(tmp_path, nodes, events)
+    streams = [(n.type, n.attrs["stream"].value if "stream" in n.attrs else None)
+               for n in g if n.type in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)]
+    assert streams == [(NodeType.COMM_COLL_NODE, 201), (NodeType.COMM_COLL_NODE, 202),
+                       (NodeType.COMM_SEND_NODE, None)]
