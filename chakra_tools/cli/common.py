@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import click
 import typer
+from typer.exceptions import TyperException
 
 from chakra_tools.core.errors import ChakraToolsError
 
@@ -46,8 +47,8 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
-        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
-            raise
+        except (typer.Exit, typer.Abort, TyperException, click.exceptions.ClickException):
+            raise  # typer's own: usage errors print as such
         except OSError as e:
             typer.echo(f"error: {os_error_text(e)}", err=True)
             raise typer.Exit(2) from None

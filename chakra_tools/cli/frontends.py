@@ -26,7 +26,7 @@ def _dims(text: Optional[str]) -> Optional[tuple[int, ...]]:
 def _write(rankset, out: Path, prefix: str, as_json: bool, extra: dict) -> None:
     from chakra_tools.frontends import describe
 
-    rankset.write(out, prefix)
+    rankset.write(out, prefix, record_world=True)
     info = {"out": str(out), "prefix": prefix, **describe(rankset), **extra}
     if as_json:
         print_json(info)

@@ -150,7 +150,7 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
         _adapt(rankset, target)
     if check:
         _check(rankset, diags, force, target)
-    files = rankset.write(out_dir, prefix) if out_dir is not None else []
+    files = rankset.write(out_dir, prefix, record_world=True) if out_dir is not None else []
     return ConvertReport(files, rankset, diags, {r.rank: r.stats for r in results})
 
 

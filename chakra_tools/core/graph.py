@@ -23,7 +23,7 @@ from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
 from .files import read_json
-from .model import Metadata, Node
+from .model import Metadata, Node, make_attr
 
 RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
 
@@ -69,8 +69,14 @@ class Graph:
         g._note_dependency_quirks()
         return g
 
-    def write(self, path: str | Path, *, compress: bool | None = None) -> int:
-        with TraceWriter(path, self.metadata, compress=compress) as w:
+    def write(self, path: str | Path, *, compress: bool | None = None,
+              world_size: int | None = None) -> int:
+        """Write the rank's file; `world_size` (a rank set's count of ranks) goes into its
+        GlobalMetadata, so that a reader can tell a rank that went missing from the set."""
+        meta = self.metadata
+        if world_size is not None:
+            meta = Metadata(meta.version or "0.0.4", {**meta.attrs, "world_size": make_attr("world_size", world_size)})
+        with TraceWriter(path, meta, compress=compress) as w:
             w.write_all(list(self.nodes.values()))
         return w.count
 
@@ -294,7 +300,7 @@ class RankSet:
         return self.comm_groups[pg_name]
 
     def write(self, out_dir: str | Path, prefix: str | None = None, *,
-              compress: bool = False) -> list[Path]:
+              compress: bool = False, record_world: bool = False) -> list[Path]:
         """Write `<out_dir>/<prefix>.<rank>.et` for each rank and `comm_group.json` if any groups.
 
         All or nothing: the files are written into a staging folder inside `out_dir` and moved into
@@ -302,6 +308,10 @@ class RankSet:
         (and no folder this call created). Then what an earlier set of the same prefix left is
         removed: its other ranks, and a comm_group.json this set does not have when no other rank
         set shares the folder (a reader would take them as this set's).
+
+        `record_world` (what converters and generators pass) keeps the number of ranks in every
+        rank's GlobalMetadata (`world_size`, when the ranks are 0..n-1), so that validation can
+        name a rank file that goes missing; off, the files are written exactly as the graphs say.
         """
         out = Path(out_dir)
         created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
@@ -310,9 +320,11 @@ class RankSet:
         stage = Path(tempfile.mkdtemp(prefix=".writing-", dir=out))
         try:
             names = []
+            whole = record_world and self.ranks == list(range(len(self.ranks)))
             for r in self.ranks:
                 names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
-                self.graphs[r].write(stage / names[-1], compress=compress)
+                self.graphs[r].write(stage / names[-1], compress=compress,
+                                     world_size=len(self.ranks) if whole else None)
             if self.comm_groups:
                 names.append("comm_group.json")
                 write_comm_groups(stage / names[-1], self.comm_groups)

@@ -267,6 +267,7 @@ class RankScan:
     rank: int | None
     file: str | None
     nodes: int = 0
+    world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
     collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
     sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
@@ -503,7 +504,27 @@ class ValidationReport:
         }
 
 
+def check_missing_ranks(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
+    """Ranks the set was written with (GlobalMetadata `world_size`) that have no file: a rank
+    removed, or what a write killed half way left."""
+    declared = max((s.world_size for s in scans.values() if s.world_size), default=None)
+    if declared is None:
+        return
+    missing = [r for r in range(declared) if r not in scans]
+    if missing:
+        r = min(scans)
+        out.add(Diagnostic("error", "missing-ranks",
+                           f"the rank set was written with {declared} ranks; {len(missing)} have no file "
+                           f"{_ranks_text(missing)}", file=scans[r].file, rank=r))
+
+
+def _world_size(meta) -> int | None:
+    a = meta.attrs.get("world_size") if meta is not None else None
+    return a.value if a is not None and type(a.value) is int and a.value > 0 else None
+
+
 def _cross_rank(scans: dict[int, RankScan], comm_groups, out: Diagnostics) -> None:
+    check_missing_ranks(scans, out)
     check_absent_ranks(scans, comm_groups or {}, out)
     if len(scans) > 1:
         check_collective_sequences(scans, comm_groups or {}, out)
@@ -529,6 +550,7 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
         scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
                                 target=target)
+        scans[rank].world_size = _world_size(reader.metadata)
     _cross_rank(scans, groups, out)
     return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()))
 
@@ -552,5 +574,6 @@ def validate_rankset(rankset: RankSet, *, target: str | None = None) -> list[Dia
         nodes = list(g) + g.duplicates
         scans[g.rank] = scan_rank(nodes, rank=g.rank, file=g.source, comm_groups=groups, out=out,
                                   again=functools.partial(iter, nodes), graph=g, target=target)
+        scans[g.rank].world_size = _world_size(g.metadata)
     _cross_rank(scans, groups, out)
     return list(out)

@@ -41,3 +41,15 @@ def test_a_failed_write_leaves_the_previous_set_untouched_and_no_new_folder(tmp_
     with pytest.raises(TraceWriteError):
         rankset(3, bad_rank=2).write(tmp_path / "new" / "deeper", "trace")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_rank_that_went_missing_from_a_written_set_is_an_error(tmp_path):
+    from chakra_tools.core.validate import validate_path
+
+    rankset(8).write(tmp_path, "trace", record_world=True)
+    assert not validate_path(tmp_path).errors
+    (tmp_path / "trace.6.et").unlink()
+    (tmp_path / "trace.3.et").unlink()
+    errors = validate_path(tmp_path).errors
+    assert [e.code for e in errors] == ["missing-ranks"]
+    assert "written with 8 ranks; 2 have no file [3, 6]" in str(errors[0])
