@@ -71,7 +71,8 @@ def compare_with_manifest(result: dict, manifest: str | Path | dict | RunManifes
         rows.append({"rank": rank, "steps": len(steps) or 1, "measured_ns": round(measured),
                      "predicted_ns": round(predicted), "error": round((predicted - measured) / measured, 6)})
     if not rows:
-        raise InputError("manifest has no rank with step_times_ns matching the replayed ranks")
+        raise InputError(f"{man.source}: no rank with step_times_ns among the replayed ranks "
+                         f"({', '.join(map(str, sorted(finish)))})")
     mean_abs = sum(abs(r["error"]) for r in rows) / len(rows)
     steps = max(r["steps"] for r in rows)
     measured = sum(r["measured_ns"] for r in rows) / len(rows)
