@@ -4,10 +4,8 @@ Every node runs on a *lane* of its rank (ASTRA-sim's resources: one host thread,
 queue, one communication queue; receives, memory and metadata apart), and each lane holds one
 *class of work*, which is what a breakdown counts (host, compute, comm, memory, other).
 
-`is_cpu_op` decides host against device compute. A node without the attribute is a host op by
-the contract (REFERENCE §1, and what Chakra's feeder reads: `IS_CPU_OP_DEFAULT`); a drawing of a
-generated workload may prefer to read it as device compute (`missing_is_host=False`), since
-generators that omit it mean GPU kernels.
+`is_cpu_op` decides host against device compute; a node without it is GPU work, as both Chakra
+feeders (and so ASTRA-sim) read it (`IS_CPU_OP_DEFAULT`).
 
 >>> from chakra_tools.core.model import NodeType
 >>> LANES[lane_of(NodeType.COMP_NODE, False)], LANES[lane_of(NodeType.COMM_RECV_NODE, None)]
@@ -31,13 +29,12 @@ _COMP, _COLL, _SEND, _RECV = (int(NodeType.COMP_NODE), int(NodeType.COMM_COLL_NO
 _MEMS = (int(NodeType.MEM_LOAD_NODE), int(NodeType.MEM_STORE_NODE))
 
 
-def lane_of(node_type: int, is_cpu_op: bool | None, *, missing_is_host: bool = IS_CPU_OP_DEFAULT) -> int:
+def lane_of(node_type: int, is_cpu_op: bool | None) -> int:
     """The lane (an index into `LANES`) of a node of `node_type` whose `is_cpu_op` is given
     (None: the trace says nothing)."""
     t = node_type
     if t == _COMP:
-        host = missing_is_host if is_cpu_op is None else is_cpu_op
-        return HOST if host else COMPUTE
+        return HOST if (IS_CPU_OP_DEFAULT if is_cpu_op is None else is_cpu_op) else COMPUTE
     if t == _COLL or t == _SEND:
         return COMM
     if t == _RECV:

@@ -74,8 +74,9 @@ SCALAR_KINDS = (
 LIST_KINDS = tuple(k[: -len("_val")] + "_list" for k in SCALAR_KINDS)
 INTEGER_KINDS = frozenset(k for k in SCALAR_KINDS if "int" in k or "fixed" in k)
 
-#: Chakra's feeders (and so ASTRA-sim) treat a node without `is_cpu_op` as a host op.
-IS_CPU_OP_DEFAULT = True
+#: Chakra's feeders (FeederV3's `REGISTER_ATTR_WITH_DEFAULT(is_cpu_op, false)`, and the older
+#: feeder's `is_cpu_op_ = 0`), and so ASTRA-sim, run a node without `is_cpu_op` as GPU work.
+IS_CPU_OP_DEFAULT = False
 
 #: The de-facto attribute contract (REFERENCE §1): name -> the exact oneof kind readers expect.
 CONTRACT: Mapping[str, str] = MappingProxyType({

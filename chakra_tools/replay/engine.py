@@ -180,6 +180,8 @@ class Replayer:
         caps = res.caps()
         self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream") for r, f in sorted(feeders.items())}
         self.groups = {str(k): tuple(sorted(v)) for k, v in (groups or {}).items()}
+        self._group_file = bool(self.groups)  # without one, each unknown pg_name is every rank
+        self._assumed_world: list[tuple[str, int, int]] = []  # (pg_name, rank, node) first seen
         self.world = tuple(sorted(feeders))
         self.diagnostics = Diagnostics()
         self.result = ReplayResult(record_events=record_events)
@@ -219,6 +221,10 @@ class Replayer:
             if not self._unstick():
                 break
         self._check_done()
+        if self._assumed_world:
+            pg, rank, nid = self._assumed_world[0]
+            names = ", ".join(repr(p) for p, _, _ in self._assumed_world)
+            self._warn("unknown-pg", f"no comm-group file: pg_name {names} taken as every rank", rank, nid)
         self.result.finalize(self.world, self.timing.describe(), self.diagnostics,
                              {r: ns for r, ns in begins.items() if ns})
         return self.result
@@ -332,12 +338,11 @@ class Replayer:
         pg = info.pg_name
         group = self.groups.get(pg)
         if group is None:
-            if pg not in ("", "0") and self.groups:
+            if pg not in ("", "0") and self._group_file:
                 raise InputError(f"rank {r.rank}: node {nid} ({info.name!r}): pg_name {pg!r} is not "
                                  f"in the comm-group file (groups: {', '.join(sorted(self.groups))})")
-            if pg not in ("", "0"):
-                self._warn("unknown-pg", f"pg_name {pg!r} without a comm-group file: assumed to be "
-                           "every rank", r.rank, nid)
+            if pg not in ("", "0"):  # no file: every group is every rank, said once at the end
+                self._assumed_world.append((pg, r.rank, nid))
                 self.groups[pg] = self.world
             group = self.world
         if r.rank not in group:

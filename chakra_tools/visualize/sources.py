@@ -74,12 +74,8 @@ def load_events(path: str | Path, *, rankset: RankSet | None = None,
 # --------------------------------------------------------------------------------------------
 
 def node_kind(node: Node) -> str:
-    """host, compute or comm (core.lanes). Only an explicit `is_cpu_op: true` makes a host op:
-    generators that omit the attribute mean device compute (the contract's default is for the
-    feeder)."""
-    a = node.attrs.get("is_cpu_op")
-    explicit = bool(a.value) if a is not None and a.kind == "bool_val" else None
-    return DRAWN_KIND[WORK[LANES[lane_of(node.type, explicit, missing_is_host=False)]]]
+    """host, compute or comm (core.lanes: a node without `is_cpu_op` is device compute)."""
+    return DRAWN_KIND[WORK[LANES[lane_of(node.type, node.is_cpu_op)]]]
 
 
 def node_lane(node: Node, kind: str) -> str:

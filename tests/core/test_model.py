@@ -64,16 +64,17 @@ def test_format_bytes_boundaries():
 
 def test_accessors_apply_the_contract_defaults():
     n = Node(1, "c", T.COMP_NODE)
-    assert (n.is_cpu_op, n.num_ops, n.tensor_size, n.comm_size, n.comm_type, n.pg_name) == (True, 0, 0, 0, None, "")
+    # is_cpu_op absent: GPU work, as both Chakra feeders (and so ASTRA-sim) read it
+    assert (n.is_cpu_op, n.num_ops, n.tensor_size, n.comm_size, n.comm_type, n.pg_name) == (False, 0, 0, 0, None, "")
     assert n.comm_src is None and n.involved_dim is None and n.comm_priority == 0
 
 
 def test_accessors_read_any_integer_kind_but_only_the_right_other_kinds():
     n = Node(1, "c", T.COMM_COLL_NODE, attrs={
         "comm_size": Attr("uint32_val", 64), "comm_type": Attr("int32_val", 2),
-        "is_cpu_op": Attr("int64_val", 0), "pg_name": Attr("int64_val", 3)})
+        "is_cpu_op": Attr("int64_val", 1), "pg_name": Attr("int64_val", 3)})
     assert n.comm_size == 64 and n.comm_type is CommType.ALL_GATHER
-    assert n.is_cpu_op is True  # not a bool_val: the contract's default, as Chakra's feeder does
+    assert n.is_cpu_op is False  # not a bool_val: the contract's default, as Chakra's feeder does
     assert n.pg_name == ""
 
 

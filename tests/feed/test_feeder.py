@@ -114,7 +114,7 @@ def test_typed_accessors_apply_the_contract_defaults(tmp_path):
     ]
     f = ETFeeder(_write(tmp_path, nodes))
     c, k, s = f.info(1), f.info(2), f.info(3)
-    assert (c.comm_type, c.comm_size, c.is_cpu_op) == (CommType.ALL_REDUCE, 4096, True)
+    assert (c.comm_type, c.comm_size, c.is_cpu_op) == (CommType.ALL_REDUCE, 4096, False)
     assert (k.num_ops, k.tensor_size, k.comm_type) == (10, 20, None)
     assert (s.comm_dst, s.comm_tag, s.pg_name, s.is_cpu_op, s.involved_dim) == (1, 7, "2", False, (True, False))
     assert s.comm_src is None

@@ -243,3 +243,22 @@ def test_node_ids_use_the_whole_uint64_range(tmp_path):
     big = 2**63 + 5  # legal on the wire (uint64), beyond a signed 64-bit array
     r = run(tmp_path, {0: [comp(big, us=3), comp(big + 1, us=2, deps=(big,))]})
     assert [(e["node_id"], e["end_ns"]) for e in r.to_dict()["events"]] == [(big, 3000), (big + 1, 5000)]
+
+
+def test_without_a_comm_group_file_every_unknown_group_is_every_rank_said_once(tmp_path):
+    ranks = {r: [coll(1, 4096, pg="1.0"), coll(2, 4096, deps=(1,), pg="2.0")] for r in (0, 1)}
+    result = run(tmp_path, ranks)
+    assert len(result.collectives) == 2
+    (warning,) = [d for d in result.diagnostics if d.code == "unknown-pg"]
+    assert "pg_name '1.0', '2.0' taken as every rank" in warning.message
+
+
+def test_a_compute_node_without_is_cpu_op_is_gpu_work_as_in_astra_sim(tmp_path):
+    """Two independent 10 µs nodes, one without the attribute: both on the one GPU compute
+    queue, 20,000 ns (ASTRA-sim's figure), not side by side on host and GPU."""
+    from chakra_tools.core.model import Node, NodeType
+
+    bare = Node(1, "bare", NodeType.COMP_NODE, duration_micros=10)  # no is_cpu_op at all
+    r = run(tmp_path, {0: [bare, comp(2, us=10)]})
+    assert r.makespan_ns == 20_000
+    assert {e["lane"] for e in r.to_dict()["events"]} == {"compute"}
