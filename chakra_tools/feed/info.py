@@ -3,7 +3,8 @@
 Building a full `core.model.Node` (every attribute, inputs, outputs) costs about ten times the
 protobuf decode itself; a replayer that touches every node of a multi-million-node trace needs
 only the type, the duration and the contract attributes. `node_info()` reads exactly those, with
-the contract's defaults (REFERENCE §1): a missing `is_cpu_op` means GPU work (as both Chakra feeders read it), a COMM_COLL node without `comm_type` is an ALL_REDUCE (the proto3 default), and any
+the contract's defaults (REFERENCE §1): a missing `is_cpu_op` means GPU work (as both Chakra
+feeders read it), a COMM_COLL node without `comm_type` is an ALL_REDUCE (the proto3 default), and any
 integer kind is accepted where the contract names one (old generators wrote int32 or uint64).
 """
 
