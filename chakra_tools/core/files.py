@@ -7,6 +7,7 @@ file or a syntax error, so they read through here.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,13 @@ from .errors import InputError
 def read_json(path: str | Path, *, expect: type | None = dict, what: str = "a JSON object") -> Any:
     """The parsed document; InputError for a missing file, bad JSON (with its line) or a document
     that is not of type `expect`."""
+    text = _read_text(path)
     try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON: {e.msg}") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not a text file ({e.reason})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read (over {sys.getrecursionlimit()} levels)") from None
     if expect is not None and not isinstance(doc, expect):
         raise InputError(f"{path}: expected {what}")
     return doc
@@ -33,13 +33,31 @@ def read_yaml_mapping(path: str | Path, *, what: str = "a mapping of settings") 
     """A YAML file that must hold a mapping (an empty file is an empty mapping)."""
     import yaml
 
+    text = _read_text(path)
     try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML: {e}") from None
+        doc = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise InputError(f"{path}: {where}not valid YAML: {e.problem or e.context}") from None
+    except (yaml.YAMLError, ValueError, OverflowError) as e:  # ValueError: e.g. a date 2024-13-45
+        raise InputError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read (over {sys.getrecursionlimit()} levels)") from None
     doc = {} if doc is None else doc
     if not isinstance(doc, dict):
         raise InputError(f"{path}: expected {what}")
     return doc
+
+
+def _read_text(path: str | Path) -> str:
+    """The file's text (UTF-8); InputError for a missing or unreadable file or other bytes."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
