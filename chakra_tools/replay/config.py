@@ -20,6 +20,7 @@ Unknown keys are kept in `extra` and ignored; missing keys take ASTRA-sim's defa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -136,33 +137,89 @@ def _as_list(v: Any, n: int | None = None) -> list:
     return items * n if n and len(items) == 1 and n > 1 else items
 
 
+#: the ranges a value may take where it enters: wide enough for any real system, narrow enough
+#: that the replayer's integer nanoseconds and per-chunk loops stay finite
+MAX_NS = 10**12  # 1,000 s: a latency or delay
+MAX_RATE = 10**9  # GB/s or TFLOP/s
+MIN_BANDWIDTH = 1e-3  # GB/s (1 MB/s)
+MAX_NPUS = 1 << 20  # per dimension, and in all
+MAX_CHUNKS = 1024  # preferred-dataset-splits, active-chunks-per-dimension
+
+
+#: a number written as text: PyYAML reads `1e3` (no dot) as a string, ASTRA-sim's reader as 1000
+_NUMBER_TEXT = re.compile(r"\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*")
+
+
+def _int(v: Any, where: str, key: str, lo: int, hi: int) -> int:
+    """An integer (an integral float too, as YAML and JSON writers give them) in [lo, hi]."""
+    if isinstance(v, str) and _NUMBER_TEXT.fullmatch(v):
+        v = float(v) if any(c in v for c in ".eE") else int(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
+        v = int(v)
+    if type(v) is not int:
+        raise InputError(f"{where}: {key} is {_show(v)}, not an integer")
+    if not lo <= v <= hi:
+        raise InputError(f"{where}: {key} is {v}, outside {lo}..{hi}")
+    return v
+
+
+def _num(v: Any, where: str, key: str, lo: float, hi: float) -> float:
+    """A finite number in [lo, hi] (booleans are not numbers here)."""
+    if isinstance(v, str) and _NUMBER_TEXT.fullmatch(v):
+        v = float(v)
+    if type(v) not in (int, float):
+        raise InputError(f"{where}: {key} is {_show(v)}, not a number")
+    if not lo <= v <= hi:  # NaN fails both comparisons
+        raise InputError(f"{where}: {key} is {v}, outside {lo:g}..{hi:g}")
+    return float(v)
+
+
+def _flag(v: Any, where: str, key: str) -> bool:
+    if v in (0, 1) and type(v) in (bool, int):
+        return bool(v)
+    raise InputError(f"{where}: {key} is {_show(v)}, not true/false or 0/1")
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def network_from_dict(doc: dict, source: str | None = None) -> NetworkConfig:
-    """Build a `NetworkConfig` from the YAML's mapping; raises InputError naming the bad key."""
+    """Build a `NetworkConfig` from the YAML's mapping; raises InputError naming the bad key.
+
+    >>> network_from_dict({"topology": ["Ring"], "npus_count": [4], "bandwidth": [50], "latency": [500]}).npus
+    4
+    >>> network_from_dict({"topology": ["Ring"], "npus_count": ["four"], "bandwidth": [50], "latency": [500]}, "n.yml")
+    Traceback (most recent call last):
+    chakra_tools.core.errors.InputError: n.yml: npus_count[0] is 'four', not an integer
+    """
     where = source or "network config"
-    try:
-        topo = _as_list(doc["topology"])
-        n = len(topo)
-        npus = [int(x) for x in _as_list(doc["npus_count"], n)]
-        bw = [float(x) for x in _as_list(doc["bandwidth"], n)]
-        lat = [float(x) for x in _as_list(doc["latency"], n)]
-    except KeyError as e:
-        raise InputError(f"{where}: missing key {e.args[0]!r} (need topology, npus_count, "
-                         "bandwidth, latency)") from None
-    except (TypeError, ValueError) as e:
-        raise InputError(f"{where}: {e}") from None
-    offload = [bool(x) for x in _as_list(doc.get("in_network_offload", False), n)]
-    if not (len(npus) == len(bw) == len(lat) == len(offload) == n):
+    missing = [k for k in ("topology", "npus_count", "bandwidth", "latency") if k not in doc]
+    if missing:
+        raise InputError(f"{where}: missing key {missing[0]!r} (need topology, npus_count, "
+                         "bandwidth, latency)")
+    topo = _as_list(doc["topology"])
+    n = len(topo)
+    columns = {k: _as_list(doc[k], n) for k in ("npus_count", "bandwidth", "latency")}
+    columns["in_network_offload"] = _as_list(doc.get("in_network_offload", False), n)
+    if n == 0 or any(len(c) != n for c in columns.values()):
         raise InputError(f"{where}: topology, npus_count, bandwidth and latency need one entry per dimension")
-    for t in topo:
-        if t not in TOPOLOGIES:
-            raise InputError(f"{where}: unknown topology {t!r}; known: {', '.join(TOPOLOGIES)}")
-    dims = tuple(Dim(t, k, b, l, o) for t, k, b, l, o in zip(topo, npus, bw, lat, offload))
-    for i, d in enumerate(dims):
-        if d.npus < 1 or d.bandwidth_gbps <= 0 or d.latency_ns < 0:
-            raise InputError(f"{where}: dimension {i}: npus_count >= 1, bandwidth > 0, latency >= 0")
+    dims = []
+    for i, t in enumerate(topo):
+        if not isinstance(t, str) or t not in TOPOLOGIES:
+            raise InputError(f"{where}: topology[{i}]: unknown topology {_show(t)}; known: {', '.join(TOPOLOGIES)}")
+        d = Dim(t, _int(columns["npus_count"][i], where, f"npus_count[{i}]", 1, MAX_NPUS),
+                _num(columns["bandwidth"][i], where, f"bandwidth[{i}]", MIN_BANDWIDTH, MAX_RATE),
+                _num(columns["latency"][i], where, f"latency[{i}]", 0, MAX_NS),
+                _flag(columns["in_network_offload"][i], where, f"in_network_offload[{i}]"))
         if d.in_network_offload and d.topology != "Switch":
             raise InputError(f"{where}: dimension {i}: in_network_offload needs a Switch")
-    return NetworkConfig(dims, source)
+        dims.append(d)
+    net = NetworkConfig(tuple(dims), source)
+    if net.npus > MAX_NPUS:
+        raise InputError(f"{where}: {net.npus} NPUs in all, more than {MAX_NPUS}")
+    return net
 
 
 def load_network(path: str | Path) -> NetworkConfig:
@@ -183,24 +240,41 @@ KNOWN_SYSTEM_KEYS = {"scheduling-policy", "endpoint-delay", "active-chunks-per-d
 
 
 def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
+    """Build a `SystemConfig` from the JSON object; raises InputError naming the file and key.
+
+    >>> system_from_dict({"preferred-dataset-splits": "four"}, "s.json")
+    Traceback (most recent call last):
+    chakra_tools.core.errors.InputError: s.json: preferred-dataset-splits is 'four', not an integer
+    """
+    where = source or "system config"
     impls = {}
     for coll in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
-        v = doc.get(f"{coll}-implementation", ["ring"])
-        impls[coll] = tuple(_as_list(v))
-        for a in impls[coll]:
-            _canonical_algorithm(str(a))
+        key = f"{coll}-implementation"
+        names = _as_list(doc.get(key, ["ring"]))
+        if not names:
+            raise InputError(f"{where}: {key} is empty: name an algorithm per dimension")
+        for i, a in enumerate(names):
+            if not isinstance(a, str):
+                raise InputError(f"{where}: {key}[{i}] is {_show(a)}, not an algorithm name")
+            try:
+                _canonical_algorithm(a)
+            except InputError as e:
+                raise e.add_context(f"{where}: {key}[{i}]") from None
+        impls[coll] = tuple(names)
     opt = doc.get("collective-optimization", "baseline")
     if opt not in ("baseline", "localBWAware"):
-        raise InputError(f"{source or 'system config'}: collective-optimization must be baseline or localBWAware")
+        raise InputError(f"{where}: collective-optimization is {_show(opt)}, not baseline or localBWAware")
+    splits = doc.get("preferred-dataset-splits", 1)
     return SystemConfig(
         implementations=impls,
-        splits=max(1, int(doc.get("preferred-dataset-splits", 1) or 1)),
-        active_chunks=max(1, int(doc.get("active-chunks-per-dimension", 1))),
-        endpoint_delay_ns=int(doc.get("endpoint-delay", 10)),
+        splits=max(1, _int(splits, where, "preferred-dataset-splits", 0, MAX_CHUNKS) if splits is not None else 1),
+        active_chunks=max(1, _int(doc.get("active-chunks-per-dimension", 1), where, "active-chunks-per-dimension",
+                                  0, MAX_CHUNKS)),
+        endpoint_delay_ns=_int(doc.get("endpoint-delay", 10), where, "endpoint-delay", 0, MAX_NS),
         collective_optimization=opt,
-        local_mem_bw_gbps=float(doc.get("local-mem-bw", 0) or 0),
-        peak_perf_tflops=float(doc.get("peak-perf", 0) or 0),
-        roofline=bool(doc.get("roofline-enabled", 0)),
+        local_mem_bw_gbps=_num(doc.get("local-mem-bw", 0) or 0, where, "local-mem-bw", 0, MAX_RATE),
+        peak_perf_tflops=_num(doc.get("peak-perf", 0) or 0, where, "peak-perf", 0, MAX_RATE),
+        roofline=_flag(doc.get("roofline-enabled", 0), where, "roofline-enabled"),
         source=source,
         extra={k: v for k, v in doc.items() if k not in KNOWN_SYSTEM_KEYS},
     )
@@ -211,16 +285,18 @@ def load_system(path: str | Path) -> SystemConfig:
 
 
 def memory_from_dict(doc: dict, source: str | None = None) -> MemoryConfig:
+    """Build a `MemoryConfig` from the JSON object; raises InputError naming the file and key."""
+    where = source or "memory config"
     mtype = doc.get("memory-type", "NO_MEMORY_EXPANSION")
-    if mtype not in MEMORY_TYPES:
-        raise InputError(f"{source or 'memory config'}: unknown memory-type {mtype!r}; known: "
-                         + ", ".join(MEMORY_TYPES))
-    bw = float(doc.get("remote-mem-bw", 0) or 0)
-    if mtype != "NO_MEMORY_EXPANSION" and bw <= 0:
-        raise InputError(f"{source or 'memory config'}: remote-mem-bw must be positive for {mtype}")
-    return MemoryConfig(mtype, float(doc.get("remote-mem-latency", 0) or 0), bw,
-                        max(1, int(doc.get("num-nodes", 1) or 1)),
-                        max(1, int(doc.get("num-npus-per-node", 1) or 1)), source)
+    if not isinstance(mtype, str) or mtype not in MEMORY_TYPES:
+        raise InputError(f"{where}: unknown memory-type {_show(mtype)}; known: " + ", ".join(MEMORY_TYPES))
+    bw = _num(doc.get("remote-mem-bw", 0) or 0, where, "remote-mem-bw", 0, MAX_RATE)
+    if mtype != "NO_MEMORY_EXPANSION" and bw < MIN_BANDWIDTH:
+        raise InputError(f"{where}: remote-mem-bw must be at least {MIN_BANDWIDTH:g} GB/s for {mtype}")
+    return MemoryConfig(mtype, _num(doc.get("remote-mem-latency", 0) or 0, where, "remote-mem-latency", 0, MAX_NS),
+                        bw, max(1, _int(doc.get("num-nodes", 1) or 1, where, "num-nodes", 0, MAX_NPUS)),
+                        max(1, _int(doc.get("num-npus-per-node", 1) or 1, where, "num-npus-per-node", 0, MAX_NPUS)),
+                        source)
 
 
 def load_memory(path: str | Path) -> MemoryConfig:
