@@ -141,13 +141,23 @@ def load_model(path: str | Path):
         raise InputError(f"{p}: not an ONNX model ({type(e).__name__}: {e})") from None
 
 
+#: The most elements a tensor may have (2**48, 256 Ti): its bytes, and the sums and FLOPs made of
+#: them, then fit the trace's 64-bit fields. A dimension beyond it is damage, not a model.
+MAX_ELEMENTS = 1 << 48
+
+
 def parameters(model) -> dict[str, Param]:
     """Every tensor that holds weights: initializers, and ConstantOfShape outputs fed by a constant
-    shape (how weight-stripped models spell a weight)."""
+    shape (how weight-stripped models spell a weight). InputError names a tensor whose shape or
+    data type no model can have."""
     onnx = require_onnx()
-    from onnx import numpy_helper
 
-    params = {t.name: Param(tuple(t.dims), t.data_type) for t in model.graph.initializer}
+    known_types = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    params = {}
+    for t in model.graph.initializer:
+        if t.data_type not in known_types:
+            raise InputError(f"initializer {t.name!r}: unknown data_type {t.data_type}")
+        params[t.name] = Param(_checked_shape(t.dims, f"initializer {t.name!r}"), t.data_type)
     inits = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type != "ConstantOfShape" or not node.input or node.input[0] not in params:
@@ -155,12 +165,37 @@ def parameters(model) -> dict[str, Param]:
         init = inits[node.input[0]]
         if init.data_location == onnx.TensorProto.EXTERNAL:
             continue
-        shape = tuple(int(v) for v in numpy_helper.to_array(init).reshape(-1))
+        shape = _checked_shape(_shape_values(init), f"initializer {init.name!r} (the shape of {node.output[0]!r})")
         value = next((a.t for a in node.attribute if a.name == "value"), None)
-        params[node.output[0]] = Param(shape, value.data_type if value is not None else 1)
+        dtype = value.data_type if value is not None else 1
+        if dtype not in known_types:
+            raise InputError(f"node {node.name or node.output[0]!r}: value of unknown data_type {dtype}")
+        params[node.output[0]] = Param(shape, dtype)
     stripped = {n.input[0] for n in model.graph.node if n.op_type == "ConstantOfShape"
                 and n.input and n.output[0] in params}
     return {k: v for k, v in params.items() if k not in stripped}
+
+
+def _shape_values(init) -> list[int]:
+    """The integers a shape tensor holds (ConstantOfShape's input: INT64 by the ONNX spec)."""
+    from onnx import numpy_helper
+
+    try:
+        values = numpy_helper.to_array(init).reshape(-1)
+    except (ValueError, KeyError, TypeError) as e:  # data that does not match dims or data_type
+        raise InputError(f"initializer {init.name!r}: its data cannot be read ({e})") from None
+    if values.dtype.kind not in "iu":
+        raise InputError(f"initializer {init.name!r}: a shape must hold integers, not {values.dtype}")
+    return [int(v) for v in values]
+
+
+def _checked_shape(dims, what: str) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise InputError(f"{what}: negative dimension in shape {list(shape)}")
+    if prod(shape) > MAX_ELEMENTS:
+        raise InputError(f"{what}: shape {list(shape)} has more than 2**48 elements")
+    return shape
 
 
 #: Ops that pass a weight through unchanged in content (a model may reshape or dequantise a

@@ -39,6 +39,11 @@ COMM_TOKENS: dict[str, tuple[CommType, ...]] = {
 }
 
 COLUMNS = 12
+#: the largest count of cycles or bytes a column may hold: it stays exact as a float and fits the
+#: trace's 64-bit fields after any unit conversion
+MAX_VALUE = 1 << 53
+#: an integer as the format writes it: ASCII digits (str.isdigit and int() also take "²" or "٣")
+_DECIMAL = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,8 @@ def parse_text_workload(text: str, source: str = "<text>") -> TextWorkload:
     if not rest:
         raise InputError(f"{source}: line {hline}: the number of layers is missing after the header")
     count_line, count_toks = rest[0]
-    if len(count_toks) != 1 or not count_toks[0].isdigit():
-        raise InputError(f"{source}: line {count_line}: expected the number of layers, "
+    if len(count_toks) != 1 or not _DECIMAL.fullmatch(count_toks[0]) or int(count_toks[0]) < 1:
+        raise InputError(f"{source}: line {count_line}: expected the number of layers (1 or more), "
                          f"got {' '.join(count_toks)!r}")
     count = int(count_toks[0])
     rows = rest[1:]
@@ -131,13 +136,13 @@ def _parse_header(tokens: list[str], source: str, line: int) -> tuple[str, dict[
                          f"expected one of {', '.join(POLICIES)}")
     options: dict[str, int] = {}
     rest = tokens[1:]
-    if policy.startswith("HYBRID_DLRM") and rest and rest[0].lstrip("-").isdigit():
+    if policy.startswith("HYBRID_DLRM") and rest and _DECIMAL.fullmatch(rest[0].lstrip("-")):
         options["DLRM_LAST_BOTTOM_LAYER"] = int(rest[0])  # ASTRA-sim 1.0's `HYBRID_DLRM 4`
         rest = rest[1:]
     i = 0
     while i < len(rest):
         key = rest[i].rstrip(":")
-        if i + 1 < len(rest) and re.fullmatch(r"-?\d+", rest[i + 1]):
+        if i + 1 < len(rest) and re.fullmatch(r"-?[0-9]{1,18}", rest[i + 1]):
             options[key] = int(rest[i + 1])
             i += 2
         else:
@@ -159,12 +164,13 @@ def _check_policy_options(wl: TextWorkload, line: int) -> None:
 
 
 def _int(tok: str, what: str, source: str, line: int) -> int:
-    try:
-        v = int(tok)
-    except ValueError:
-        raise InputError(f"{source}: line {line}: {what} must be an integer, got {tok!r}") from None
+    if not re.fullmatch(r"-?[0-9]+", tok):
+        raise InputError(f"{source}: line {line}: {what} must be an integer, got {tok!r}")
+    v = int(tok)
     if v < 0:
         raise InputError(f"{source}: line {line}: {what} must not be negative, got {v}")
+    if v > MAX_VALUE:
+        raise InputError(f"{source}: line {line}: {what} is {v}, more than 2**53")
     return v
 
 
