@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -317,6 +319,8 @@ def load(path: str | Path) -> dict:
         doc = json.loads(raw)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e}") from None
-    except (ValueError, EOFError) as e:
+    except (ValueError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: not a Chrome trace JSON file: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read (over {sys.getrecursionlimit()} levels)") from None
     return doc if isinstance(doc, dict) else {"traceEvents": doc}

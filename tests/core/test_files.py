@@ -53,3 +53,19 @@ def test_yaml_value_its_constructor_refuses(tmp_path):
     p = tmp_path / "net.yml"
     p.write_text("topology: [ Ring ]\nwhen: 2024-13-45\n")  # a date that is not one
     assert "not valid YAML" in _error(read_yaml_mapping, p)
+
+
+def test_chrome_trace_or_replay_result_deeply_nested_or_corrupt_gzip(tmp_path):
+    """What trace-visualize reads as a replay result or Chrome trace: same one-line errors."""
+    import gzip
+
+    from chakra_tools.core.chrome_trace import load
+
+    p = tmp_path / "result.json"
+    p.write_text('{"ranks": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert "nested too deeply" in _error(load, p)
+    z = bytearray(gzip.compress(b'{"traceEvents": [' + b'{"ph": "X", "ts": 1},' * 200 + b"{}]}", mtime=0))
+    z[len(z) // 2] ^= 0xFF
+    q = tmp_path / "trace.json.gz"
+    q.write_bytes(bytes(z))
+    assert "not a Chrome trace JSON file" in _error(load, q)
