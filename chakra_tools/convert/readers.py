@@ -25,6 +25,9 @@ WINDOW = 8192
 LOOKBACK = 64
 #: functional collectives return the tensor they write
 _FUNCTIONAL = ("_c10d_functional::", "c10d_functional::")
+#: ops that take a collective's output without reading its data: wrapping a functional
+#: collective's result for autograd happens at once, long before the collective ends
+_NOT_READERS = ("_c10d_functional::_wrap_tensor_autograd", "c10d_functional::_wrap_tensor_autograd")
 
 
 def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
@@ -46,7 +49,7 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
         end = min(start + WINDOW, len(ops))
         hits = text.ops_mentioning(keys, start, end) if text else range(start, end)
         reader = next((ops[i].id for i in hits if ops[i].id not in members
-                       and _reads(ops[i], keys)), None)
+                       and ops[i].name not in _NOT_READERS and _reads(ops[i], keys)), None)
         if reader is not None:
             out[c.root] = reader
     return out
