@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # the tests use only its schema bindings, framing helpers and text converter.
 REFERENCE := mlc-chakra==1.0.0
 
-.PHONY: install demo test test-all bench proto clean
+.PHONY: install demo test test-all bench fuzz proto clean
 
 install: $(STAMP)
 
@@ -35,6 +35,13 @@ test-all: install
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# The long fuzz run: 10,000 mutated inputs of every kind through the commands (docs/robustness.md);
+# `make test` runs a short one. Prints outcomes by input kind and each failure with a reproducer.
+FUZZ_SEED ?= 1
+FUZZ_COUNT ?= 10000
+fuzz: install
+	$(BIN)/python bench/fuzz.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) --keep out/fuzz --json out/fuzz/report.json
 
 proto: install
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=chakra_tools/core/schema \
