@@ -45,7 +45,7 @@ def pytorch(
     metadata_nodes: bool = typer.Option(False, "--metadata-nodes",
                                         help="Write process-group setup as a METADATA node, as older tools did (ASTRA-sim 2.0 aborts on it; default: a plain COMP node)."),
     target: Optional[str] = typer.Option(None, "--for", metavar="CONSUMER",
-                                         help="astra-sim: write collectives ASTRA-sim 2.0 cannot simulate (barrier, reduce, gather, scatter) as the nearest kind it runs, the recorded kind kept in recorded_comm_type, and validate for it (trace-validate --for)."),
+                                         help="What the output is for. By default collectives ASTRA-sim 2.0 cannot simulate (barrier, reduce, gather, scatter) are written as the nearest kind it runs, the recorded kind kept in recorded_comm_type, so ASTRA-sim runs the output unchanged. astra-sim: that, and validate for it too (its findings stop the conversion, as trace-validate --for astra-sim); exact: keep every recorded kind."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report instead of text."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no summary."),
 ) -> None:
@@ -61,13 +61,13 @@ def pytorch(
 
         trace-convert --host rank0.et.json --device rank0.kineto.json --rank 0 -o out
     """
-    from chakra_tools.convert.run import convert, inputs_from_files, inputs_from_run
+    from chakra_tools.convert.run import DEFAULT_CONSUMER, convert, inputs_from_files, inputs_from_run
     from chakra_tools.core.errors import InputError
 
     from chakra_tools.core.consumers import ADAPTERS
 
-    if target is not None and target not in ADAPTERS:
-        raise typer.BadParameter(f"unknown consumer {target!r} (known: {', '.join(sorted(ADAPTERS))})",
+    if target is not None and target != "exact" and target not in ADAPTERS:
+        raise typer.BadParameter(f"unknown consumer {target!r} (known: exact, {', '.join(sorted(ADAPTERS))})",
                                  param_hint="--for")
     if run is not None and (host or device):
         raise InputError("give a RUN_FOLDER or --host/--device traces, not both")
@@ -80,7 +80,8 @@ def pytorch(
     try:
         report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
                          scheduler=scheduler, check=check, force=force, metadata_nodes=metadata_nodes,
-                         target=target,
+                         target=None if target == "exact" else target,
+                         adapt=None if target == "exact" else DEFAULT_CONSUMER,
                          on_rank_done=lambda r: bar.update(1) if bar else None)
     finally:
         if bar:

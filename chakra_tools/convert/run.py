@@ -112,18 +112,24 @@ def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) ->
     return RunInputs(specs, source="command line")
 
 
+#: what a conversion writes for unless told otherwise: ASTRA-sim runs the output unchanged
+DEFAULT_CONSUMER = "astra-sim"
+
+
 def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str = "trace",
             jobs: int | None = None, executor: str = "auto", scheduler: str | None = None,
             check: bool = True, force: bool = False, metadata_nodes: bool = False,
-            target: str | None = None,
+            target: str | None = None, adapt: str | None = DEFAULT_CONSUMER,
             on_rank_done: Callable[[int], None] | None = None) -> ConvertReport:
     """Convert every rank, globalise groups and tags, validate, then write (unless out_dir is None).
 
     `metadata_nodes` keeps process-group setup as a METADATA node (ASTRA-sim 2.0 aborts on it;
     by default it is a plain COMP node and the groups live in comm_group.json, `pg_name` and
-    each rank's GlobalMetadata). `target` ("astra-sim") writes what that consumer runs in place
-    of what it cannot (core/consumers.py: collectives of a kind it cannot simulate as the nearest
-    kind it can) and validates for it.
+    each rank's GlobalMetadata). `adapt` ("astra-sim", the default; None keeps every recorded
+    kind) writes what that consumer runs in place of what it cannot (core/consumers.py:
+    collectives of a kind it cannot simulate as the nearest kind it can, the recorded kind in
+    `recorded_comm_type`), so the default output runs in ASTRA-sim unchanged. `target` adapts for
+    that consumer and also validates for it (its findings can stop the conversion).
     Raises ConversionCheckError (nothing written) when validation finds errors and not `force`.
     The cyclic garbage collector is paused throughout: the graphs are a few objects per node,
     none in a cycle, and a collection would walk them all again and again (a tenth of the time).
@@ -131,11 +137,12 @@ def convert(inputs: RunInputs, out_dir: str | Path | None = None, *, prefix: str
     with gc_paused():
         return _convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
                         scheduler=scheduler, check=check, force=force,
-                        metadata_nodes=metadata_nodes, target=target, on_rank_done=on_rank_done)
+                        metadata_nodes=metadata_nodes, target=target, adapt=target or adapt,
+                        on_rank_done=on_rank_done)
 
 
 def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, check, force,
-             metadata_nodes, target, on_rank_done) -> ConvertReport:
+             metadata_nodes, target, adapt, on_rank_done) -> ConvertReport:
     results = run_ranks(inputs, jobs=jobs, executor=executor, scheduler=scheduler,
                         metadata_nodes=metadata_nodes, on_rank_done=on_rank_done)
     diags = Diagnostics()
@@ -146,8 +153,8 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     globalise(results, ids, diags)
     record_groups(results, ids, groups)
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
-    if target is not None:
-        _adapt(rankset, target)
+    if adapt is not None:
+        _adapt(rankset, adapt)
     if check:
         _check(rankset, diags, force, target)
     files = rankset.write(out_dir, prefix, record_world=True) if out_dir is not None else []

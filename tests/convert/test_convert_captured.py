@@ -33,7 +33,7 @@ def _comms(g):
 @pytest.fixture(scope="module")
 def raw_out(raw_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("raw_out")
-    convert(_raw_inputs(raw_run), out, executor="serial")
+    convert(_raw_inputs(raw_run), out, executor="serial", adapt=None)  # every recorded kind
     return RankSet.load(out)
 
 
@@ -82,7 +82,7 @@ def test_raw_dependencies(raw_out):
 
 
 def test_raw_host_only_conversion(raw_run, tmp_path):
-    report = convert(_raw_inputs(raw_run, with_device=False), tmp_path, executor="serial")
+    report = convert(_raw_inputs(raw_run, with_device=False), tmp_path, executor="serial", adapt=None)
     assert report.diagnostics.counts.get("durations-missing") == 2
     rs = RankSet.load(tmp_path)
     assert all(n.duration_micros == 0 for g in rs for n in g)
@@ -94,7 +94,7 @@ def test_raw_host_only_conversion(raw_run, tmp_path):
 @pytest.fixture(scope="module")
 def collectives_out(collectives_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("coll_out")
-    convert(inputs_from_run(collectives_run), out)
+    convert(inputs_from_run(collectives_run), out, adapt=None)  # every recorded kind
     return RankSet.load(out)
 
 
