@@ -269,7 +269,17 @@ class Session:
             self.status = "script-error" if self.status == "running" else self.status
         if self.status == "running":
             self.status = "ok"
+        if not self.step_times_ns and self._record_taken():
+            return  # a worker it spawned captured this rank (follow.py): its record stands
         self.write_status()
+
+    def _record_taken(self) -> bool:
+        """Whether another process has written this rank's status since this one did."""
+        try:
+            record = json.loads((self.out / protocol.status_name(self.rank)).read_text())
+        except (OSError, ValueError):
+            return False
+        return record.get("pid") != os.getpid()
 
 
 def _gzip_into(src: Path, dest: Path) -> None:
@@ -370,14 +380,16 @@ def _flush_after_optimizer_step(session: Session) -> None:
     optimizer.profile_hook_step = staticmethod(profile_hook_step)
 
 
-def activate(cfg: protocol.CaptureConfig, env=os.environ) -> Session:
-    """Make this process capture itself (called by the startup hook)."""
+def activate(cfg: protocol.CaptureConfig, env=os.environ, *, rank: int | None = None,
+             world: int | None = None) -> Session:
+    """Make this process capture itself (called by the startup hook; by follow.py, with the
+    rank and world size of the process group a spawned worker joined)."""
     global SESSION
     if not os.path.isdir(cfg.out_dir):
         raise FileNotFoundError(f"run folder {cfg.out_dir} does not exist")
-    rank = protocol.env_int(protocol.RANK_VARS, 0, env)
+    rank = protocol.env_int(protocol.RANK_VARS, 0, env) if rank is None else rank
     local_rank = protocol.env_int(protocol.LOCAL_RANK_VARS, rank, env)
-    world = protocol.env_int(protocol.WORLD_VARS, 1, env)
+    world = protocol.env_int(protocol.WORLD_VARS, 1, env) if world is None else world
     os.environ[protocol.ENV_OWNER] = str(os.getpid())
     session = Session(cfg, rank, local_rank, world)
     SESSION = session

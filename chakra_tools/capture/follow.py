@@ -1,0 +1,77 @@
+"""Workers that a captured script starts itself (`torch.multiprocessing.spawn`, a `spawn`-method
+`multiprocessing.Process`) capture themselves, as torchrun's workers do.
+
+Such a worker has no rank in its environment: the script hands it one and the worker passes it
+to `init_process_group`. So the startup hook of a spawned process (recognised by the
+`--multiprocessing-fork` argument multiprocessing gives it) does not start a capture session at
+once; it waits for `torch.distributed` to be imported and wraps `init_process_group`, and the
+session starts as the worker joins its process group, with the rank and world size of that group.
+Spawned processes that never join one (DataLoader or compile workers) stay out, and pay for one
+import hook. The script's own process, which only started the workers, leaves the rank's record
+to the worker (runtime.Session.finish).
+
+No torch here: the startup hook imports this module in every spawned process.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from typing import Callable
+
+SPAWNED_ARG = "--multiprocessing-fork"
+C10D = "torch.distributed.distributed_c10d"
+
+
+def is_spawned_worker(argv: list[str] = sys.argv) -> bool:
+    return SPAWNED_ARG in argv
+
+
+def follow(config_text: str) -> None:
+    """Start capturing in this spawned process once it joins a process group."""
+    sys.meta_path.insert(0, _AfterImport(C10D, lambda module: _wrap_init(module, config_text)))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run `then(module)` right after `name` is executed, before anyone imports from it."""
+
+    def __init__(self, name: str, then: Callable):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once, and so that the search below finds the real module
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+        exec_module = loader.exec_module
+
+        def exec_then(module):
+            exec_module(module)
+            then(module)
+
+        loader.exec_module = exec_then
+        return spec
+
+
+def _wrap_init(c10d, config_text: str) -> None:
+    original = c10d.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            from . import protocol, runtime
+
+            if runtime.SESSION is None:
+                cfg = protocol.CaptureConfig.from_env(config_text)
+                runtime.activate(cfg, rank=c10d.get_rank(), world=c10d.get_world_size())
+        except Exception as e:  # the worker must still train, uncaptured, and say why
+            print(f"trace-capture: capture not started in a spawned worker: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+        return result
+
+    init_process_group.__wrapped__ = original
+    c10d.init_process_group = init_process_group
