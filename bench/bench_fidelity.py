@@ -4,8 +4,8 @@
     python bench/bench_fidelity.py --quick      # 1 capture each
     python bench/bench_fidelity.py --examples pipeline,ddp --captures 3
 
-For each example (examples/*.py: 1 process for mlp and gpt, 2 ranks under torchrun for the
-others) it runs `trace-capture --active 4`, `trace-convert`, then `trace-replay --manifest`
+For each example (examples/*.py: 1 process for mlp and gpt, 2 workers spawned by spawn_ddp
+itself, 2 ranks under torchrun for the others) it runs `trace-capture --active 4`, `trace-convert`, then `trace-replay --manifest`
 twice: with the default network model and `--as-captured`. It prints the job error of each
 (the captured window across ranks against the makespan, per step: docs/replay.md §4) and the
 mean |error| of the as-captured replays (goal: at most 5%). Needs torch.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SINGLE = ("mlp", "gpt")
-EXAMPLES = ("mlp", "gpt", "ddp", "pipeline", "tensor_parallel", "collectives")
+SINGLE = ("mlp", "gpt", "spawn_ddp")  # started as a script (spawn_ddp starts its own 2 workers)
+EXAMPLES = ("mlp", "gpt", "ddp", "pipeline", "tensor_parallel", "collectives", "fsdp", "spawn_ddp")
 ERROR = re.compile(r"^(job|step) .*error (-?[\d.]+)%", re.M)
 
 
