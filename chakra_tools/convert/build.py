@@ -478,20 +478,6 @@ class Builder:
                 self._stream_wait(comm, node)
             else:
                 self.recs[node - 1].deps.append(comm)
-                self._blocked_in_wait(self.recs[node - 1], self.recs[comm - 1])
-
-    @staticmethod
-    def _blocked_in_wait(wait: Rec, comm: Rec) -> None:
-        """A traced wait (`wait_tensor`) that ran while its collective was in flight on another
-        thread was blocked until the collective ended: that time leaves its duration (kept as
-        `blocked_ns`, as for a host op blocked on the device), since the edge re-creates it."""
-        if wait.type != _COMP or not wait.attrs.get("is_cpu_op") or comm.ts >= wait.ts:
-            return  # a backend op run inside the wait is already out of its exclusive time
-        blocked = min(wait.ts + wait.dur_us, comm.ts + comm.dur_us) - max(wait.ts, comm.ts)
-        if blocked > 0 and wait.dur_us > 0:
-            blocked = min(blocked, wait.dur_us)
-            wait.dur_us -= blocked
-            wait.attrs["blocked_ns"] = wait.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
 
     def _untraced_wait_edges(self) -> None:
         """An asynchronous call (`async_op=True`, isend/irecv) whose thread started no traced op

@@ -237,48 +237,6 @@ def absorb_worker_ops(calls: list[CommCall], ops: list[HostOp], op_event: dict, 
     return added
 
 
-def release_strays(calls: list[CommCall], waits: list[WaitMark], op_event: dict, events: list) -> int:
-    """Give back to the caller the members that ran on the caller's thread after the call had
-    returned; returns how many. A `wait_tensor` among them becomes a wait mark again.
-
-    gloo's asynchronous work leaves the host trace's parent links pointing into the call, so a
-    `wait_tensor` the caller ran later (after other ops) looks nested in it: taken for a wait
-    inside the call, it made the call block its thread, and the ops run between the call and
-    the wait then waited for the whole collective. The device trace has the real intervals.
-    Ops inside the backend op's event stay (gloo runs some collectives inside the wait)."""
-    released = 0
-    for call in calls:
-        root = op_event.get(call.root)
-        if root is None or call.source != "annotation":
-            continue
-        inner = _inside_backend(call, op_event, events)
-        for m in sorted(call.members - {call.root, call.backend} - inner):
-            ev = op_event.get(m)
-            if ev is not None and ev.tid == root.tid and ev.ts >= root.end:
-                call.members.discard(m)
-                released += 1
-                if ev.name.endswith("wait_tensor"):
-                    waits.append(WaitMark(m, None))
-    waits.sort(key=lambda w: w.op_id)
-    return released
-
-
-def _inside_backend(call: CommCall, op_event: dict, events: list) -> set[int]:
-    """The members whose device event lies inside the call's backend op's event."""
-    b = op_event.get(call.backend) if call.backend is not None else None
-    if b is None:
-        return set()
-    inside = set()
-    for m in call.members:
-        ev = op_event.get(m)
-        while ev is not None and ev.parent >= 0:
-            ev = events[ev.parent]
-            if ev is b:
-                inside.add(m)
-                break
-    return inside
-
-
 def _may_be_comm(name: str) -> bool:
     return (name.startswith(COMM_PREFIXES) or name.startswith(ANNOTATION_PREFIX)
             or name.endswith("::wait_tensor"))

@@ -19,7 +19,7 @@ from chakra_tools.core.model import Metadata, make_attrs
 
 from .build import Builder, Rec
 from .comms import (COMM_PREFIXES, CommCall, absorb_worker_ops, comm_attrs_from_kineto, fill_from_device,
-                    find_calls, release_strays)
+                    find_calls)
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, HostTrace, parse_host_bytes
@@ -74,7 +74,6 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
         lk = link(host, dev) if dev is not None else None
         if lk is not None:
             absorb_worker_ops(calls, host.ops, lk.op_event, dev.host)
-            release_strays(calls, waits, lk.op_event, dev.host)
             fill_from_device(calls, host.by_id_cache(), lk.op_event)
         t1 = time.perf_counter()
         result = Builder(host, dev, lk, rank, calls, waits, consumers,

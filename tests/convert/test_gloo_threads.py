@@ -231,29 +231,3 @@ def test_wrapping_a_functional_collectives_result_does_not_wait_for_it(tmp_path)
     add = next(n for n in g if n.name == "aten::add")
     assert coll.id not in wrap.data_deps and coll.id in add.data_deps
 
-
-def test_a_wait_the_caller_ran_later_is_not_the_calls_and_leaves_its_blocked_time(tmp_path):
-    """funcol.all_reduce (3-4; gloo's op 5 on a worker, 20..3000 µs), the caller wraps the result
-    (6) and then waits (7, 60..3010 µs) with the host trace naming the call as the wait's parent.
-    The device trace shows the wait ran after the call returned: it is the caller's, depends on
-    the collective, and the time it was blocked leaves its duration (`blocked_ns`); the call
-    does not block the thread, so the wrap does not wait for the collective."""
-    out = [56, 57, 0, 16, 4, "cpu"]
-    ann = format_annotation({"op": "all_reduce", "api": "funcol.all_reduce", "pg": "0", "pg_ranks": [0, 1],
-                             "async": True, "seq": 0, "in_bytes": 64, "out_bytes": 64, "dtype": "float32",
-                             "elem_bytes": 4, "rank": 0})
-    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
-             _node(3, ann, 2), _node(4, "_c10d_functional::all_reduce", 3, [BUCKET]),
-             _node(5, "gloo:all_reduce", 3, [out]), _node(6, "_c10d_functional::_wrap_tensor_autograd", 5, [out]),
-             _node(7, "_c10d_functional::wait_tensor", 3, [out])]
-    nodes[3]["outputs"] = {"values": [out], "shapes": [[]], "types": ["Tensor(float)"]}
-    events = [_event(2, "ProfilerStep#3", 0, 5000), _event(3, ann, 10, 30),
-              _event(4, "_c10d_functional::all_reduce", 12, 20), _event(5, "gloo:all_reduce", 20, 2980, tid=200),
-              _event(6, "_c10d_functional::_wrap_tensor_autograd", 45, 10),
-              _event(7, "_c10d_functional::wait_tensor", 60, 2950)]
-    g = _convert(tmp_path, nodes, events)
-    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
-    wrap = next(n for n in g if n.name.endswith("_wrap_tensor_autograd"))
-    wait = next(n for n in g if n.name.endswith("wait_tensor"))
-    assert coll.id not in wrap.data_deps and coll.id in wait.data_deps
-    assert wait.attrs["blocked_ns"].value == 2_940_000 and wait.duration_micros == 10
