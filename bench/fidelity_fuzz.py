@@ -464,7 +464,7 @@ def windows_verdict(run: Path) -> str:
         with gzip.open(run / rec["host_trace"], "rt") as f:
             nodes = sorted(json.load(f)["nodes"], key=lambda n: n["id"])
         fields = [parse_annotation(n["name"]) for n in nodes if n["name"].startswith(PREFIX)]
-        seqs.append([(f["pg"], f["op"]) for f in fields if f["op"] not in ("send", "recv")])
+        seqs.append([(f["pg"], f["op"]) for f in fields if f and f["op"] not in ("send", "recv")])
     same = all(x == seqs[0] for x in seqs[1:])
     return (" (the ranks' captured windows hold the same collectives: a converter cause)" if same else
             " (the ranks' captured windows hold different collectives: a capture cause)")
