@@ -18,13 +18,14 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from chakra_tools.core.annotations import format_annotation
+from chakra_tools.core.annotations import format_annotation, parse_annotation
 
 
 class AnnotationState:
@@ -387,7 +388,9 @@ def wrap(api: str, orig: Callable, describe: Desc, is_async: bool | None = None)
         try:
             STATE.annotated += 1
             with record_function(name):
-                return orig(*args, **kwargs)
+                result = orig(*args, **kwargs)
+            note_work(result, name)
+            return result
         finally:
             local.inside = False
 
@@ -411,11 +414,65 @@ def _patch_module(modules: list[Any], table: dict[str, Desc], prefix: str,
     return done
 
 
+# --- Work.wait(): the end of an asynchronous call ---------------------------------------------
+#
+# `async_op=True`, `isend` and `irecv` return a Work whose `wait()` PyTorch does not trace, so
+# nothing in the trace says where the script waited for the call. While annotating, the Work an
+# annotated call returned is remembered (weakly) with its annotation, and `Work.wait` runs inside
+# a "wait" annotation naming that call's group and sequence number (annotations.py); the
+# converter makes it depend on the call.
+
+WORKS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def note_work(result: Any, name: str) -> None:
+    """Remember the Work(s) an annotated call returned (a list for batch_isend_irecv)."""
+    for work in result if isinstance(result, list) else (result,):
+        if isinstance(work, dist.Work):
+            try:
+                WORKS[work] = name
+            except TypeError:  # not weakly referenceable in this torch: no wait annotation
+                return
+
+
+def wait_annotation(call_name: str) -> str | None:
+    """The annotation of a wait on the call annotated `call_name`: its group and sequence."""
+    fields = parse_annotation(call_name)
+    if not fields:
+        return None
+    keep = {k: fields[k] for k in ("pg", "pg_ranks", "pg_desc", "rank", "seq") if k in fields}
+    return format_annotation({**keep, "op": "wait", "api": "Work.wait", "waits_for": fields.get("op")})
+
+
+def _install_wait() -> bool:
+    orig = dist.Work.wait
+    if hasattr(orig, "__chakra_original__"):
+        return False
+    record_function = annotation_scope()
+
+    @functools.wraps(orig)
+    def wait(self, *args, **kwargs):
+        call = WORKS.get(self) if (STATE.recording or STATE.always) else None
+        name = wait_annotation(call) if call is not None else None
+        if name is None:
+            return orig(self, *args, **kwargs)
+        with record_function(name):
+            return orig(self, *args, **kwargs)
+
+    wait.__chakra_original__ = orig  # type: ignore[attr-defined]
+    dist.Work.wait = wait
+    return True
+
+
 def install(rank: int) -> list[str]:
     """Wrap every torch.distributed call this module knows; returns the wrapped API names."""
     STATE.rank = rank
-    done = _patch_module([c10d, dist], C10D, "",
-                         lambda n: True if n in ASYNC_APIS else None)
+    if _install_wait():
+        done_wait = ["Work.wait"]
+    else:
+        done_wait = []
+    done = done_wait + _patch_module([c10d, dist], C10D, "",
+                                     lambda n: True if n in ASYNC_APIS else None)
     try:
         from torch.distributed import _functional_collectives as funcol
     except ImportError:

@@ -461,16 +461,20 @@ class Builder:
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
         """A wait after the collective it waits for: by sequence number (`record_param_comms`
-        'wait'), else by the tensor it waits on (`wait_tensor`, readers.waited_calls)."""
+        'wait'; a trace-capture wait annotation, by group and sequence), else by the tensor it
+        waits on (`wait_tensor`, readers.waited_calls)."""
         by_seq, by_root = {}, {}
         for r in self.recs:
             if r.call is not None:
                 by_root.setdefault(r.call.root, r.id)
                 if r.call.seq is not None:
-                    by_seq[r.call.seq] = r.id
+                    by_seq[r.call.seq] = by_seq[(r.call.pg, r.call.seq)] = r.id
         by_tensor = waited_calls(self.host, self.calls, waits)
         for w in waits:
-            comm = by_seq.get(w.seq) if w.seq is not None else by_root.get(by_tensor.get(w.op_id))
+            if w.seq is not None:  # an annotated wait names its group: sequences are per group
+                comm = by_seq.get(w.seq if w.pg is None else (w.pg, w.seq))
+            else:
+                comm = by_root.get(by_tensor.get(w.op_id))
             node = self.op_node.get(w.op_id)
             if comm is None or node is None or node == comm:
                 continue

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from chakra_tools.core.annotations import parse_annotation, PREFIX as ANNOTATION_PREFIX
+from chakra_tools.core.annotations import parse_annotation, parse_wait, PREFIX as ANNOTATION_PREFIX
 from chakra_tools.core.model import CommType
 
 from .devcomm import LIBRARIES, LIBRARY_PREFIXES, group_name, input_index, kernel_kind, library_kind
@@ -147,6 +147,7 @@ class WaitMark:
 
     op_id: int
     seq: int | None
+    pg: str | None = None  # with `seq`: the group's sequence (a trace-capture wait annotation)
 
 
 COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:", "_c10d_functional::",
@@ -329,7 +330,12 @@ def _recognise(op: HostOp) -> tuple[CommCall | None, WaitMark | None]:
     name = op.name
     if name.startswith(ANNOTATION_PREFIX):
         fields = parse_annotation(name)
-        return (_from_annotation(op, fields) if fields else None), None
+        if fields:
+            return _from_annotation(op, fields), None
+        wait = parse_wait(name)  # Work.wait() on an annotated asynchronous call
+        if wait and type(wait.get("seq")) is int:
+            return None, WaitMark(op.id, wait["seq"], None if wait.get("pg") is None else str(wait["pg"]))
+        return None, None
     if name == "record_param_comms":
         return _from_record_param_comms(op)
     if name.startswith("c10d::"):

@@ -60,6 +60,9 @@ PREFIX = "chakra_tools.comm:"
 COLLECTIVE_OPS = ("all_reduce", "reduce", "all_gather", "gather", "scatter", "broadcast",
                   "all_to_all", "reduce_scatter", "barrier")
 P2P_OPS = ("send", "recv")
+#: the op of a wait annotation: `Work.wait()` on an annotated asynchronous call, naming the call's
+#: `pg` and `seq` (and `waits_for`, its op); `parse_annotation` leaves it out, `parse_wait` reads it
+WAIT_OP = "wait"
 
 
 def format_annotation(fields: dict[str, Any]) -> str:
@@ -69,7 +72,7 @@ def format_annotation(fields: dict[str, Any]) -> str:
     >>> format_annotation({"op": "send", "peer": 1, "tag": 0, "pg_desc": 'my "pp" group'})
     "chakra_tools.comm:{'op':'send','peer':1,'pg_desc':'my pp group','tag':0}"
     """
-    if fields.get("op") not in COLLECTIVE_OPS + P2P_OPS:
+    if fields.get("op") not in COLLECTIVE_OPS + P2P_OPS + (WAIT_OP,):
         raise ValueError(f"unknown communication op {fields.get('op')!r}")
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     if "'" in text or "\\" in text:  # a string that needs cleaning (rare): clean and redo
@@ -90,7 +93,7 @@ def _clean(value: Any) -> Any:
 
 
 def parse_annotation(name: str) -> dict[str, Any] | None:
-    """The fields of an annotation name, or None if `name` is not one (or is mangled).
+    """The fields of a call's annotation name, or None if `name` is not one (or is mangled).
 
     >>> parse_annotation("chakra_tools.comm:{'op':'all_reduce','in_bytes':64}")["in_bytes"]
     64
@@ -99,6 +102,21 @@ def parse_annotation(name: str) -> dict[str, Any] | None:
     >>> parse_annotation("aten::mm") is None
     True
     """
+    fields = _fields(name)
+    return fields if fields is not None and fields.get("op") in COLLECTIVE_OPS + P2P_OPS else None
+
+
+def parse_wait(name: str) -> dict[str, Any] | None:
+    """The fields of a wait annotation (`op` "wait", the waited call's `pg` and `seq`), or None.
+
+    >>> parse_wait("chakra_tools.comm:{'op':'wait','pg':'1','seq':3}")["seq"]
+    3
+    """
+    fields = _fields(name)
+    return fields if fields is not None and fields.get("op") == WAIT_OP else None
+
+
+def _fields(name: str) -> dict[str, Any] | None:
     if not name.startswith(PREFIX):
         return None
     body = name[len(PREFIX):]
@@ -108,6 +126,4 @@ def parse_annotation(name: str) -> dict[str, Any] | None:
         fields = json.loads(body)
     except json.JSONDecodeError:
         return None
-    if not isinstance(fields, dict) or fields.get("op") not in COLLECTIVE_OPS + P2P_OPS:
-        return None
-    return fields
+    return fields if isinstance(fields, dict) else None
