@@ -22,8 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SINGLE = ("mlp", "gpt", "spawn_ddp")  # started as a script (spawn_ddp starts its own 2 workers)
-EXAMPLES = ("mlp", "gpt", "ddp", "pipeline", "tensor_parallel", "collectives", "fsdp", "spawn_ddp")
+SINGLE = ("mlp", "gpt", "compiled", "spawn_ddp")  # started as a script (spawn_ddp starts 2 workers)
+EXAMPLES = ("mlp", "gpt", "compiled", "ddp", "pipeline", "tensor_parallel", "collectives", "fsdp",
+            "spawn_ddp")
 ERROR = re.compile(r"^(job|step) .*error (-?[\d.]+)%", re.M)
 
 
