@@ -29,8 +29,12 @@ def is_spawned_worker(argv: list[str] = sys.argv) -> bool:
 
 
 def follow(config_text: str) -> None:
-    """Start capturing in this spawned process once it joins a process group."""
-    sys.meta_path.insert(0, _AfterImport(C10D, lambda module: _wrap_init(module, config_text)))
+    """Start capturing in this spawned (or forked) process once it joins a process group."""
+    c10d = sys.modules.get(C10D)
+    if c10d is not None:  # forked: torch.distributed is loaded already
+        _wrap_init(c10d, config_text)
+    else:
+        sys.meta_path.insert(0, _AfterImport(C10D, lambda module: _wrap_init(module, config_text)))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -58,7 +62,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _wrap_init(c10d, config_text: str) -> None:
-    original = c10d.init_process_group
+    original = getattr(c10d.init_process_group, "__wrapped_for_capture__", c10d.init_process_group)
 
     def init_process_group(*args, **kwargs):
         result = original(*args, **kwargs)
@@ -73,5 +77,8 @@ def _wrap_init(c10d, config_text: str) -> None:
                   file=sys.stderr)
         return result
 
-    init_process_group.__wrapped__ = original
+    init_process_group.__wrapped_for_capture__ = original
     c10d.init_process_group = init_process_group
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and getattr(dist, "init_process_group", None) is original:
+        dist.init_process_group = init_process_group  # the name scripts call

@@ -320,34 +320,46 @@ def _ignore_sigint() -> None:
 # --- wiring into the process ---------------------------------------------------------------
 
 
-def _install_exit_handlers(session: Session) -> None:
+def _finish_current() -> None:
+    if SESSION is not None:
+        SESSION.finish()
+
+
+def _install_exit_handlers() -> None:
     """Note an uncaught exception, turn SIGTERM (a launcher stopping a rank) into a normal exit,
-    and finish at exit: atexit runs after the script, including after an exception or Ctrl-C."""
+    and finish at exit: atexit runs after the script, including after an exception or Ctrl-C.
+    Once per process; each acts on the process's current session."""
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
-        session.record_exception(exc_type, exc)
+        if SESSION is not None:
+            SESSION.record_exception(exc_type, exc)
         previous(exc_type, exc, tb)
 
     def on_sigterm(signum, frame):
-        if session.status == "running":
-            session.status, session.error = "terminated", "SIGTERM"
-            session.failed_at = time.time()
+        if SESSION is not None and SESSION.status == "running":
+            SESSION.status, SESSION.error = "terminated", "SIGTERM"
+            SESSION.failed_at = time.time()
         raise SystemExit(128 + signum)
 
     sys.excepthook = excepthook
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, on_sigterm)
-    atexit.register(session.finish)
+    atexit.register(_finish_current)
 
 
-def _install_step_hooks(session: Session) -> None:
-    """Optimizer post-step hook for step ends; the first nn.Module forward marks step 0's start
-    (the time spent importing and building before it is no step)."""
+def _install_step_hooks() -> None:
+    """Optimizer post-step hook for step ends, once per process, acting on the current session."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: session.on_optimizer_step(opt))
-    _flush_after_optimizer_step(session)
+    register_optimizer_step_post_hook(
+        lambda opt, args, kwargs: SESSION.on_optimizer_step(opt) if SESSION is not None else None)
+    _flush_after_optimizer_step()
+
+
+def _mark_first_forward(session: Session) -> None:
+    """The first nn.Module forward marks step 0's start (the time spent importing and building
+    before it is no step)."""
     handle = None
 
     def first_forward(module, args):
@@ -358,7 +370,7 @@ def _install_step_hooks(session: Session) -> None:
     handle = torch.nn.modules.module.register_module_forward_pre_hook(first_forward)
 
 
-def _flush_after_optimizer_step(session: Session) -> None:
+def _flush_after_optimizer_step() -> None:
     """Make every optimizer's step, once it has left its record_function, complete the step end
     its post-step hook noted. Optimizers wrap their class's `step` with `profile_hook_step` when
     first instantiated, which happens after this runs (before the user's script)."""
@@ -373,11 +385,31 @@ def _flush_after_optimizer_step(session: Session) -> None:
             try:
                 return inner(*args, **kwargs)
             finally:
-                session.flush_step()
+                if SESSION is not None:
+                    SESSION.flush_step()
 
         return step
 
     optimizer.profile_hook_step = staticmethod(profile_hook_step)
+
+
+_WIRED = False  # the process-wide hooks are installed (a forked child inherits them)
+_FORKED = False  # this process is a fork of a capturing one
+
+
+def _after_fork_in_child() -> None:
+    """A fork of a capturing process (multiprocessing's default start method) is not that rank:
+    it drops the inherited session, and captures itself if it joins a process group (follow.py)."""
+    global SESSION, _FORKED
+    if SESSION is None:
+        return
+    SESSION, _FORKED = None, True
+    comm.STATE.recording = False
+    text = os.environ.get(protocol.ENV_CONFIG)
+    if text:
+        from . import follow
+
+        follow.follow(text)
 
 
 def activate(cfg: protocol.CaptureConfig, env=os.environ, *, rank: int | None = None,
@@ -398,8 +430,17 @@ def activate(cfg: protocol.CaptureConfig, env=os.environ, *, rank: int | None = 
         comm.install(rank)
     if cfg.ddp_hook:
         ddp.install()
-    _install_step_hooks(session)
-    _install_exit_handlers(session)
+    global _WIRED
+    if not _WIRED:
+        _WIRED = True
+        _install_step_hooks()
+        _install_exit_handlers()
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+    if _FORKED:  # a forked child ends in os._exit, after multiprocessing's finalizers only
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, _finish_current, exitpriority=100)
+    _mark_first_forward(session)
     if cfg.profile:
         session.start_profiler()
     session.write_status()

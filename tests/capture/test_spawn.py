@@ -1,7 +1,10 @@
-"""A script that starts its own workers (`torch.multiprocessing.spawn`, no rank in the
-environment) is captured on every worker, converts and replays, as under torchrun."""
+"""A script that starts its own workers (`torch.multiprocessing.spawn`, or forked
+`multiprocessing.Process`es; no rank in the environment) is captured on every worker, converts
+and replays, as under torchrun."""
 
 from __future__ import annotations
+
+import pytest
 
 from chakra_tools.convert.run import convert, inputs_from_run
 from chakra_tools.core.model import CommType, NodeType
@@ -9,8 +12,9 @@ from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, default_network,
 from capture_helpers import EXAMPLES, run_capture
 
 
-def test_spawned_workers_capture_themselves(tmp_path):
-    run = run_capture(["-o", "run", "--", str(EXAMPLES / "spawn_ddp.py"), "--steps", "6"], cwd=tmp_path,
+@pytest.mark.parametrize("how", [[], ["--fork"]], ids=["torch.multiprocessing.spawn", "Process, forked"])
+def test_workers_the_script_starts_capture_themselves(how, tmp_path):
+    run = run_capture(["-o", "run", "--", str(EXAMPLES / "spawn_ddp.py"), "--steps", "6", *how], cwd=tmp_path,
                       folder=tmp_path / "run", timeout=240)
     assert run.code == 0, run.stderr[-3000:]
     m = run.manifest
