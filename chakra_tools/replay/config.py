@@ -174,6 +174,15 @@ def _num(v: Any, where: str, key: str, lo: float, hi: float) -> float:
     return float(v)
 
 
+def _rate(v: Any, where: str, key: str) -> float:
+    """A bandwidth or a peak: 0 (not given) or a finite number from MIN_BANDWIDTH to MAX_RATE
+    (a rate of 5e-324 would make every duration infinite)."""
+    r = _num(v, where, key, 0, MAX_RATE)
+    if 0 < r < MIN_BANDWIDTH:
+        raise InputError(f"{where}: {key} is {r:g}: give 0 (none) or at least {MIN_BANDWIDTH:g}")
+    return r
+
+
 def _flag(v: Any, where: str, key: str) -> bool:
     if v in (0, 1) and type(v) in (bool, int):
         return bool(v)
@@ -272,8 +281,8 @@ def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
                                   0, MAX_CHUNKS)),
         endpoint_delay_ns=_int(doc.get("endpoint-delay", 10), where, "endpoint-delay", 0, MAX_NS),
         collective_optimization=opt,
-        local_mem_bw_gbps=_num(doc.get("local-mem-bw", 0) or 0, where, "local-mem-bw", 0, MAX_RATE),
-        peak_perf_tflops=_num(doc.get("peak-perf", 0) or 0, where, "peak-perf", 0, MAX_RATE),
+        local_mem_bw_gbps=_rate(doc.get("local-mem-bw", 0) or 0, where, "local-mem-bw"),
+        peak_perf_tflops=_rate(doc.get("peak-perf", 0) or 0, where, "peak-perf"),
         roofline=_flag(doc.get("roofline-enabled", 0), where, "roofline-enabled"),
         source=source,
         extra={k: v for k, v in doc.items() if k not in KNOWN_SYSTEM_KEYS},
@@ -290,7 +299,7 @@ def memory_from_dict(doc: dict, source: str | None = None) -> MemoryConfig:
     mtype = doc.get("memory-type", "NO_MEMORY_EXPANSION")
     if not isinstance(mtype, str) or mtype not in MEMORY_TYPES:
         raise InputError(f"{where}: unknown memory-type {_show(mtype)}; known: " + ", ".join(MEMORY_TYPES))
-    bw = _num(doc.get("remote-mem-bw", 0) or 0, where, "remote-mem-bw", 0, MAX_RATE)
+    bw = _rate(doc.get("remote-mem-bw", 0) or 0, where, "remote-mem-bw")
     if mtype != "NO_MEMORY_EXPANSION" and bw < MIN_BANDWIDTH:
         raise InputError(f"{where}: remote-mem-bw must be at least {MIN_BANDWIDTH:g} GB/s for {mtype}")
     return MemoryConfig(mtype, _num(doc.get("remote-mem-latency", 0) or 0, where, "remote-mem-latency", 0, MAX_NS),

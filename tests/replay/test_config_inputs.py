@@ -39,6 +39,8 @@ def _refused(loader, tmp_path, name, doc, *needles):
     ("endpoint-delay", 2**63, "endpoint-delay is 9223372036854775808, outside"),
     ("peak-perf", "²", "peak-perf is '²', not a number"),
     ("local-mem-bw", math.inf, "local-mem-bw is inf"),
+    ("local-mem-bw", 5e-324, "local-mem-bw is 4.94066e-324: give 0 (none) or at least 0.001"),
+    ("peak-perf", 1e-9, "peak-perf is 1e-09: give 0 (none) or at least 0.001"),
     ("roofline-enabled", "yes", "roofline-enabled is 'yes'"),
     ("all-reduce-implementation", [2**64 + 1, "x"], "all-reduce-implementation[0] is 18446744073709551617"),
     ("all-gather-implementation", ["ring", "spiral"], "all-gather-implementation[1]: unknown collective implementation 'spiral'"),
