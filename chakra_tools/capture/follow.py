@@ -1,11 +1,12 @@
-"""Workers that a captured script starts itself (`torch.multiprocessing.spawn`, a `spawn`-method
-`multiprocessing.Process`) capture themselves, as torchrun's workers do.
+"""Workers that a captured script starts itself (`torch.multiprocessing.spawn`, a
+`multiprocessing.Process`, PyTorch Lightning's subprocess launcher) capture themselves, as
+torchrun's workers do.
 
-Such a worker has no rank in its environment: the script hands it one and the worker passes it
-to `init_process_group`. So the startup hook of a spawned process (recognised by the
-`--multiprocessing-fork` argument multiprocessing gives it) does not start a capture session at
-once; it waits for `torch.distributed` to be imported and wraps `init_process_group`, and the
-session starts as the worker joins its process group, with the rank and world size of that group.
+Such a worker has no rank in its environment, or not the one capture reads: the script hands it
+one and the worker passes it to `init_process_group`. So the startup hook of a process that a
+capturing process started does not start a capture session at once; it waits for
+`torch.distributed` to be imported and wraps `init_process_group`, and the session starts as the
+worker joins its process group, with the rank and world size of that group.
 Spawned processes that never join one (DataLoader or compile workers) stay out, and pay for one
 import hook. The script's own process, which only started the workers, leaves the rank's record
 to the worker (runtime.Session.finish).

@@ -211,6 +211,7 @@ class Session:
 
         if not (dist.is_available() and dist.is_initialized()):
             return
+        self.world_size = max(self.world_size, dist.get_world_size())  # ranks a framework started
         world = dist.distributed_c10d._world
         if len(world.pg_names) == len(self.groups) and self.backend:
             return

@@ -120,3 +120,16 @@ def test_annotation_round_trip_and_survives_an_unescaped_writer(fields):
     clean = {k: ("".join(c for c in v if c.isascii() and c.isprintable() and c not in "'\"\\")
                  if isinstance(v, str) else v) for k, v in fields.items()}
     assert parsed == clean
+
+
+def test_a_run_whose_ranks_were_not_all_captured_is_not_ok(tmp_path):
+    """Rank 0 joined a 2-rank group (a framework started rank 1 itself) but rank 1 left no
+    record: the manifest names it missing and the run is not "ok"."""
+    from chakra_tools.capture import manifest as man
+
+    cfg = protocol.CaptureConfig(out_dir=str(tmp_path), parent_pid=1)
+    record = {"rank": 0, "status": "ok", "world_size": 2, "captured_steps": [2, 3], "step_times_ns": [1, 2, 3, 4]}
+    doc = man.build(tmp_path, command=["x.py"], cwd=str(tmp_path), cfg=cfg, started="", finished="",
+                    exit_code=0, interrupted=False, records={0: record}, warnings=[])
+    assert [r["status"] for r in doc["ranks"]] == ["ok", "missing"]
+    assert doc["status"] == "rank-failed"

@@ -2,9 +2,9 @@
 script, in every process started under `trace-capture` (this folder is first on PYTHONPATH).
 
 The process that should capture (see `protocol.should_activate`) starts its capture session;
-a process the script spawned (`torch.multiprocessing.spawn`) starts one when it joins a process
-group (follow.py); every other process (a launcher, a DataLoader worker) only pays for reading
-one environment variable. A `sitecustomize` that this one shadows is then run as well, so a site's own setup
+a process a capturing one started (`torch.multiprocessing.spawn`, Lightning's launcher) starts
+one when it joins a process group (follow.py); every other process (a launcher) only pays for
+reading one environment variable, and a DataLoader worker for one import hook. A `sitecustomize` that this one shadows is then run as well, so a site's own setup
 still happens.
 """
 
@@ -17,14 +17,13 @@ def _activate() -> None:
     if not text:
         return
     if os.environ.get("CHAKRA_CAPTURE_OWNER"):
-        if "--multiprocessing-fork" in sys.argv:  # spawned by the script: a worker, maybe
-            try:
-                from chakra_tools.capture import follow
+        try:  # started by a capturing process: a rank of its own if it joins a process group
+            from chakra_tools.capture import follow
 
-                follow.follow(text)
-            except Exception as e:
-                print(f"trace-capture: spawned process {os.getpid()} not followed: "
-                      f"{type(e).__name__}: {e}", file=sys.stderr)
+            follow.follow(text)
+        except Exception as e:
+            print(f"trace-capture: process {os.getpid()} not followed: {type(e).__name__}: {e}",
+                  file=sys.stderr)
         return
     try:
         from chakra_tools.capture import protocol
