@@ -95,3 +95,19 @@ def test_dask_executor_on_a_local_cluster(raw_run, tmp_path):
 def test_dask_needs_a_scheduler(raw_run):
     with pytest.raises(ChakraToolsError, match="--scheduler"):
         convert(inputs_from_files([str(raw_run / "host-0.json")], [], []), None, executor="dask")
+
+
+def test_for_exact_keeps_every_recorded_kind_and_the_default_adapts_them(collectives_run, tmp_path):
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.core.model import CommType
+
+    def kinds(folder):
+        return {n.comm_type for g in RankSet.load(folder) for n in g if n.type.is_comm and n.comm_type}
+
+    assert invoke(collectives_run, "-o", tmp_path / "default", "-q").exit_code == 0
+    assert invoke(collectives_run, "-o", tmp_path / "exact", "--for", "exact", "-q").exit_code == 0
+    unsupported = {CommType.BARRIER, CommType.REDUCE, CommType.GATHER, CommType.SCATTER}
+    assert unsupported <= kinds(tmp_path / "exact")
+    assert not unsupported & kinds(tmp_path / "default")
+    res = invoke(collectives_run, "-o", tmp_path / "x", "--for", "simulator9000")
+    assert res.exit_code != 0 and "exact" in res.output
