@@ -418,9 +418,11 @@ def _patch_module(modules: list[Any], table: dict[str, Desc], prefix: str,
 #
 # `async_op=True`, `isend` and `irecv` return a Work whose `wait()` PyTorch does not trace, so
 # nothing in the trace says where the script waited for the call. While annotating, the Work an
-# annotated call returned is remembered (weakly) with its annotation, and `Work.wait` runs inside
-# a "wait" annotation naming that call's group and sequence number (annotations.py); the
-# converter makes it depend on the call.
+# annotated call returned is remembered (weakly) with its annotation, and as `Work.wait` returns
+# an instant "wait" annotation names that call's group and sequence number (annotations.py); the
+# converter makes it depend on the call. An instant, not a range around the wait: a range would
+# be the parent of what gloo's worker records meanwhile, and the wait itself stays untraced time
+# as it always was (the converter re-creates it from the call).
 
 WORKS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 
@@ -454,10 +456,11 @@ def _install_wait() -> bool:
     def wait(self, *args, **kwargs):
         call = WORKS.get(self) if (STATE.recording or STATE.always) else None
         name = wait_annotation(call) if call is not None else None
-        if name is None:
-            return orig(self, *args, **kwargs)
-        with record_function(name):
-            return orig(self, *args, **kwargs)
+        result = orig(self, *args, **kwargs)
+        if name is not None:
+            with record_function(name):  # an instant, as the wait returns: nothing nests in it
+                pass
+        return result
 
     wait.__chakra_original__ = orig  # type: ignore[attr-defined]
     dist.Work.wait = wait
