@@ -49,6 +49,8 @@ def replay(
                                         help="start (default): every rank begins at 0; recorded: at its first recorded start time relative to the earliest rank (a capture's skew between ranks)."),
     lanes: Optional[str] = typer.Option(None, "--lanes",
                                         help="kind (default): one host thread, one GPU compute and one comm queue per rank, as ASTRA-sim; stream: a host lane per recorded thread and a device lane per CUDA stream, each with the --limits of its kind (converted GPU traces)."),
+    memory_slot: str = typer.Option("comm", "--memory-slot",
+                                    help="comm (default, as ASTRA-sim): memory loads and stores take the communication slot, one in flight with collectives under comm's limit; own: a mem lane of their own."),
     offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
     resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
@@ -84,7 +86,7 @@ def replay(
         validate_first(rankset, comm_group)
     feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
     result = run_replay(rankset, feeders, spec.backend(max(feeders) + 1, str(rankset)), groups=groups,
-                        modes=modes, limits=parse_limits(limits))
+                        modes=modes, limits=parse_limits(limits), memory_on_comm=_memory_slot(memory_slot))
     result.compare(manifest=manifest, measured=measured_of(feeders))
     if out:
         result.write(out)
@@ -117,6 +119,12 @@ def _print(result, as_json: bool) -> None:
 
 #: above this many events the JSON is written compactly (json's indenting encoder is pure Python)
 PRETTY_LIMIT = 20_000
+
+
+def _memory_slot(text: str) -> bool:
+    if text not in ("comm", "own"):
+        raise typer.BadParameter("use comm or own", param_hint="--memory-slot")
+    return text == "comm"
 
 
 def _resolve(text: str) -> tuple[str, ...]:

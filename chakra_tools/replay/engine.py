@@ -31,7 +31,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
-from chakra_tools.core.lanes import COMM, COMPUTE, HOST, LANES, OTHER
+from chakra_tools.core.lanes import COMM, COMPUTE, HOST, LANES, MEM, OTHER
 from chakra_tools.core.lanes import lane_of as core_lane_of
 from chakra_tools.core.model import CommType, NodeType
 from chakra_tools.feed.feeder import DeadlockError, ETFeeder
@@ -54,10 +54,16 @@ _ROOT = (-1, 0)
 _BEGIN = -1  # heap entry: the rank begins issuing
 #: core.lanes' lane by (node type, is_cpu_op), as a table: this runs once per replayed node
 _LANE_OF = {(int(t), cpu): core_lane_of(t, cpu) for t in NodeType for cpu in (False, True)}
+#: the same with memory nodes on the communication slot, as ASTRA-sim issues them
+_SLOT_OF = {key: COMM if lane == MEM else lane for key, lane in _LANE_OF.items()}
 
 
 def lane_of(info: NodeInfo) -> int:
     return _LANE_OF.get((info.type, info.is_cpu_op), OTHER)
+
+
+def _slot_of(info: NodeInfo) -> int:
+    return _SLOT_OF.get((info.type, info.is_cpu_op), OTHER)
 
 
 def parse_limits(text: str | None) -> dict[str, int]:
@@ -85,10 +91,14 @@ class Resources:
     `tid` attribute) and one compute or comm lane per device stream (`stream`), each with the
     kind's limit, as a GPU program runs: two streams' kernels overlap, the main thread and
     autograd's run side by side. Nodes without the attribute share their kind's lane.
+    `memory_on_comm`: memory loads and stores take the communication slot (ASTRA-sim issues them
+    as communication: they wait for each other and for collectives under `comm`'s limit; their
+    events still say `mem`); False gives them the `mem` lane of their own.
     """
 
     limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     per: str = "kind"
+    memory_on_comm: bool = True
 
     def __post_init__(self) -> None:
         if self.per not in LANE_SPLITS:
@@ -116,6 +126,7 @@ class _Rank:
     feeder: ETFeeder
     kind_caps: list[int]
     split: bool = False  # one resource per recorded thread / stream
+    memory_on_comm: bool = True
     caps: list[int] = field(default_factory=list)
     lane: list[int] = field(default_factory=list)  # resource -> its lane kind
     busy: list[int] = field(default_factory=list)
@@ -130,8 +141,8 @@ class _Rank:
     def __post_init__(self) -> None:
         for lane in range(_NLANES):
             self._add(lane)
-        if not self.split:
-            self.resource = lane_of  # resources 0..5 are the lanes: no lookup on the hot path
+        if not self.split:  # resources 0..5 are the lanes: no lookup on the hot path
+            self.resource = _slot_of if self.memory_on_comm else lane_of
 
     def _add(self, lane: int) -> int:
         self.caps.append(self.kind_caps[lane])
@@ -143,7 +154,7 @@ class _Rank:
 
     def resource(self, info: NodeInfo) -> int:
         """The resource `info` runs on (with `split`: its thread's or stream's lane)."""
-        lane = lane_of(info)
+        lane = _slot_of(info) if self.memory_on_comm else lane_of(info)
         key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
         if key is None:
             return lane
@@ -178,7 +189,8 @@ class Replayer:
         self.timing = timing if isinstance(timing, Modelled) else Modelled(timing)
         res = resources or Resources()
         caps = res.caps()
-        self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream") for r, f in sorted(feeders.items())}
+        self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
+                      for r, f in sorted(feeders.items())}
         self.groups = {str(k): tuple(sorted(v)) for k, v in (groups or {}).items()}
         self._group_file = bool(self.groups)  # without one, each unknown pg_name is every rank
         self._assumed_world: list[tuple[str, int, int]] = []  # (pg_name, rank, node) first seen
@@ -281,7 +293,7 @@ class Replayer:
         pred, ready_at = r.freed_by.pop(nid, _ROOT)
         if now > ready_at and r.lane_freed_by[res] >= 0:
             pred = r.lane_freed_by[res]
-        ev = self.result.add(r.rank, nid, info.name, info.type, r.lane[res], now, pred)
+        ev = self.result.add(r.rank, nid, info.name, info.type, lane_of(info), now, pred)
         r.live[nid] = (ev, res)
         self._handlers.get(info.type, self.on_meta)(r, nid, info, ev)
 
@@ -534,9 +546,12 @@ AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recor
 
 def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
-               limits: Mapping[str, int] | None = None, record_events: bool = True) -> ReplayResult:
-    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`)."""
-    resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes)
+               limits: Mapping[str, int] | None = None, record_events: bool = True,
+               memory_on_comm: bool = True) -> ReplayResult:
+    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`);
+    `memory_on_comm`: see `Resources`."""
+    resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes,
+                          memory_on_comm=memory_on_comm)
     return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
                     record_events=record_events).run()
 

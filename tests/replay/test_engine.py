@@ -262,3 +262,27 @@ def test_a_compute_node_without_is_cpu_op_is_gpu_work_as_in_astra_sim(tmp_path):
     r = run(tmp_path, {0: [bare, comp(2, us=10)]})
     assert r.makespan_ns == 20_000
     assert {e["lane"] for e in r.to_dict()["events"]} == {"compute"}
+
+
+def test_memory_nodes_take_the_communication_slot_as_in_astra_sim(tmp_path):
+    """Two independent 10 us loads and a 1 MiB all-reduce: ASTRA-sim issues loads and stores as
+    communication, one in flight per rank, so the three run one after another; with a memory
+    lane of their own (`memory_on_comm=False`) the loads overlap each other and the collective."""
+    from chakra_tools.core.model import Node, NodeType
+    from chakra_tools.replay.engine import Resources
+
+    def load(i):
+        return Node(i, f"load{i}", NodeType.MEM_LOAD_NODE, duration_micros=10)
+
+    ranks = {0: [load(1), load(2), coll(3, 1 << 20)], 1: [coll(3, 1 << 20)]}
+    prefix = write_rankset(tmp_path, ranks)
+
+    def makespan(**kw):
+        feeders, groups = open_rankset(prefix)
+        return Replayer(feeders, backend(ring_net(2)), groups=groups, resources=Resources(**kw)).run()
+
+    shared, own = makespan(), makespan(memory_on_comm=False)
+    coll_ns = own.collectives[0]["end_ns"] - own.collectives[0]["start_ns"]
+    assert own.makespan_ns == max(10_000, coll_ns)
+    assert shared.makespan_ns == 20_000 + coll_ns
+    assert {e["lane"] for e in shared.to_dict()["events"] if e["name"].startswith("load")} == {"mem"}
