@@ -467,10 +467,11 @@ def _install_wait() -> bool:
     return True
 
 
-def install(rank: int) -> list[str]:
-    """Wrap every torch.distributed call this module knows; returns the wrapped API names."""
+def install(rank: int, waits: bool = False) -> list[str]:
+    """Wrap every torch.distributed call this module knows (and `Work.wait`, with `waits`);
+    returns the wrapped API names."""
     STATE.rank = rank
-    if _install_wait():
+    if waits and _install_wait():
         done_wait = ["Work.wait"]
     else:
         done_wait = []

@@ -293,7 +293,7 @@ def start(cmd: Command, cfg: protocol.CaptureConfig, run: Path) -> subprocess.Po
 
 def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmup: int,
             active: int, profile: bool = True, annotate: str = "auto",
-            ddp_hook: bool = True) -> tuple[int, dict, Path]:
+            ddp_hook: bool = True, waits: bool = False) -> tuple[int, dict, Path]:
     """Run the command under capture; returns (exit code, manifest, run folder).
 
     Every check happens before the run folder is made; after that, whatever the command does,
@@ -305,7 +305,7 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     make_run_dir(run)
     cfg = protocol.CaptureConfig(out_dir=str(run.absolute()), parent_pid=os.getpid(),
                                  mode=cmd.mode, wait=wait, warmup=warmup, active=active,
-                                 profile=profile, annotate=annotate, ddp_hook=ddp_hook)
+                                 profile=profile, annotate=annotate, ddp_hook=ddp_hook, waits=waits)
     started = _iso()
     proc = start(cmd, cfg, run)
     interrupted = wait_for(proc)

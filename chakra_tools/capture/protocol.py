@@ -31,6 +31,7 @@ class CaptureConfig:
     annotate  "auto": annotate torch.distributed calls while the profiler records; "off"; "always"
               (benchmarks: our annotation cost without the profiler).
     ddp_hook  route DDP's gradient all-reduce through an annotated Python comm hook.
+    waits     mark where `Work.wait()` on an annotated asynchronous call returned (comm.py).
     """
 
     out_dir: str
@@ -42,6 +43,7 @@ class CaptureConfig:
     profile: bool = True
     annotate: str = "auto"
     ddp_hook: bool = True
+    waits: bool = False
     extra: dict = field(default_factory=dict)
 
     def to_env(self) -> str:

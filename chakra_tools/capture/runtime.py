@@ -428,7 +428,7 @@ def activate(cfg: protocol.CaptureConfig, env=os.environ, *, rank: int | None = 
     SESSION = session
     comm.STATE.always = cfg.annotate == "always"
     if cfg.annotate != "off":
-        comm.install(rank)
+        comm.install(rank, waits=cfg.waits)
     if cfg.ddp_hook:
         ddp.install()
     global _WIRED

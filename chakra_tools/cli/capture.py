@@ -49,6 +49,8 @@ def capture(
     no_ddp_hook: bool = typer.Option(False, "--no-ddp-hook",
                                      help="Leave DDP's C++ gradient all-reduce alone (it is then "
                                           "not annotated)."),
+    annotate_waits: bool = typer.Option(False, "--annotate-waits",
+                                        help="Mark where Work.wait() on an asynchronous call (async_op=True, isend, irecv) returned, so the converter makes the script's next op depend on that call (for what-if replays; off by default: as captured, the untraced wait is already in the timeline, and on random scripts the mark cost up to +19% there, docs/capture.md)."),
 ) -> None:
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, and capture steps
     `wait+warmup .. wait+warmup+active-1` (0-based; a step ends when an optimizer steps or the
@@ -63,7 +65,7 @@ def capture(
 
     code, doc, run = launch.capture(words, out=out, force=force, wait=wait, warmup=warmup,
                                     active=active, profile=not no_profiler, annotate=annotate,
-                                    ddp_hook=not no_ddp_hook)
+                                    ddp_hook=not no_ddp_hook, waits=annotate_waits)
     typer.echo(_summary(doc, run), err=True)
     sys.stdout.flush()
     raise typer.Exit(code)
