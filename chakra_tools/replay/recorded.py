@@ -13,7 +13,11 @@ call outside its backend op (the c10d wrapper, the wait's return) belongs to no 
 Re-timed, every instant of the recorded host timeline goes to the host op that started last
 before it (a leaf op keeps its own time plus the untraced time after it, a parent only the time
 before its first child), except the instants the rank was blocked in communication, which the
-replay re-creates from its own schedule. The last host op keeps its own duration.
+replay re-creates from its own schedule. The last host op keeps its own duration, plus, on a rank
+without device compute whose file carries its measured window (core/measured.py), the tail from
+the end of everything traced to the window's end: a parent's exclusive time after its last child
+(`aten::mul` running 8.6 ms past its last `copy_`), Python after the last call. On a GPU rank the
+window may end in a kernel, which the replay runs itself, so there it is left out.
 
 **Completion.** When the next host op to start after a communication node depends on it (a
 synchronous gloo call; an async one whose result the next op needs), the rank did nothing traced
@@ -46,7 +50,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from chakra_tools.core.etio import iter_nodes
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.measured import Measured
 from chakra_tools.core.graph import find_rank_files
 from chakra_tools.core.model import Node, NodeType
 
@@ -71,7 +76,7 @@ def node_ns(node: Node) -> int:
     return int(attr.value) if attr is not None else node.duration_micros * 1000
 
 
-def read_timeline(nodes: Iterable[Node]) -> RankTimeline:
+def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> RankTimeline:
     """The `RankTimeline` of one rank's nodes (any order); nodes without a start are left out.
 
     >>> from chakra_tools.core.model import make_attrs
@@ -86,7 +91,7 @@ def read_timeline(nodes: Iterable[Node]) -> RankTimeline:
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device = _collect(nodes)
     starts = [h[0] for h in host]
     ends, blocked = {}, []
     for (start, end), nid, deps in comms:
@@ -96,6 +101,10 @@ def read_timeline(nodes: Iterable[Node]) -> RankTimeline:
     retimed = _retimed(host, union(blocked))
     for nid, device_wait in host_blocked.items():  # blocked on the device: the replay's to re-create
         retimed[nid] = max(0, retimed[nid] - device_wait)
+    if host and window_end_ns is not None and not on_device:
+        last_start, last, own, _ = host[-1]
+        done = max([last_start + own, *ends.values()])
+        retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
     return RankTimeline(retimed, ends)
 
 
@@ -112,16 +121,26 @@ def _completion(starts: Sequence[int], start: int, end: int, waiter: int | None)
 
 def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     """`read_timeline` of every rank file of a rank set (folder, prefix or file), streaming."""
-    return {rank: read_timeline(iter_nodes(f)) for rank, f in find_rank_files(path).items()}
+    out = {}
+    for rank, f in find_rank_files(path).items():
+        reader = TraceReader(f)
+        nodes = iter(reader)  # reads the GlobalMetadata first
+        first = next(nodes, None)
+        measured = Measured.from_metadata(reader.metadata, str(f)) if reader.metadata else None
+        out[rank] = read_timeline(([first] if first is not None else []) + list(nodes),
+                                  measured.window_ns[1] if measured else None)
+    return out
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict]:
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool]:
     """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
     comm id -> earliest start of a host op that depends on it and starts after it,
     host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
-    some: that time is already out of its duration, and the replay re-creates it))."""
-    host, comms, host_blocked = [], [], {}
+    some: that time is already out of its duration, and the replay re-creates it),
+    whether the rank has device compute (then the measured window may end in a kernel))."""
+    host, comms, host_blocked, on_device = [], [], {}, False
     for node in nodes:
+        on_device = on_device or (node.type == _COMP and not node.is_cpu_op)
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
@@ -139,7 +158,7 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict]:
         for d in deps:
             if d in comm_start and start >= comm_start[d]:
                 waiters[d] = min(start, waiters.get(d, start))
-    return host, comms, waiters, host_blocked
+    return host, comms, waiters, host_blocked, on_device
 
 
 def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: Sequence[int]) -> bool:
