@@ -163,3 +163,16 @@ def test_timeline_traced_wait_with_its_edge_loses_the_blocked_part():
     nodes = [host(1, 0, 10), coll(3, 64, deps=(1,), start=T0 + 50, us=400), host(2, 40, 500, deps=(1, 3)),
              host(4, 600, 5, deps=(2,))]
     assert read_timeline(nodes).host_ns == {1: 40_000, 2: 160_000, 4: 5_000}
+
+
+def test_the_tail_after_the_last_traced_op_is_kept_up_to_the_measured_window():
+    """A parent (`aten::mul`, 1000..1400) whose last child ends at 1030: its 370 µs after the
+    child end the recorded window and were dropped; on a CPU rank they now stay with the last
+    host op. A rank with device compute keeps the old rule (its window may end in a kernel)."""
+    mul = host(1, 0, 370)              # exclusive: 400 - 30
+    child = host(2, 10, 20, deps=(1,))  # the last host op to start
+    window_end = (T0 + 400) * 1000
+    assert read_timeline([mul, child]).host_ns[2] == 20_000
+    assert read_timeline([mul, child], window_end).host_ns[2] == 390_000  # 1010..1400
+    kernel = comp(3, us=5, deps=(2,), start=T0 + 30)
+    assert read_timeline([mul, child, kernel], window_end).host_ns[2] == 20_000
