@@ -330,6 +330,9 @@ def _case_text(rng, seeds, inp, out) -> Case:
     if rng.random() < 0.1:
         stale = _stale(seeds, out / "rs", "wl.99.et")
     argv = ["text", str(inp / name), "--npus", npus, "-o", str(out / "rs"), "--prefix", "wl"]
+    if rng.random() < 0.3:  # network dimensions: a split of the NPUs, or one that does not hold them
+        argv += ["--dims", rng.choice({"1": ("1", "1,1"), "4": ("2,2", "4,1", "3"), "8": ("2,4", "2,2,2", "8,2"),
+                                       "16": ("4,4", "2,8", "16", "0,16")}[npus])]
     return Case("text", f"{name}: {what}", "convert", argv, [out / "rs"], [name], stale=stale)
 
 

@@ -146,7 +146,9 @@ def classify(case: Case, d: Path, result) -> tuple[str, str | None, str]:
         return "clean", None, last
     if not last.startswith("error:") and not re.search(r"(Invalid value|Error):", stderr):
         return "FAILURE", f"exit {rc} without an error: line", last
-    if not (str(d) in stderr or any(n and n in stderr for n in case.names)):
+    options = [a for a in case.argv if a.startswith("--")]  # a mistake in an option names the option
+    if not (str(d) in stderr or any(n and n in stderr for n in case.names)
+            or any(f"{o} " in last for o in options)):
         return "FAILURE", "error naming no input: " + _pattern(last), last
     return "error", None, last
 

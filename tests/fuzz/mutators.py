@@ -249,7 +249,8 @@ def mutate_text_workload(rng: random.Random, text: str) -> tuple[bytes, str]:
         return mutate_bytes(rng, text.encode())
     i = rng.randrange(len(lines))
     toks = lines[i].split()
-    how = rng.choice(("token", "token", "drop-token", "add-token", "drop-row", "dup-row", "count", "tabs"))
+    how = rng.choice(("token", "token", "drop-token", "add-token", "drop-row", "dup-row", "count", "tabs",
+                      "policy", "extra-columns"))
     if how == "token" and toks:
         j = rng.randrange(len(toks))
         toks[j] = rng.choice(ODD_TOKENS)
@@ -264,6 +265,14 @@ def mutate_text_workload(rng: random.Random, text: str) -> tuple[bytes, str]:
         del lines[i]
     elif how == "dup-row":
         lines.insert(i, lines[i])
+    elif how == "policy":
+        head = lines[0].split()
+        head[0] = rng.choice(("MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM",
+                              "HYBRID_TRANSFORMER", "HYBRID_CUSTOMIZED", "DISTRIBUTED_INFERENCE", "HYBRID_DLRM_ENHANCED"))
+        lines[0] = " ".join(head)
+        how += f" {head[0]}"
+    elif how == "extra-columns" and toks:  # ASTRA-sim's two memory columns, or a layer's own policy
+        lines[i] = " ".join(toks + rng.choice((["64", "64"], ["DATA"], ["HYBRID_TRANSFORMER"], ["x", "y", "z"])))
     elif how == "count" and len(lines) > 1:
         lines[1] = rng.choice(("0", "-1", "²", "100", "1.5", "", "3 4"))
     else:
