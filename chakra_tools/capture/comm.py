@@ -467,7 +467,7 @@ def _install_wait() -> bool:
     return True
 
 
-def install(rank: int, waits: bool = False) -> list[str]:
+def install(rank: int, waits: bool = True) -> list[str]:
     """Wrap every torch.distributed call this module knows (and `Work.wait`, with `waits`);
     returns the wrapped API names."""
     STATE.rank = rank

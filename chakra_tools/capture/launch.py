@@ -293,7 +293,7 @@ def start(cmd: Command, cfg: protocol.CaptureConfig, run: Path) -> subprocess.Po
 
 def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmup: int,
             active: int, profile: bool = True, annotate: str = "auto",
-            ddp_hook: bool = True, waits: bool = False) -> tuple[int, dict, Path]:
+            ddp_hook: bool = True, waits: bool = True) -> tuple[int, dict, Path]:
     """Run the command under capture; returns (exit code, manifest, run folder).
 
     Every check happens before the run folder is made; after that, whatever the command does,

@@ -43,7 +43,7 @@ class CaptureConfig:
     profile: bool = True
     annotate: str = "auto"
     ddp_hook: bool = True
-    waits: bool = False
+    waits: bool = True
     extra: dict = field(default_factory=dict)
 
     def to_env(self) -> str:

@@ -49,8 +49,8 @@ def capture(
     no_ddp_hook: bool = typer.Option(False, "--no-ddp-hook",
                                      help="Leave DDP's C++ gradient all-reduce alone (it is then "
                                           "not annotated)."),
-    annotate_waits: bool = typer.Option(False, "--annotate-waits",
-                                        help="Mark where Work.wait() on an asynchronous call (async_op=True, isend, irecv) returned, so the converter makes the script's next op depend on that call (for what-if replays; off by default: as captured, the untraced wait is already in the timeline, and on random scripts the mark cost up to +19% there, docs/capture.md)."),
+    annotate_waits: bool = typer.Option(True, "--annotate-waits/--no-annotate-waits",
+                                        help="Mark where Work.wait() on an asynchronous call (async_op=True, isend, irecv) returned, so the converter makes the script's next op depend on that call and the replay re-creates the wait (docs/capture.md)."),
 ) -> None:
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, and capture steps
     `wait+warmup .. wait+warmup+active-1` (0-based; a step ends when an optimizer steps or the

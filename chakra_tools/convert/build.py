@@ -482,6 +482,8 @@ class Builder:
                 self._stream_wait(comm, node)
             else:
                 self.recs[node - 1].deps.append(comm)
+                if w.pg is not None:  # a trace-capture mark: the wait just before it was untraced
+                    self.recs[node - 1].attrs["wait_mark"] = True
 
     def _untraced_wait_edges(self) -> None:
         """An asynchronous call (`async_op=True`, isend/irecv) whose thread started no traced op

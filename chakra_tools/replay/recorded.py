@@ -91,13 +91,15 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked = _collect(nodes)
     starts = [h[0] for h in host]
     ends, blocked = {}, []
     for (start, end), nid, deps in comms:
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
         if not _host_starts_inside(starts, (start, done)) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
+        elif nid in marked:
+            blocked.append(_waited_before(host, starts, start, marked[nid]))
     retimed = _retimed(host, union(blocked))
     for nid, device_wait in host_blocked.items():  # blocked on the device: the replay's to re-create
         retimed[nid] = max(0, retimed[nid] - device_wait)
@@ -106,6 +108,16 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
         done = max([last_start + own, *ends.values()])
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
     return RankTimeline(retimed, ends)
+
+
+def _waited_before(host: list, starts: Sequence[int], call_start: int, mark: int) -> tuple[int, int]:
+    """The untraced wait right before a wait mark (trace-capture --annotate-waits: `Work.wait()`
+    returned at `mark`): from the end of the host op before the mark (or the call's start, if
+    later) to the mark. The replay re-creates it from the call (the mark depends on it)."""
+    i = bisect.bisect_left(starts, mark) - 1
+    prev_end = host[i][0] + host[i][2] if i >= 0 else call_start
+    lo = min(max(call_start, prev_end), mark)
+    return lo, mark
 
 
 def _completion(starts: Sequence[int], start: int, end: int, waiter: int | None) -> int:
@@ -132,13 +144,14 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     return out
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool]:
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]:
     """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
     comm id -> earliest start of a host op that depends on it and starts after it,
     host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
     some: that time is already out of its duration, and the replay re-creates it),
-    whether the rank has device compute (then the measured window may end in a kernel))."""
-    host, comms, host_blocked, on_device = [], [], {}, False
+    whether the rank has device compute (then the measured window may end in a kernel),
+    comm id -> start of the wait mark (trace-capture `--annotate-waits`) that depends on it)."""
+    host, comms, host_blocked, on_device, marks = [], [], {}, False, set()
     for node in nodes:
         on_device = on_device or (node.type == _COMP and not node.is_cpu_op)
         if node.start_time_micros <= 0:
@@ -146,6 +159,8 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool]:
         start = node.start_time_micros * 1000
         if node.type == _COMP and node.is_cpu_op:
             host.append((start, node.id, node_ns(node), node.deps))
+            if node.attrs.get("wait_mark") is not None:
+                marks.add(node.id)
             device_wait = node.attrs.get("blocked_ns")
             if device_wait is not None:
                 host_blocked[node.id] = int(device_wait.value)
@@ -154,11 +169,14 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool]:
     host.sort(key=lambda h: (h[0], h[1]))
     comm_start = {nid: s for (s, _), nid, _ in comms}
     waiters: dict[int, int] = {}
-    for start, _, _, deps in host:
+    marked: dict[int, int] = {}  # comm id -> start of the wait mark that depends on it
+    for start, nid, _, deps in host:
         for d in deps:
             if d in comm_start and start >= comm_start[d]:
                 waiters[d] = min(start, waiters.get(d, start))
-    return host, comms, waiters, host_blocked, on_device
+                if nid in marks:
+                    marked[d] = min(start, marked.get(d, start))
+    return host, comms, waiters, host_blocked, on_device, marked
 
 
 def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: Sequence[int]) -> bool:

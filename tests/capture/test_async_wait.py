@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_waits_are_annotated_and_converted_into_edges(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
-    run = run_capture(["-o", "run", "--annotate-waits", "--", *LAUNCH_2, "train.py"], cwd=tmp_path,
+    run = run_capture(["-o", "run", "--", *LAUNCH_2, "train.py"], cwd=tmp_path,
                       folder=tmp_path / "run", timeout=240)
     assert run.code == 0, run.stderr[-3000:]
     for rank in (0, 1):

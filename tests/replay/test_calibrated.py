@@ -11,6 +11,7 @@ import pytest
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph
+from chakra_tools.core.model import Node, NodeType
 from chakra_tools.replay.engine import Replayer, open_rankset
 from chakra_tools.replay.recorded import read_rankset, read_timeline
 from chakra_tools.replay.timing import Captured
@@ -176,3 +177,21 @@ def test_the_tail_after_the_last_traced_op_is_kept_up_to_the_measured_window():
     assert read_timeline([mul, child], window_end).host_ns[2] == 390_000  # 1010..1400
     kernel = comp(3, us=5, deps=(2,), start=T0 + 30)
     assert read_timeline([mul, child, kernel], window_end).host_ns[2] == 20_000
+
+
+def test_the_untraced_wait_before_a_wait_mark_is_the_replays_to_re_create():
+    """An async all-reduce (1100..1480) overlapped by compute (1150..1200), then Work.wait()
+    (untraced) until 1500, where trace-capture marked its return: the wait leaves the compute
+    op's re-timed time (the replay re-creates it from the call the mark depends on)."""
+    from chakra_tools.core.model import make_attrs
+
+    ar = coll(1, 4096, start=T0 + 100, us=380)
+    compute = host(2, 150, 50)
+    mark = Node(3, "wait", NodeType.COMP_NODE, (1, 2), start_time_micros=T0 + 500, duration_micros=1,
+                attrs=make_attrs(is_cpu_op=True, wait_mark=True))
+    after = host(4, 510, 10, deps=(3,))
+    t = read_timeline([ar, compute, mark, after])
+    assert t.host_ns[2] == 50_000  # was 350 µs: the wait charged as compute
+    assert t.comm_end_ns[1] == (T0 + 480) * 1000  # its recorded end, before the mark
+    unmarked = mark._replace(attrs=make_attrs(is_cpu_op=True))
+    assert read_timeline([ar, compute, unmarked, after]).host_ns[2] == 350_000
