@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in report.failures.values():
             print(json.dumps(f["example"], indent=1))
     if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(report.to_dict(), indent=1, default=str))
     broken = report.failing_kinds() & set(harness.FIXED_KINDS)
     if broken:
