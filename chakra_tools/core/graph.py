@@ -196,8 +196,9 @@ MAX_RANK = 2**31 - 1
 
 def _group_ranks(members, path, key) -> tuple[int, ...]:
     """A group's member list, checked: distinct ranks, each an integer in 0..MAX_RANK."""
-    if not isinstance(members, list):
-        raise InputError(f'{path}: group "{key}": expected a list of ranks, not {type(members).__name__}')
+    if not isinstance(members, list) or not members:
+        what = "an empty list" if isinstance(members, list) else type(members).__name__
+        raise InputError(f'{path}: group "{key}": expected a list of ranks, not {what}')
     for m in members:
         if type(m) is not int or not 0 <= m <= MAX_RANK:
             raise InputError(f'{path}: group "{key}": member {m!r} is not a rank (an integer 0..{MAX_RANK})')

@@ -113,6 +113,10 @@ class Resources:
         return [lim[name] or _UNLIMITED for name in LANES]
 
 
+_COMM_TYPES = frozenset(int(t) for t in CommType)
+#: a replay's clock is int64 nanoseconds (292 years); durations that add up past it are bad input
+_MAX_NS = (1 << 63) - 1
+
 #: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
 _PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
 
@@ -211,6 +215,10 @@ class Replayer:
     # -- the kernel -----------------------------------------------------------------------------
     def _at(self, time_ns: int, rank: int, nid: int) -> None:
         """Schedule the finish of (rank, node) at `time_ns`."""
+        if time_ns > _MAX_NS:
+            r = self.ranks[rank]
+            raise InputError(f"{r.feeder.path}: rank {rank}: node {nid}: finishes at {time_ns} ns, past "
+                             "the replay's 64-bit clock (292 years): a duration or size out of range")
         self._seq += 1
         heapq.heappush(self._heap, (time_ns, self._seq, rank, nid))
 
@@ -318,6 +326,9 @@ class Replayer:
         self._at(self._now, r.rank, nid)
 
     def on_coll(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+        if info.comm_type not in _COMM_TYPES:
+            raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): comm_type "
+                             f"{info.comm_type} is no collective kind (0..{max(_COMM_TYPES)})")
         group = self._group(r, nid, info)
         pg = info.pg_name
         k = r.coll_seq.get(pg, 0)
@@ -351,14 +362,14 @@ class Replayer:
         group = self.groups.get(pg)
         if group is None:
             if pg not in ("", "0") and self._group_file:
-                raise InputError(f"rank {r.rank}: node {nid} ({info.name!r}): pg_name {pg!r} is not "
+                raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): pg_name {pg!r} is not "
                                  f"in the comm-group file (groups: {', '.join(sorted(self.groups))})")
             if pg not in ("", "0"):  # no file: every group is every rank, said once at the end
                 self._assumed_world.append((pg, r.rank, nid))
                 self.groups[pg] = self.world
             group = self.world
         if r.rank not in group:
-            raise InputError(f"rank {r.rank}: node {nid} ({info.name!r}): rank is not a member of "
+            raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): rank is not a member of "
                              f"process group {pg!r} {list(group)}")
         return group
 
@@ -407,10 +418,10 @@ class Replayer:
 
     def _peer(self, r: _Rank, nid: int, info: NodeInfo, peer: int | None, attr: str) -> int:
         if peer is None:
-            raise InputError(f"rank {r.rank}: node {nid} ({info.name!r}): point-to-point node "
+            raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): point-to-point node "
                              f"without {attr}; the replayer cannot pair it")
         if peer not in self.ranks:
-            raise InputError(f"rank {r.rank}: node {nid} ({info.name!r}): {attr}={peer} is not a "
+            raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): {attr}={peer} is not a "
                              f"rank of this set ({min(self.ranks)}..{max(self.ranks)})")
         return peer
 
@@ -420,7 +431,7 @@ class Replayer:
         if not stuck:
             return
         lines = [self._blocked_text(r) for r in stuck]
-        raise DeadlockError("deadlock: " + " | ".join(lines))
+        raise DeadlockError(f"{stuck[0].feeder.path}: deadlock: " + " | ".join(lines))
 
     def _blocked_text(self, r: _Rank) -> str:
         waits = []
@@ -431,11 +442,11 @@ class Replayer:
                 missing = sorted(set(group) - {m[0] for m in members})
                 waits.append(f"%{mine[0][1]} {mine[0][2].name!r} (collective #{k} of pg {pg!r}) "
                              f"waits for ranks {missing}")
-        for (src, dst, tag), posts in sorted(self._recvs.items()):
+        for (src, dst, tag), posts in sorted(self._recvs.items(), key=str):
             for p in posts:
                 if p.rank == r.rank:
                     waits.append(f"%{p.nid} recv waits for a send from rank {src} tag {tag}")
-        for (src, dst, tag), posts in sorted(self._sends.items()):
+        for (src, dst, tag), posts in sorted(self._sends.items(), key=str):
             for p in posts:
                 if p.rank == r.rank and p.arrival_ns is None:
                     waits.append(f"%{p.nid} send waits for a recv on rank {dst} tag {tag}")

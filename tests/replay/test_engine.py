@@ -286,3 +286,17 @@ def test_memory_nodes_take_the_communication_slot_as_in_astra_sim(tmp_path):
     assert own.makespan_ns == max(10_000, coll_ns)
     assert shared.makespan_ns == 20_000 + coll_ns
     assert {e["lane"] for e in shared.to_dict()["events"] if e["name"].startswith("load")} == {"mem"}
+
+
+def test_values_the_replay_cannot_run_are_input_errors_naming_the_file(tmp_path):
+    from chakra_tools.core.model import Node, NodeType, make_attrs
+
+    odd_kind = Node(1, "c", NodeType.COMM_COLL_NODE, attrs=make_attrs(comm_type=2**31 - 1, comm_size=8))
+    with pytest.raises(InputError, match=r"t\.0\.et: rank 0: node 1 .*comm_type 2147483647 is no collective kind"):
+        run(tmp_path / "a", {0: [odd_kind], 1: [odd_kind]})
+    forever = [comp(1, us=2**62), comp(2, us=2**62, deps=(1,))]  # 2^62 us each: past 2^63 ns
+    with pytest.raises(InputError, match=r"t\.0\.et: rank 0: node \d+: finishes at .* past the replay's 64-bit clock"):
+        run(tmp_path / "b", {0: forever})
+    lonely = [send(1, dst=7, size=8)]
+    with pytest.raises(InputError, match=r"t\.0\.et: rank 0: node 1 .*comm_dst=7 is not a rank of this set"):
+        run(tmp_path / "c", {0: lonely, 1: [comp(1)]})
