@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -55,7 +56,7 @@ def read_bytes(path: str | Path) -> bytes:
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise InputError(f"{path}: corrupt gzip file: {e}") from None
     return data
 
@@ -91,6 +92,8 @@ def parse_json_bytes(data: bytes, path: str | Path) -> Any:
                 raise InputError(f"{path}: line {e.lineno}: not valid JSON: {e.msg}") from None
         except UnicodeDecodeError as e:
             raise InputError(f"{path}: not a text JSON file ({e.reason})") from None
+        except RecursionError:
+            raise InputError(f"{path}: JSON nested too deeply to be a trace") from None
     return doc
 
 
@@ -100,7 +103,7 @@ def decode_typed(decoder: msgspec.json.Decoder, data: bytes) -> Any:
     invalid by unescaped annotation names is repaired first, as `parse_json_bytes` does."""
     try:
         return decoder.decode(data)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, RecursionError):
         return None
     except msgspec.DecodeError:
         if not unescaped_annotations(data):

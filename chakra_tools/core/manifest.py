@@ -17,6 +17,8 @@ from .errors import InputError
 
 MANIFEST = "manifest.json"
 FORMAT = "chakra-tools-capture/1"
+#: ranks are int32 on the wire
+MAX_WORLD = 2**31
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,12 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
     groups = doc.get("process_groups") or []
     if not isinstance(groups, list):
         raise InputError(f"{source}: 'process_groups' is {type(groups).__name__}, not a list")
+    world = _opt_int(doc.get("world_size"), source, "world_size")
+    if world is not None and not 1 <= world <= MAX_WORLD:
+        raise InputError(f"{source}: world_size is {world}, not 1..{MAX_WORLD}")
     return RunManifest(
         source, folder, _str(doc.get("status"), source, "status") or "unknown",
-        _opt_int(doc.get("world_size"), source, "world_size"), _str(doc.get("backend"), source, "backend"),
+        world, _str(doc.get("backend"), source, "backend"),
         _ints(doc.get("captured_steps"), source, "captured_steps"),
         tuple(_rank(r, source, f"ranks[{i}]") for i, r in enumerate(ranks)),
         tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)))

@@ -203,3 +203,21 @@ def test_nccl_kernel_without_a_host_call_becomes_a_collective(tmp_path):
     assert coll.type is NodeType.COMM_COLL_NODE and coll.comm_type is CommType.ALL_GATHER
     assert (coll.comm_size, coll.is_cpu_op, coll.data_deps, coll.attr("stream")) == (1024, False, (host.id,), 20)
     assert (coll.duration_micros, coll.attr("duration_ns")) == (4, 3500)
+
+
+def test_a_trace_nested_too_deeply_or_with_corrupt_deflate_data_is_named(tmp_path):
+    import gzip as gz
+
+    from chakra_tools.convert.jsonio import load_json
+    from chakra_tools.core.errors import InputError
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"nodes": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(InputError, match="deep.json: JSON nested too deeply"):
+        load_json(deep)
+    data = bytearray(gz.compress(b'{"traceEvents": [' + b'{"ph": "X"},' * 2000 + b'{}]}'))
+    data[len(data) // 2] ^= 0xFF  # one byte of the deflate stream
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="bad.json.gz: corrupt gzip file"):
+        load_json(bad)

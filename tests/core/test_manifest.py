@@ -46,6 +46,7 @@ def test_every_reader_sees_the_same_typed_manifest(tmp_path):
     (manifest(format="chakra-tools-capture/9"), "format 'chakra-tools-capture/9'"),
     (manifest(ranks={"0": {}}), "'ranks' is dict"),
     (manifest(world_size="2"), "world_size is '2'"),
+    (manifest(world_size=2**63), "world_size is 9223372036854775808, not 1.."),
     (manifest(captured_steps=[1, "2"]), "captured_steps is"),
     ({**manifest(), "ranks": [{"rank": "x"}]}, r"ranks\[0\].rank is 'x'"),
     ({**manifest(), "ranks": [{"rank": 0, "step_times_ns": [1, None]}]}, r"ranks\[0\].step_times_ns"),
