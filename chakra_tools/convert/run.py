@@ -27,6 +27,7 @@ from .jsonio import gc_paused
 
 from .crossrank import assign_groups, globalise, record_groups, world_of
 from .rank import GroupInfo, RankResult, convert_rank
+from .windows import align_windows
 
 
 
@@ -153,6 +154,7 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     globalise(results, ids, diags)
     record_groups(results, ids, groups)
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
+    align_windows(rankset, diags)
     if adapt is not None:
         _adapt(rankset, adapt)
     if check:
