@@ -125,6 +125,7 @@ class CommCall:
     backend: int | None = None     # host op id of the nccl:/gloo: op
     backend_kind: str | None = None  # its op (gloo runs some kinds as others)
     members: set[int] = field(default_factory=set)  # host op ids inside the call
+    c10d_collectives: int = 0  # c10d collective ops among the members
 
     @property
     def comm_type(self) -> CommType | None:
@@ -255,11 +256,19 @@ def _belongs(op: HostOp, call: CommCall, gloo_ops: set[int]) -> bool:
         return False
     if call.source != "annotation" or op.parent != call.root:
         return True
+    if call.c10d_collectives and _is_c10d_collective(op.name):
+        return False  # a second collective under one annotation: another call (gloo's parent links)
     return op.name.startswith(COMM_PREFIXES)
+
+
+def _is_c10d_collective(name: str) -> bool:
+    return name.startswith("c10d::") and op_kind(name) not in (None, "send", "recv")
 
 
 def _add_member(call: CommCall, op: HostOp) -> None:
     call.members.add(op.id)
+    if _is_c10d_collective(op.name):
+        call.c10d_collectives += 1
     if call.backend is None and is_backend_op(op.name):
         _set_backend(call, op)
     elif op.name == "record_param_comms" and call.source != "annotation":

@@ -221,3 +221,23 @@ def test_a_trace_nested_too_deeply_or_with_corrupt_deflate_data_is_named(tmp_pat
     bad.write_bytes(bytes(data))
     with pytest.raises(InputError, match="bad.json.gz: corrupt gzip file"):
         load_json(bad)
+
+
+def test_a_second_collective_under_one_annotation_is_a_call_of_its_own():
+    """gloo's asynchronous work leaves parent links pointing at the last annotation: HF Trainer's
+    logging all-reduce (a c10d op with no annotation of its own) recorded under the gradient
+    all-reduce's annotation was taken into it on one rank ([collective-count] at conversion)."""
+    from chakra_tools.convert.comms import find_calls
+    from chakra_tools.convert.hostet import HostOp
+    from chakra_tools.core.annotations import format_annotation
+
+    ann = format_annotation({"op": "all_reduce", "api": "all_reduce", "in_bytes": 482304, "pg": "0", "seq": 3})
+    empty = ([], [], [])
+    ops = [HostOp(10, ann, 1, 1, None, empty, empty, {}),
+           HostOp(11, "c10d::allreduce_", 10, 1, None, empty, empty, {}),
+           HostOp(12, "gloo:all_reduce", 11, 1, None, empty, empty, {}),
+           HostOp(16, "c10d::allreduce_", 10, 1, None, empty, empty, {}),  # the logging all-reduce
+           HostOp(17, "gloo:all_reduce", 16, 1, None, empty, empty, {})]
+    calls, _ = find_calls(ops)
+    assert [(c.root, c.source, sorted(c.members)) for c in calls] == [
+        (10, "annotation", [10, 11, 12]), (16, "c10d", [16, 17])]
