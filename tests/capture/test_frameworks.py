@@ -36,3 +36,12 @@ def test_lightning(tmp_path, devices):
 def test_hf_trainer_single_process(tmp_path):
     fid = capture_convert_replay(tmp_path, [str(EXAMPLES / "hf_trainer.py"), "--steps", "6"], 1)
     assert len(fid["ranks"]) == 1
+
+
+def test_hf_trainer_ddp_under_torchrun(tmp_path):
+    """The Trainer's small logging collectives between steps used to make one rank's converted
+    sequence differ from the other's ([collective-count]); every capture now converts."""
+    from capture_helpers import LAUNCH_2
+
+    fid = capture_convert_replay(tmp_path, [*LAUNCH_2, str(EXAMPLES / "hf_trainer.py"), "--steps", "8"], 2)
+    assert len(fid["ranks"]) == 2
