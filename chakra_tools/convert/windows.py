@@ -16,11 +16,11 @@ from itertools import product
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.graph import Graph, RankSet
-from chakra_tools.core.model import CommType, NodeType
+from chakra_tools.core.model import NodeType
+from chakra_tools.core.validate import SIZE_INVARIANT
 
 #: collectives cut from either end of a rank's sequence, at most
 MAX_TRIM = 2
-_PER_RANK_SIZES = frozenset((CommType.ALL_TO_ALL, CommType.GATHER, CommType.SCATTER))
 
 
 def align_windows(rankset: RankSet, diags: Diagnostics) -> None:
@@ -54,8 +54,10 @@ def _groups(rankset: RankSet) -> dict[str, list[int]]:
 
 
 def _key(node) -> tuple:
+    """What validation compares (core.validate `_compare_sequence`): the kind, and the size
+    where every member moves the same bytes."""
     kind = node.comm_type
-    return (kind, None if kind in _PER_RANK_SIZES else node.comm_size)
+    return (kind, node.comm_size if kind in SIZE_INVARIANT else None)
 
 
 def _edge_cut(keys: dict[int, list[tuple]]) -> dict[int, tuple[int, int]] | None:
