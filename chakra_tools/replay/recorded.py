@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -136,10 +136,10 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     out = {}
     for rank, f in find_rank_files(path).items():
         reader = TraceReader(f)
-        nodes = iter(reader)  # reads the GlobalMetadata first
-        first = next(nodes, None)
+        nodes = iter(reader)
+        first = next(nodes, None)  # the GlobalMetadata is read with the first node
         measured = Measured.from_metadata(reader.metadata, str(f)) if reader.metadata else None
-        out[rank] = read_timeline(([first] if first is not None else []) + list(nodes),
+        out[rank] = read_timeline(chain(() if first is None else (first,), nodes),
                                   measured.window_ns[1] if measured else None)
     return out
 
