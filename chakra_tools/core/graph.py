@@ -23,7 +23,7 @@ from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
 from .files import read_json
-from .model import Metadata, Node, make_attr
+from .model import MAX_RANK, Metadata, Node, make_attr
 
 RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
 
@@ -190,10 +190,6 @@ def read_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
     return {str(k): _group_ranks(v, path, k) for k, v in data.items()}
 
 
-#: ranks are int32 on the wire (`comm_src`, `comm_dst`)
-MAX_RANK = 2**31 - 1
-
-
 def _group_ranks(members, path, key) -> tuple[int, ...]:
     """A group's member list, checked: distinct ranks, each an integer in 0..MAX_RANK."""
     if not isinstance(members, list) or not members:
@@ -211,11 +207,14 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
 def _remove_stale(out: Path, prefix: str, written: list[Path]) -> None:
     """Rank files of `prefix` in `out` that this write did not make, and a comm_group.json it did
     not write when every rank file in `out` is of `prefix`."""
-    keep = set(written)
-    ours = [p for p in out.iterdir() if (m := RANK_FILE.match(p.name)) and m.group("prefix") == prefix]
-    others = [p for p in out.iterdir() if (m := RANK_FILE.match(p.name)) and m.group("prefix") != prefix]
-    for p in ours:
-        if p not in keep:
+    keep, others = set(written), False
+    for p in out.iterdir():
+        m = RANK_FILE.match(p.name)
+        if m is None:
+            continue
+        if m.group("prefix") != prefix:
+            others = True
+        elif p not in keep:
             p.unlink()
     groups = out / "comm_group.json"
     if groups not in keep and not others and groups.exists():

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .model import MAX_RANK
 
 MANIFEST = "manifest.json"
 FORMAT = "chakra-tools-capture/1"
-#: ranks are int32 on the wire
-MAX_WORLD = 2**31
+MAX_WORLD = MAX_RANK + 1
 
 
 @dataclass(frozen=True)

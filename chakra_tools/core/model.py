@@ -77,6 +77,8 @@ INTEGER_KINDS = frozenset(k for k in SCALAR_KINDS if "int" in k or "fixed" in k)
 #: Chakra's feeders (FeederV3's `REGISTER_ATTR_WITH_DEFAULT(is_cpu_op, false)`, and the older
 #: feeder's `is_cpu_op_ = 0`), and so ASTRA-sim, run a node without `is_cpu_op` as GPU work.
 IS_CPU_OP_DEFAULT = False
+#: ranks are int32 on the wire (`comm_src`, `comm_dst`)
+MAX_RANK = 2**31 - 1
 
 #: The de-facto attribute contract (REFERENCE §1): name -> the exact oneof kind readers expect.
 CONTRACT: Mapping[str, str] = MappingProxyType({
