@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,6 +38,13 @@ class Run:
 
     def device(self, rank: int) -> dict:
         return load_gz(self.folder / self.manifest["ranks"][rank]["device_trace"])
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (a rendezvous endpoint for a test's launcher)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def load_gz(path: Path) -> dict:

@@ -4,20 +4,13 @@ rank's traces in the manifest, and the capture converts."""
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 import textwrap
 
 import pytest
 
 from chakra_tools.convert.run import convert, inputs_from_run
-from capture_helpers import EXAMPLES, TORCHRUN, run_capture
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from capture_helpers import EXAMPLES, TORCHRUN, free_port, run_capture
 
 
 #: an MPI job has its ranks in OMPI_* variables; c10d's env:// wants them as RANK / WORLD_SIZE
