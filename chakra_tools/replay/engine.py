@@ -71,9 +71,8 @@ def parse_limits(text: str | None) -> dict[str, int]:
     limits = dict(DEFAULT_LIMITS)
     for part in filter(None, (text or "").split(",")):
         k, _, v = part.partition("=")
-        if k.strip() not in limits:
-            raise InputError(f"unknown lane {k!r} in --limits; lanes: {', '.join(LANES)}")
         limits[k.strip()] = int(v)
+    Resources(limits)  # refuses a lane it does not know
     return limits
 
 
@@ -132,7 +131,6 @@ class _Rank:
     split: bool = False  # one resource per recorded thread / stream
     memory_on_comm: bool = True
     caps: list[int] = field(default_factory=list)
-    lane: list[int] = field(default_factory=list)  # resource -> its lane kind
     busy: list[int] = field(default_factory=list)
     deferred: list[list[int]] = field(default_factory=list)
     lane_freed_by: list[int] = field(default_factory=list)
@@ -150,11 +148,10 @@ class _Rank:
 
     def _add(self, lane: int) -> int:
         self.caps.append(self.kind_caps[lane])
-        self.lane.append(lane)
         self.busy.append(0)
         self.deferred.append([])
         self.lane_freed_by.append(-1)
-        return len(self.lane) - 1
+        return len(self.caps) - 1
 
     def resource(self, info: NodeInfo) -> int:
         """The resource `info` runs on (with `split`: its thread's or stream's lane)."""
