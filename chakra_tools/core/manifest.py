@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .fields import obj, optional_integer
 from .model import MAX_RANK
 
 MANIFEST = "manifest.json"
@@ -93,7 +94,7 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
     groups = doc.get("process_groups") or []
     if not isinstance(groups, list):
         raise InputError(f"{source}: 'process_groups' is {type(groups).__name__}, not a list")
-    world = _opt_int(doc.get("world_size"), source, "world_size")
+    world = optional_integer(doc.get("world_size"), source, "world_size")
     if world is not None and not 1 <= world <= MAX_WORLD:
         raise InputError(f"{source}: world_size is {world}, not 1..{MAX_WORLD}")
     return RunManifest(
@@ -105,9 +106,8 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
 
 
 def _rank(r: Any, source: str, where: str) -> RankRecord:
-    if not isinstance(r, dict):
-        raise InputError(f"{source}: {where} is {type(r).__name__}, not an object")
-    rank = _opt_int(r.get("rank"), source, f"{where}.rank")
+    r = obj(r, source, where)
+    rank = optional_integer(r.get("rank"), source, f"{where}.rank")
     if rank is None:
         raise InputError(f"{source}: {where} has no rank")
     return RankRecord(rank, _str(r.get("status"), source, f"{where}.status") or "unknown",
@@ -124,14 +124,6 @@ def _group(g: Any, source: str, where: str) -> GroupRecord:
         raise InputError(f"{source}: {where} is not a process group (an object with a name)")
     return GroupRecord(str(g["name"]), _ints(g.get("ranks"), source, f"{where}.ranks"),
                        _str(g.get("desc"), source, f"{where}.desc") or "")
-
-
-def _opt_int(v: Any, source: str, where: str) -> int | None:
-    if v is None:
-        return None
-    if type(v) is not int:
-        raise InputError(f"{source}: {where} is {v!r}, not an integer")
-    return v
 
 
 def _ints(v: Any, source: str, where: str) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import InputError
+from .fields import integer, obj
 from .lanes import LANES, WORK
 
 FORMAT = "chakra-tools.replay-result"
@@ -127,7 +128,7 @@ def decode_replay_result(doc: Any, source: str) -> ReplayDocument:
                          f"version {VERSION}")
     return ReplayDocument(
         version=version,
-        makespan_ns=_int(doc.get("makespan_ns", 0), source, "makespan_ns"),
+        makespan_ns=integer(doc.get("makespan_ns", 0), source, "makespan_ns"),
         ranks=tuple(_rank(r, source, f"ranks[{i}]") for i, r in enumerate(_list(doc, "ranks", source))),
         collectives=tuple(_collective(c, source, f"collectives[{i}]")
                           for i, c in enumerate(_list(doc, "collectives", source))),
@@ -147,43 +148,31 @@ def _list(doc: dict, key: str, source: str) -> list:
     return v
 
 
-def _int(v: Any, source: str, where: str) -> int:
-    if type(v) is not int:  # bool, float, str: not a count of ns
-        raise InputError(f"{source}: {where} is {v!r}, not an integer")
-    return v
-
-
 def _ints(v: Any, n: int, source: str, where: str) -> tuple:
     if not isinstance(v, list) or len(v) != n:
         raise InputError(f"{source}: {where} is {v!r}, not a list of {n} integers")
-    return tuple(_int(x, source, where) for x in v)
-
-
-def _obj(v: Any, source: str, where: str) -> dict:
-    if not isinstance(v, dict):
-        raise InputError(f"{source}: {where} is {type(v).__name__}, not an object")
-    return v
+    return tuple(integer(x, source, where) for x in v)
 
 
 def _event(e: Any, source: str, where: str) -> ReplayEvent:
-    e = _obj(e, source, where)
+    e = obj(e, source, where)
     lane = e.get("lane")
     if lane not in LANES:
         raise InputError(f"{source}: {where}.lane is {lane!r}; lanes are {', '.join(LANES)}")
-    return ReplayEvent(_int(e.get("rank"), source, f"{where}.rank"),
-                       _int(e.get("node_id"), source, f"{where}.node_id"), str(e.get("name", "")),
-                       str(e.get("type", "")), lane, _int(e.get("start_ns"), source, f"{where}.start_ns"),
-                       _int(e.get("end_ns"), source, f"{where}.end_ns"))
+    return ReplayEvent(integer(e.get("rank"), source, f"{where}.rank"),
+                       integer(e.get("node_id"), source, f"{where}.node_id"), str(e.get("name", "")),
+                       str(e.get("type", "")), lane, integer(e.get("start_ns"), source, f"{where}.start_ns"),
+                       integer(e.get("end_ns"), source, f"{where}.end_ns"))
 
 
 def _rank(r: Any, source: str, where: str) -> RankFigures:
-    r = _obj(r, source, where)
-    return RankFigures(_int(r.get("rank"), source, f"{where}.rank"),
-                       *(_int(r.get(k, 0), source, f"{where}.{k}") for k in _RANK_FIELDS))
+    r = obj(r, source, where)
+    return RankFigures(integer(r.get("rank"), source, f"{where}.rank"),
+                       *(integer(r.get(k, 0), source, f"{where}.{k}") for k in _RANK_FIELDS))
 
 
 def _collective(c: Any, source: str, where: str) -> CollectiveRecord:
-    c = _obj(c, source, where)
+    c = obj(c, source, where)
     ranks = c.get("ranks") or ([c["rank"]] if "rank" in c else [])
     if not isinstance(ranks, list):
         raise InputError(f"{source}: {where}.ranks is {ranks!r}, not a list")
@@ -191,13 +180,13 @@ def _collective(c: Any, source: str, where: str) -> CollectiveRecord:
     if not isinstance(node_ids, dict):
         raise InputError(f"{source}: {where}.node_ids is {node_ids!r}, not an object")
     try:
-        members = {int(k): _int(v, source, f"{where}.node_ids") for k, v in node_ids.items()}
+        members = {int(k): integer(v, source, f"{where}.node_ids") for k, v in node_ids.items()}
     except ValueError:
         raise InputError(f"{source}: {where}.node_ids has a key that is not a rank") from None
     node_id = c.get("node_id")
-    return CollectiveRecord(tuple(_int(x, source, f"{where}.ranks") for x in ranks), members,
-                            None if node_id is None else _int(node_id, source, f"{where}.node_id"),
+    return CollectiveRecord(tuple(integer(x, source, f"{where}.ranks") for x in ranks), members,
+                            None if node_id is None else integer(node_id, source, f"{where}.node_id"),
                             str(c.get("name", "")), str(c.get("comm_type", "UNKNOWN")),
-                            _int(c.get("bytes", 0), source, f"{where}.bytes"), str(c.get("pg", "0")),
-                            _int(c.get("start_ns", 0), source, f"{where}.start_ns"),
-                            _int(c.get("end_ns", 0), source, f"{where}.end_ns"))
+                            integer(c.get("bytes", 0), source, f"{where}.bytes"), str(c.get("pg", "0")),
+                            integer(c.get("start_ns", 0), source, f"{where}.start_ns"),
+                            integer(c.get("end_ns", 0), source, f"{where}.end_ns"))
