@@ -133,3 +133,19 @@ def test_the_python_api_takes_the_same_modes(tmp_path):
     assert {r["rank"]: r["finish_ns"] for r in api.to_dict()["ranks"]} == finish(replay_json(prefix, "--as-captured"))
     with pytest.raises(InputError, match="--comm 'guessed'"):
         replay(prefix, backend, modes=CaptureModes(comm="guessed"))
+
+
+def test_memory_slot_option(tmp_path):
+    """Two independent 10 us loads: one after the other on the communication slot (the default,
+    as ASTRA-sim), side by side with --memory-slot own; anything else is refused."""
+    loads = [Node(i, f"load{i}", NodeType.MEM_LOAD_NODE, duration_micros=10) for i in (1, 2)]
+    prefix = write_rankset(tmp_path, {0: loads})
+
+    def makespan(*args):
+        res = runner.invoke(app, [str(prefix), "--json", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["makespan_ns"]
+
+    assert makespan() == 20_000 and makespan("--memory-slot", "own") == 10_000
+    bad = runner.invoke(app, [str(prefix), "--memory-slot", "pool"])
+    assert bad.exit_code != 0 and "comm or own" in bad.output
