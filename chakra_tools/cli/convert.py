@@ -17,7 +17,7 @@ from . import frontends
 from .common import handle_errors, new_app, print_json
 
 app = new_app(help=__doc__.split("\n\n")[0], no_args_is_help=True)
-SUBCOMMANDS = {"pytorch", "onnx", "text", "generate"}
+SUBCOMMANDS = {"pytorch", "onnx", "text", "generate", "calibrate", "scale"}
 
 
 def prepare_argv(argv: list[str]) -> list[str]:
@@ -117,6 +117,45 @@ def _print_report(report, out_dir: Path) -> None:
         typer.echo(f"  {d.severity}: {d}", err=True)
     for code, n in report.diagnostics.omitted().items():
         typer.echo(f"  ... {n} more [{code}]", err=True)
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    rankset: Path = typer.Argument(..., metavar="RUN-et", help="A converted capture (folder, prefix or file)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for network.yml, system.json and fit.json (created)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest",
+                                            help="The capture's manifest.json: also replay it on the default and the fitted network and print the error against its measured steps."),
+    npus: Optional[int] = typer.Option(None, "--npus", min=1,
+                                       help="NPUs of the network written (default: the capture's ranks); give the rank count of a scaled set to replay it."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
+) -> None:
+    """Fit an ASTRA-sim network to the capture's own collectives and send/receive.
+
+    Latency, bandwidth, the reduction's memory bandwidth and the endpoint delay are fitted to
+    every timed collective and send/receive, waits taken out as --comm calibrated takes them
+    out; OUT/network.yml and OUT/system.json are ordinary ASTRA-sim files (edit them freely),
+    OUT/fit.json the residuals per kind and size (docs/replay.md, What-if at another scale).
+
+    Example:
+
+        trace-convert calibrate out/ddp -o out/ddp-net --manifest traces/ddp/manifest.json
+
+        trace-replay out/ddp --network out/ddp-net/network.yml --system out/ddp-net/system.json
+    """
+    from chakra_tools.replay.netfit import calibrate as fit, format_calibration, replay_check, write_calibration
+
+    cal = fit(rankset, npus=npus, comm_group=comm_group)
+    if manifest is not None:
+        replay_check(rankset, cal, manifest)
+    out.mkdir(parents=True, exist_ok=True)
+    write_calibration(cal, out)
+    if as_json:
+        print_json(cal.to_dict())
+    else:
+        typer.echo(format_calibration(cal))
+        typer.echo(f"wrote {cal.files['network']}, {cal.files['system']}, {cal.files['report']}")
 
 
 frontends.register(app)

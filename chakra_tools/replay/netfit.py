@@ -1,0 +1,456 @@
+"""A network calibrated from a capture: ASTRA-sim configs fitted to the capture's own communication.
+
+The default network (a 50 GB/s, 500 ns switch) is another machine's. This module measures the
+machine the capture ran on from the capture itself and writes it as ordinary ASTRA-sim files
+(`network.yml`, `system.json`) that `trace-replay --network/--system` and ASTRA-sim both read, and
+the user can edit.
+
+What is measured: every collective instance (the i-th collective of a process group on each of
+its members) and every matched send/receive, each timed as `--comm calibrated` times it
+(calibrate.py: each member's time after the last one arrived, completions from the recorded
+timeline of recorded.py), the waiting taken out; an instance's figure is the mean over its
+members. Instances of one (kind, group size, size) form a *bucket*, whose figure is their median
+(gloo on a loaded host has outliers of several ms).
+
+What is fitted: the three numbers of the analytical model that cost communication: a dimension's
+`latency` (ns per hop), its `bandwidth`, and the system's `local-mem-bw` (the reduction of a
+received message: 3 accesses per byte). The model is affine in (latency, ns per byte, reduction ns
+per byte), so each bucket's coefficients are read off the model itself (`probe`): whatever
+algorithm, topology and group size the configs say, the fit is in the replay's own terms. The
+three are fitted by non-negative least squares on relative error, all buckets weighing the same.
+
+Assumptions, stated once: one Ring dimension with the ring algorithm for every collective (gloo's
+algorithms are rings; a 2-rank capture cannot tell a ring from a switch); one chunk per
+collective; a bucket with one size cannot separate latency from bandwidth (the fit report says
+which kinds have one size only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from pathlib import Path
+from statistics import median
+from typing import Iterable, Sequence
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.etio import atomic_output
+from chakra_tools.core.graph import RankSet
+from chakra_tools.core.model import CommType, Node, NodeType
+from chakra_tools.feed.info import NodeInfo
+
+from .backend import AnalyticalBackend
+from .calibrate import calibrated_ns
+from .config import MAX_RATE, MIN_BANDWIDTH, Dim, NetworkConfig, SystemConfig
+from .recorded import node_ns, read_rankset
+
+P2P = "SEND_RECV"
+#: the unknowns, in this order: latency (ns per hop), ns per byte on a link, reduction ns per byte
+PARAMS = ("latency_ns", "link_ns_per_byte", "reduce_ns_per_byte", "endpoint_delay_ns")
+#: GB/s as ASTRA-sim reads it (1 GB = 2**30 bytes) per byte/ns
+_GBPS_PER_BYTE_NS = 1e9 / (1 << 30)
+
+
+@dataclass(frozen=True)
+class CommSample:
+    """One collective or send/receive instance: its kind, the ranks in it (send: source,
+    destination), its `comm_size`, the mean of its members' calibrated times, where it is."""
+
+    kind: str
+    group: tuple[int, ...]
+    size: int
+    ns: float
+    where: str
+
+
+# --------------------------------------------------------------------------------------------
+# samples from a rank set
+# --------------------------------------------------------------------------------------------
+
+def comm_samples(path: str | Path, comm_group: str | Path | None = None) -> list[CommSample]:
+    """Every timed collective and send/receive of the rank set at `path`, waits taken out."""
+    rs = RankSet.load(path, comm_group)
+    ends = {r: t.comm_end_ns for r, t in read_rankset(path).items()}
+    return [s for s in (*_collective_samples(rs, ends), *_p2p_samples(rs, ends)) if s is not None]
+
+
+def _info(node: Node) -> NodeInfo:
+    """The fields calibrate.py reads, from a full Node."""
+    ns = node_ns(node)
+    return NodeInfo(node.id, node.name, int(node.type), node.duration_micros, node.is_cpu_op, 0, 0,
+                    node.comm_type, node.comm_size, node.comm_src, node.comm_dst, node.comm_tag,
+                    node.pg_name, None, node.start_time_micros, ns or None)
+
+
+def _sample(kind: str, group: tuple[int, ...], members: list[tuple[int, Node]], ends: dict) -> CommSample | None:
+    """An instance's sample: the mean calibrated time of its members; None if none is timed."""
+    infos = [_info(n) for _, n in members]
+    shares = calibrated_ns(infos, [ends.get(r, {}).get(n.id) for r, n in members])
+    if not shares:
+        return None
+    r0, n0 = members[0]
+    size = max(n.comm_size for _, n in members)
+    return CommSample(kind, group, size, sum(shares) / len(shares), f"rank {r0} node {n0.id} {n0.name!r}")
+
+
+def _collective_samples(rs: RankSet, ends: dict) -> Iterable[CommSample | None]:
+    per_rank = {r: defaultdict(list) for r in rs.ranks}
+    for r in rs.ranks:
+        for n in rs[r].nodes.values():
+            if n.type is NodeType.COMM_COLL_NODE:
+                per_rank[r][n.pg_name].append(n)
+    pgs = sorted({pg for seqs in per_rank.values() for pg in seqs})
+    for pg in pgs:
+        group = tuple(r for r in rs.group_ranks(pg) if r in per_rank)
+        count = min(len(per_rank[r][pg]) for r in group)
+        for i in range(count):
+            members = [(r, per_rank[r][pg][i]) for r in group]
+            kind = (members[0][1].comm_type or CommType.ALL_REDUCE).name
+            yield _sample(kind, group, members, ends)
+
+
+def _p2p_samples(rs: RankSet, ends: dict) -> Iterable[CommSample | None]:
+    """Sends paired with receives on (source, destination, tag) in issue order, as validate does."""
+    recvs: dict[tuple, deque] = defaultdict(deque)
+    for r in rs.ranks:
+        for n in rs[r].nodes.values():
+            if n.type is NodeType.COMM_RECV_NODE:
+                recvs[(n.comm_src, r, n.comm_tag)].append(n)
+    for r in rs.ranks:
+        for n in rs[r].nodes.values():
+            queue = recvs.get((r, n.comm_dst, n.comm_tag)) if n.type is NodeType.COMM_SEND_NODE else None
+            if queue:
+                yield _sample(P2P, (r, n.comm_dst), [(r, n), (n.comm_dst, queue.popleft())], ends)
+
+
+# --------------------------------------------------------------------------------------------
+# the model, probed
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NetworkFit:
+    """The fitted parameters: ns per hop, ns per byte on a link, reduction ns per byte, and the
+    endpoint delay (ns per message a collective injects: what a gloo collective costs beyond its
+    messages; send/receive do not pay it)."""
+
+    latency_ns: float
+    link_ns_per_byte: float
+    reduce_ns_per_byte: float
+    endpoint_delay_ns: float = 0.0
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """The link bandwidth in ASTRA-sim's GB/s, within what config.py accepts."""
+        return _gbps(self.link_ns_per_byte)
+
+    @property
+    def local_mem_bw_gbps(self) -> float:
+        """`local-mem-bw` for the reduction cost (collectives.PhaseContext.reduce: bytes per ns)."""
+        return MAX_RATE if self.reduce_ns_per_byte <= 1 / MAX_RATE else 1 / self.reduce_ns_per_byte
+
+    def network(self, npus: int) -> NetworkConfig:
+        """A Ring of `npus` behind a dimension of one NPU: the endpoint delay applies on every
+        dimension but the first (collectives.py), so the ranks' ring is the second."""
+        link = Dim("Ring", npus, self.bandwidth_gbps, self.latency_ns)
+        return NetworkConfig((replace(link, npus=1), link), "calibrated")
+
+    def system(self) -> SystemConfig:
+        return SystemConfig(local_mem_bw_gbps=self.local_mem_bw_gbps,
+                            endpoint_delay_ns=round(self.endpoint_delay_ns), source="calibrated")
+
+    def backend(self, npus: int) -> AnalyticalBackend:
+        return AnalyticalBackend(self.network(npus), self.system())
+
+
+def _gbps(ns_per_byte: float) -> float:
+    if ns_per_byte <= 0:
+        return float(MAX_RATE)
+    return min(MAX_RATE, max(MIN_BANDWIDTH, _GBPS_PER_BYTE_NS / ns_per_byte))
+
+
+#: probing values: large enough that the model's truncation to whole ns is negligible
+_BIG_LATENCY = 1e6
+_SLOW = MIN_BANDWIDTH
+
+
+def model_ns(fit: NetworkFit, kind: str, group: tuple[int, ...], size: int, npus: int) -> int:
+    """What the replay charges for one instance on the network `fit` describes."""
+    backend = fit.backend(npus)
+    if kind == P2P:
+        return backend.p2p_ns(group[0], group[1], size)
+    return backend.collective_ns(int(CommType[kind]), size, group)
+
+
+def probe(kind: str, group: tuple[int, ...], size: int, npus: int) -> tuple[float, tuple[float, ...]]:
+    """(constant, coefficient per PARAMS) of the model's time for one instance: the model is
+    affine in the three, so each coefficient is a difference of two evaluations.
+
+    >>> c, (lat, link, red, delay) = probe("ALL_REDUCE", (0, 1), 4096, 2)  # ring of 2: 2 messages of 2 KiB, 1 reduced
+    >>> round(lat, 3), round(link), round(red), round(delay, 3)
+    (2.0, 4096, 6144, 3.0)
+    """
+    t0 = model_ns(NetworkFit(0.0, 0.0, 0.0), kind, group, size, npus)
+    slow_link = 1 / (_SLOW / _GBPS_PER_BYTE_NS)
+    return t0, ((model_ns(NetworkFit(_BIG_LATENCY, 0.0, 0.0), kind, group, size, npus) - t0) / _BIG_LATENCY,
+                (model_ns(NetworkFit(0.0, slow_link, 0.0), kind, group, size, npus) - t0) / slow_link,
+                (model_ns(NetworkFit(0.0, 0.0, 1 / _SLOW), kind, group, size, npus) - t0) * _SLOW,
+                (model_ns(NetworkFit(0.0, 0.0, 0.0, _BIG_LATENCY), kind, group, size, npus) - t0) / _BIG_LATENCY)
+
+
+# --------------------------------------------------------------------------------------------
+# the fit
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bucket:
+    """The instances of one kind, group and size: their median, spread and the model's rows."""
+
+    kind: str
+    group: tuple[int, ...]
+    size: int
+    samples_ns: tuple[float, ...]
+    where: str
+
+    @property
+    def ns(self) -> float:
+        return median(self.samples_ns)
+
+
+def buckets(samples: Iterable[CommSample]) -> list[Bucket]:
+    """Samples grouped by (kind, group, size), in a stable order."""
+    by: dict[tuple, list[CommSample]] = defaultdict(list)
+    for s in samples:
+        by[(s.kind, s.group, s.size)].append(s)
+    return [Bucket(k, g, size, tuple(s.ns for s in v), v[0].where)
+            for (k, g, size), v in sorted(by.items(), key=lambda kv: (kv[0][0], len(kv[0][1]), kv[0][2], kv[0][1]))]
+
+
+def fit_network(rows: Sequence[Bucket], npus: int) -> NetworkFit:
+    """Non-negative least squares on relative error over `rows` (each bucket weighs the same)."""
+    system = []
+    for b in rows:
+        if b.ns <= 0:
+            continue
+        const, coeffs = probe(b.kind, b.group, b.size, npus)
+        system.append(([c / b.ns for c in coeffs], 1 - const / b.ns))
+    if not system:
+        raise InputError("no timed collective or send/receive to fit a network to")
+    return NetworkFit(*nonnegative_least_squares(system))
+
+
+def nonnegative_least_squares(system: Sequence[tuple[Sequence[float], float]]) -> tuple[float, ...]:
+    """The x >= 0 minimising sum((a . x - b)^2) over rows (a, b) of a few unknowns, by trying
+    every set of free unknowns (the others at 0); ties go to fewer unknowns, then the earlier.
+
+    >>> nonnegative_least_squares([([1, 0], 2), ([0, 1], -1)])  # the second would be negative
+    (2.0, 0.0)
+    """
+    k = len(system[0][0])
+    best, best_err = (0.0,) * k, _sse(system, (0.0,) * k)
+    for m in range(1, k + 1):
+        for free in combinations(range(k), m):
+            x = _solve_free(system, free, k)
+            if x is None or min(x) < 0:
+                continue
+            err = _sse(system, x)
+            if err < best_err * (1 - 1e-9):
+                best, best_err = x, err
+    return best
+
+
+def _sse(system, x) -> float:
+    return sum((sum(a * v for a, v in zip(row, x)) - b) ** 2 for row, b in system)
+
+
+def _solve_free(system, free: tuple[int, ...], k: int) -> tuple[float, ...] | None:
+    """Least squares over the `free` unknowns (normal equations); None when they are not
+    determined by the rows (a singular or near-singular system)."""
+    m = [[sum(row[i] * row[j] for row, _ in system) for j in free] for i in free]
+    v = [sum(row[i] * b for row, b in system) for i in free]
+    sol = _gauss(m, v)
+    if sol is None:
+        return None
+    x = [0.0] * k
+    for i, s in zip(free, sol):
+        x[i] = s
+    return tuple(x)
+
+
+def _gauss(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """Solve m x = v by Gaussian elimination with partial pivoting; None if singular."""
+    n = len(v)
+    a = [row[:] + [val] for row, val in zip(m, v)]
+    scale = max((abs(x) for row in m for x in row), default=0.0) or 1.0
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(a[r][c]))
+        if abs(a[p][c]) <= 1e-12 * scale:
+            return None
+        a[c], a[p] = a[p], a[c]
+        for r in range(n):
+            if r != c:
+                f = a[r][c] / a[c][c]
+                a[r] = [x - f * y for x, y in zip(a[r], a[c])]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Calibration:
+    """A fitted network and how well it fits: per bucket, per kind, and one figure."""
+
+    fit: NetworkFit
+    npus: int
+    rows: list[dict]
+    kinds: dict[str, dict]
+    files: dict[str, str] = field(default_factory=dict)
+    replay: dict | None = None
+
+    @property
+    def median_abs_error(self) -> float:
+        return median(abs(r["error"]) for r in self.rows)
+
+    def to_dict(self) -> dict:
+        return {"version": 1, "npus": self.npus,
+                "fit": {"latency_ns": self.fit.latency_ns, "bandwidth_gbps": self.fit.bandwidth_gbps,
+                        "local_mem_bw_gbps": self.fit.local_mem_bw_gbps,
+                        "link_ns_per_byte": self.fit.link_ns_per_byte,
+                        "reduce_ns_per_byte": self.fit.reduce_ns_per_byte,
+                        "endpoint_delay_ns": self.fit.endpoint_delay_ns},
+                "median_abs_error": self.median_abs_error, "buckets": self.rows, "kinds": self.kinds,
+                "files": self.files, "replay": self.replay}
+
+
+def residual_rows(rows: Sequence[Bucket], fit: NetworkFit, npus: int) -> list[dict]:
+    """Per bucket: measured (median, min, max, count) against the fitted model, relative error."""
+    out = []
+    for b in rows:
+        predicted = model_ns(fit, b.kind, b.group, b.size, npus)
+        out.append({"kind": b.kind, "ranks": len(b.group), "size": b.size, "count": len(b.samples_ns),
+                    "measured_ns": round(b.ns), "min_ns": round(min(b.samples_ns)),
+                    "max_ns": round(max(b.samples_ns)), "predicted_ns": predicted,
+                    "error": (predicted - b.ns) / b.ns if b.ns > 0 else 0.0, "example": b.where})
+    return out
+
+
+def kind_fits(rows: Sequence[Bucket], npus: int) -> dict[str, dict]:
+    """Each kind fitted alone: what a network for that kind only would be, and its error; a kind
+    seen at one size only cannot separate latency from bandwidth (`separable` false)."""
+    out = {}
+    for kind in sorted({b.kind for b in rows}):
+        mine = [b for b in rows if b.kind == kind and b.ns > 0]
+        if not mine:
+            continue
+        fit = fit_network(mine, npus)
+        errs = [abs(r["error"]) for r in residual_rows(mine, fit, npus)]
+        out[kind] = {"latency_ns": fit.latency_ns, "bandwidth_gbps": fit.bandwidth_gbps,
+                     "endpoint_delay_ns": fit.endpoint_delay_ns,
+                     "sizes": len({b.size for b in mine}), "separable": len({b.size for b in mine}) > 1,
+                     "median_abs_error": median(errs)}
+    return out
+
+
+def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Path | None = None) -> Calibration:
+    """Fit a network to the rank set at `path`; `npus` (default: its ranks) sizes the network
+    written, so that a rank set scaled to more ranks replays on it."""
+    samples = comm_samples(path, comm_group)
+    world = max((r for s in samples for r in s.group), default=0) + 1
+    npus = max(npus or 0, world)
+    rows = buckets(samples)
+    if not any(b.ns > 0 for b in rows):
+        raise InputError(f"{path}: no timed collective or send/receive to fit a network to "
+                         "(a single-rank capture has none)")
+    fit = fit_network(rows, world)
+    return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world))
+
+
+#: the replays a calibration is checked with: everything modelled (trace-replay's default), and
+#: the host time from the recorded timeline with communication still from the network
+CHECK_MODES = {"default": {}, "host-time timeline": {"host_time": "timeline"}}
+
+
+def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> dict:
+    """The capture replayed on the default and on the calibrated network, each mode of
+    CHECK_MODES, against the steps the manifest measured: {network: {mode: error}}; the error is
+    the job's where the manifest has the ranks' step starts, else the step's."""
+    from .config import default_network
+    from .engine import CaptureModes, replay
+    from .fidelity import compare_with_manifest
+
+    networks = {"default": lambda: AnalyticalBackend(default_network(cal.npus)),
+                "calibrated": lambda: cal.fit.backend(cal.npus)}
+    out: dict[str, dict[str, float]] = {}
+    for net, backend in networks.items():
+        for mode, kw in CHECK_MODES.items():
+            doc = replay(path, backend(), modes=CaptureModes(**kw), record_events=False).to_dict(events=False)
+            cmp = compare_with_manifest(doc, manifest)
+            out.setdefault(net, {})[mode] = (cmp.get("job") or cmp["step"])["error"]
+    cal.replay = out
+    return out
+
+
+def network_yaml(fit: NetworkFit, npus: int) -> str:
+    """The analytical network file (ASTRA-sim's format, REFERENCE §4)."""
+    return ("# ASTRA-sim analytical network fitted by trace-convert calibrate (chakra_tools/replay/netfit.py)\n"
+            "# dimension 0 has one NPU: the ranks' ring is dimension 1, where endpoint-delay applies\n"
+            "topology: [ Ring, Ring ]\n"
+            f"npus_count: [ 1, {npus} ]\n"
+            f"bandwidth: [ {fit.bandwidth_gbps:.6g}, {fit.bandwidth_gbps:.6g} ]  # GB/s (1 GB = 2**30 bytes)\n"
+            f"latency: [ {fit.latency_ns:.6g}, {fit.latency_ns:.6g} ]  # ns per hop\n")
+
+
+def system_json(fit: NetworkFit) -> dict:
+    """The system file: ring everywhere, one chunk, the fitted reduction bandwidth."""
+    return {"scheduling-policy": "LIFO", "endpoint-delay": round(fit.endpoint_delay_ns),
+            "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 1,
+            **{f"{c}-implementation": ["ring"] for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
+            "collective-optimization": "baseline", "local-mem-bw": round(fit.local_mem_bw_gbps, 6),
+            "boost-mode": 0, "roofline-enabled": 0}
+
+
+def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
+    """Write OUT/network.yml, OUT/system.json and OUT/fit.json; the paths go into `cal.files`."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise InputError(f"{out}: output folder does not exist")
+    paths = {"network": out / "network.yml", "system": out / "system.json", "report": out / "fit.json"}
+    cal.files = {k: str(p) for k, p in paths.items()}
+    with atomic_output(paths["network"], "w") as f:
+        f.write(network_yaml(cal.fit, cal.npus))
+    with atomic_output(paths["system"], "w") as f:
+        json.dump(system_json(cal.fit), f, indent=1)
+    with atomic_output(paths["report"], "w") as f:
+        json.dump(cal.to_dict(), f, indent=1)
+    return cal
+
+
+def format_calibration(cal: Calibration) -> str:
+    """The fit as text: the parameters, a row per bucket, a line per kind."""
+    f = cal.fit
+    lines = [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
+             f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s, endpoint-delay {f.endpoint_delay_ns:.0f} ns "
+             f"(Ring of {cal.npus}, ring algorithms)",
+             f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'measured':>12}{'min..max':>22}{'fitted':>11}{'error':>9}"]
+    for r in cal.rows:
+        lines.append(f"{r['kind']:<15}{r['ranks']:>6}{r['size']:>10}{r['count']:>4}{_us(r['measured_ns']):>12}"
+                     f"{_us(r['min_ns']) + '..' + _us(r['max_ns']):>22}{_us(r['predicted_ns']):>11}"
+                     f"{r['error']:>+9.1%}")
+    for kind, k in cal.kinds.items():
+        alone = (f"latency {k['latency_ns']:.0f} ns, bandwidth {k['bandwidth_gbps']:.4g} GB/s, "
+                 f"endpoint-delay {k['endpoint_delay_ns']:.0f} ns"
+                 if k["separable"] else "one size only: latency and bandwidth not separable")
+        lines.append(f"  {kind} alone: {alone}; median |error| {k['median_abs_error']:.1%}")
+    lines.append(f"median |error| over {len(cal.rows)} buckets: {cal.median_abs_error:.1%}")
+    for net, modes in (cal.replay or {}).items():
+        lines.append(f"replayed on the {net} network: " + ", ".join(f"{m} {e:+.1%}" for m, e in modes.items())
+                     + " (job error against the manifest)")
+    return "\n".join(lines)
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.1f}us"
