@@ -25,6 +25,9 @@ from chakra_tools.core.etio import atomic_output
 
 from . import manifest, protocol
 
+#: trace-capture's exit code when the command succeeded but no rank captured a step: the script
+#: marks no step (bad input for a capture), the manifest's status says `no-step`
+NO_STEP_EXIT = 2
 HOOK_DIR = Path(__file__).resolve().parent / "_hook"
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
@@ -170,6 +173,46 @@ def _launcher_module(words: list[str]) -> Command:
     return Command(words, "launcher", name)
 
 
+#: the options by which launchers say how many processes to start on this node
+PROCESS_COUNT_OPTIONS = {"--nproc-per-node", "--nproc_per_node", "--num_processes",
+                         "--num-processes", "-n", "-np", "--np"}
+
+
+def requested_processes(argv: list[str]) -> int | None:
+    """How many processes a launcher command asks for (its options before the script), if it
+    says.
+
+    >>> requested_processes(["accelerate", "launch", "--num_processes", "2", "t.py", "-n", "9"])
+    2
+    >>> requested_processes(["torchrun", "--nproc-per-node=4", "t.py"])
+    4
+    """
+    words: list[str] = []
+    for w in argv[1:]:
+        if w.endswith(".py") and not w.startswith("-"):
+            break
+        words.extend(w.split("=", 1) if w.startswith("--") else [w])
+    for option, value in zip(words, words[1:]):
+        if option in PROCESS_COUNT_OPTIONS and value.isdigit():
+            return int(value)
+    return None
+
+
+def fewer_ranks_warning(argv: list[str], world_size: int) -> str | None:
+    """A launcher that started fewer ranks than its command asked for (accelerate launch --cpu
+    runs one plain process unless given --mpirun_hostfile): the capture is the run as it was,
+    and says that the run was not the one asked for."""
+    asked = requested_processes(argv)
+    if asked is None or asked <= world_size:
+        return None
+    text = f"the command asks for {asked} processes, but {world_size} rank(s) ran"
+    if Path(argv[0]).name == "accelerate":
+        text += (" (accelerate launch --cpu starts one process unless given --mpirun_hostfile; "
+                 "`accelerate launch --multi_gpu --num_processes N` starts N under torchrun, "
+                 "on CPU too)")
+    return text
+
+
 # --- the run folder ------------------------------------------------------------------------
 
 
@@ -227,6 +270,7 @@ def make_run_dir(run: Path) -> None:
 def child_env(cfg: protocol.CaptureConfig) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(protocol.ENV_OWNER, None)
+    env.pop(protocol.ENV_LAUNCHER, None)
     env[protocol.ENV_CONFIG] = cfg.to_env()
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(HOOK_DIR) + (os.pathsep + old if old else "")
@@ -297,7 +341,8 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     """Run the command under capture; returns (exit code, manifest, run folder).
 
     Every check happens before the run folder is made; after that, whatever the command does,
-    the manifest is written."""
+    the manifest is written. The exit code is the command's, or NO_STEP_EXIT where the command
+    succeeded but captured no step."""
     check_schedule(wait, warmup, active)
     cmd = parse_command(words)
     run = out if out is not None else default_run_dir(cmd.name)
@@ -315,8 +360,12 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
                          finished=_iso(), exit_code=code, interrupted=interrupted,
                          records=records, warnings=warnings)
     doc["argv"] = cmd.argv
+    if cmd.mode == "launcher" and (fewer := fewer_ranks_warning(cmd.argv, doc["world_size"])):
+        doc["warnings"].append(fewer)
     write_manifest(run, doc)
     clean_scratch(run)
+    if code == 0 and doc["status"] == "no-step":
+        code = NO_STEP_EXIT
     return code, doc, run
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import protocol
 
-RUN_STATUSES = ("ok", "script-error", "interrupted", "rank-failed")
+RUN_STATUSES = ("ok", "no-step", "script-error", "interrupted", "rank-failed")
 
 
 def tool_version() -> str:
@@ -73,10 +73,12 @@ def rank_entry(rank: int, record: dict[str, Any] | None, run_dir: Path) -> dict[
 
 
 def run_status(ranks: list[dict[str, Any]], exit_code: int, interrupted: bool) -> str:
-    """ok | script-error | interrupted | rank-failed (see docs/capture.md)."""
+    """ok | no-step | script-error | interrupted | rank-failed (see docs/capture.md)."""
     states = {r["status"] for r in ranks}
     if interrupted or "interrupted" in states:
         return "interrupted"
+    if exit_code == 0 and "no-step" in states and states <= {"ok", "no-step"}:
+        return "no-step"
     if len(ranks) > 1 and states != {"ok"}:
         return "rank-failed"
     if exit_code != 0 or states != {"ok"}:

@@ -16,6 +16,7 @@ from chakra_tools.core.manifest import FORMAT, MANIFEST  # noqa: F401  (core own
 
 ENV_CONFIG = "CHAKRA_CAPTURE_CONFIG"  # JSON of CaptureConfig
 ENV_OWNER = "CHAKRA_CAPTURE_OWNER"  # set by a capturing process so its children stay out
+ENV_LAUNCHER = "CHAKRA_CAPTURE_LAUNCHER"  # pid of the launcher (set by its startup hook)
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
@@ -78,13 +79,26 @@ def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None)
     One capturing process per rank: a process that already captures marks the environment, so
     its children (DataLoader workers, compile workers) stay out. In direct mode the script's own
     process captures; in launcher mode the launcher's processes have no rank and stay out, its
-    workers have one and capture.
+    workers have one and capture. A launcher's child with no rank is the launcher's only worker
+    (`accelerate launch` without torchrun or mpirun runs the script as one plain process): it
+    captures as the script of direct mode does, rank 0 until it joins a group.
     """
     if env.get(ENV_OWNER):
         return False
+    ppid = ppid if ppid is not None else os.getppid()
     if cfg.mode == "direct":
-        return (ppid if ppid is not None else os.getppid()) == cfg.parent_pid
-    return env_int(RANK_VARS, None, env) is not None
+        return ppid == cfg.parent_pid
+    if env_int(RANK_VARS, None, env) is not None:
+        return True
+    return env.get(ENV_LAUNCHER, "") == str(ppid)
+
+
+def is_launcher(cfg: CaptureConfig, env=os.environ, ppid: int | None = None) -> bool:
+    """Whether this is the launcher: in launcher mode, the process trace-capture started, with no
+    rank. Its startup hook notes its pid (ENV_LAUNCHER) for its children to recognise it."""
+    return (cfg.mode == "launcher" and not env.get(ENV_OWNER)
+            and env_int(RANK_VARS, None, env) is None
+            and (ppid if ppid is not None else os.getppid()) == cfg.parent_pid)
 
 
 def rank_stem(rank: int, world_size: int) -> str:

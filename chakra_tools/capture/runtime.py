@@ -272,7 +272,30 @@ class Session:
             self.status = "ok"
         if not self.step_times_ns and self._record_taken():
             return  # a worker it spawned captured this rank (follow.py): its record stands
+        if self.status == "ok" and self.cfg.profile and not self.captured:
+            self.status, self.error = "no-step", self.no_step_message()
+            self._drop_traces()
         self.write_status()
+
+    def _drop_traces(self) -> None:
+        """Remove traces that hold no finished step (the window opened as the script ended)."""
+        for key, name in self.traces.items():
+            if name:
+                (self.out / name).unlink(missing_ok=True)
+            self.traces[key] = None
+
+    def no_step_message(self) -> str:
+        """Why a rank that ran to its end captured no step, and what to do about it."""
+        first, last = self.cfg.first_captured, self.cfg.first_captured + self.cfg.active - 1
+        if not self.step_times_ns:
+            return ("captured no step: the script ended no step (a step ends when a torch.optim "
+                    "optimizer steps; a script without one calls chakra_tools.capture.step() at "
+                    "the end of each step)")
+        text = (f"captured no step: the script ended {len(self.step_times_ns)} step(s), the "
+                f"capture window is steps {first}..{last} (0-based)")
+        if self.capture_error:
+            return f"{text}; {self.capture_error}"
+        return text + ": run more steps, or lower --wait/--warmup"
 
     def _record_taken(self) -> bool:
         """Whether another process has written this rank's status since this one did."""

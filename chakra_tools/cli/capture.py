@@ -26,7 +26,7 @@ def _summary(doc: dict, run: Path) -> str:
             f"rank(s) -> {run}")
     if doc.get("error"):
         line += f"\ntrace-capture: {doc['error']}"
-    return line
+    return line + "".join(f"\ntrace-capture: warning: {w}" for w in doc.get("warnings") or [])
 
 
 @app.command()

@@ -108,3 +108,33 @@ def test_ctrl_c(tmp_path):
     assert m["ranks"][0]["status"] == "interrupted" and m["captured_steps"] == [2, 3]
     assert len(m["ranks"][0]["step_times_ns"]) >= 4
     assert host_steps(load_gz(out / "rank-0.host.json.gz")) == [2, 3]
+
+
+NO_OPTIMIZER = """
+import torch
+model = torch.nn.Linear(8, 8)
+for _ in range(6):
+    model(torch.randn(4, 8)).sum().backward()
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("script,steps,says", [
+    (NO_OPTIMIZER, [], "chakra_tools.capture.step()"),
+    (str(EXAMPLES / "mlp.py"), 2, "ended 2 step(s), the capture window is steps 2..3"),
+])
+def test_a_run_that_captures_no_step_says_so_and_fails(tmp_path, script, steps, says):
+    """A script that steps no optimizer (or too few steps for the window) ran fine but captured
+    nothing: the manifest says `no-step`, trace-capture says how to mark steps and exits 2."""
+    if steps == []:
+        (tmp_path / "train.py").write_text(script)
+        args = ["train.py"]
+    else:
+        args = [script, "--steps", str(steps)]
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), *args], tmp_path, out)
+    assert run.code == 2 and says in run.stderr, run.stderr
+    m = run.manifest
+    assert m["status"] == "no-step" and m["exit_code"] == 0 and says in m["error"]
+    assert m["ranks"][0]["status"] == "no-step" and m["ranks"][0]["host_trace"] is None
+    assert m["captured_steps"] == [] and sorted(p.name for p in out.iterdir()) == ["manifest.json"]

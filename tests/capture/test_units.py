@@ -65,6 +65,40 @@ def test_activation_rule():
     assert protocol.should_activate(cfg, env={"OMPI_COMM_WORLD_RANK": "0"}, ppid=1)
 
 
+def test_a_launchers_rankless_child_is_its_only_worker():
+    """accelerate launch (no torchrun, no mpirun) runs the script as one process with no rank:
+    the launcher notes its pid, its rankless child captures; the launcher, its grandchildren
+    and a rank-holding worker's own children do not take that place."""
+    cfg = protocol.CaptureConfig(out_dir="/x", parent_pid=10, mode="launcher")
+    assert protocol.is_launcher(cfg, env={}, ppid=10)
+    assert not protocol.is_launcher(cfg, env={"RANK": "0"}, ppid=10)
+    assert not protocol.is_launcher(cfg, env={}, ppid=11)
+    launched = {protocol.ENV_LAUNCHER: "20"}
+    assert protocol.should_activate(cfg, env=launched, ppid=20)
+    assert not protocol.should_activate(cfg, env=launched, ppid=21)  # a grandchild
+    assert not protocol.should_activate(cfg, env={**launched, protocol.ENV_OWNER: "20"}, ppid=20)
+    cfg.mode = "direct"
+    assert not protocol.is_launcher(cfg, env={}, ppid=10)
+
+
+@pytest.mark.parametrize("argv,asked", [
+    (["accelerate", "launch", "--num_processes", "2", "--cpu", "t.py", "-n", "9"], 2),
+    (["accelerate", "launch", "--num-processes=3", "t.py"], 3),
+    (["torchrun", "--standalone", "--nproc-per-node", "4", "t.py"], 4),
+    (["mpirun", "-np", "2", "python", "t.py"], 2),
+    (["torchrun", "--standalone", "t.py", "--nproc-per-node", "4"], None),  # the script's option
+])
+def test_requested_processes(argv, asked):
+    assert launch.requested_processes(argv) == asked
+
+
+def test_fewer_ranks_than_asked_is_said():
+    argv = ["accelerate", "launch", "--num_processes", "2", "--cpu", "t.py"]
+    assert "--mpirun_hostfile" in launch.fewer_ranks_warning(argv, 1)
+    assert launch.fewer_ranks_warning(argv, 2) is None
+    assert "accelerate" not in launch.fewer_ranks_warning(["torchrun", "--nproc-per-node", "2", "t.py"], 1)
+
+
 def _ranks(*states):
     return [{"rank": i, "status": s, "error": None if s == "ok" else "boom"}
             for i, s in enumerate(states)]
@@ -79,6 +113,10 @@ def _ranks(*states):
     (("ok", "script-error"), 1, False, "rank-failed"),
     (("ok", "missing"), 1, False, "rank-failed"),
     (("ok", "ok"), 1, False, "script-error"),
+    (("no-step",), 0, False, "no-step"),
+    (("ok", "no-step"), 0, False, "no-step"),
+    (("no-step",), 1, False, "script-error"),
+    (("no-step", "missing"), 0, False, "rank-failed"),
 ])
 def test_run_status(states, code, interrupted, expected):
     assert manifest.run_status(_ranks(*states), code, interrupted) == expected

@@ -3,9 +3,10 @@ script, in every process started under `trace-capture` (this folder is first on 
 
 The process that should capture (see `protocol.should_activate`) starts its capture session;
 a process a capturing one started (`torch.multiprocessing.spawn`, Lightning's launcher) starts
-one when it joins a process group (follow.py); every other process (a launcher) only pays for
-reading one environment variable, and a DataLoader worker for one import hook. A `sitecustomize` that this one shadows is then run as well, so a site's own setup
-still happens.
+one when it joins a process group (follow.py); a launcher notes its pid, so that a child it
+starts without a rank (accelerate launch's one process) captures; every other process only pays
+for reading one environment variable, and a DataLoader worker for one import hook. A
+`sitecustomize` that this one shadows is then run as well, so a site's own setup still happens.
 """
 
 import os
@@ -29,6 +30,8 @@ def _activate() -> None:
         from chakra_tools.capture import protocol
 
         cfg = protocol.CaptureConfig.from_env(text)
+        if protocol.is_launcher(cfg):
+            os.environ[protocol.ENV_LAUNCHER] = str(os.getpid())
         if not protocol.should_activate(cfg):
             return
         from chakra_tools.capture import runtime
