@@ -158,4 +158,41 @@ def calibrate(
         typer.echo(f"wrote {cal.files['network']}, {cal.files['system']}, {cal.files['report']}")
 
 
+@app.command()
+@handle_errors
+def scale(
+    rankset: Path = typer.Argument(..., metavar="RUN-et", help="A converted capture (folder, prefix or file)."),
+    dp: int = typer.Option(..., "--dp", help="The data-parallel degree (ranks) to rewrite it to."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder for PREFIX.RANK.et + comm_group.json."),
+    batch: str = typer.Option("per-rank", "--batch",
+                              help="per-rank: each rank's batch stays (compute unchanged); global: the job's batch stays (compute scales by old/new degree)."),
+    comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+) -> None:
+    """Rewrite a converted capture to another data-parallel degree: ranks replicated or dropped,
+    the world group and comm_group.json rewritten, all-gather shares (ZeRO/FSDP) resized, the
+    gradient all-reduce kept. Pipeline (send/recv) and tensor-parallel (groups that are not the
+    world) structure is refused, not guessed. The output is validated before it is written.
+
+    Example (then replay it on a network calibrated from the capture):
+
+        trace-convert scale out/ddp --dp 4 -o out/ddp-dp4
+
+        trace-convert calibrate out/ddp --npus 4 -o out/net
+
+        trace-replay out/ddp-dp4 --network out/net/network.yml --system out/net/system.json
+    """
+    from chakra_tools.convert.scale import scale as rescale
+
+    report = rescale(rankset, dp, out, batch=batch, comm_group=comm_group)
+    if as_json:
+        print_json({"out": str(out), **report.to_dict()})
+        return
+    resized = ", ".join(f"{n} {k}" for k, n in sorted(report.resized.items())) or "none"
+    typer.echo(f"trace-convert scale: {report.old_dp} -> {report.new_dp} ranks ({report.batch} batch), "
+               f"world group {report.world_group}; nodes resized: {resized} -> {out}")
+    for pg in report.dropped_groups:
+        typer.echo(f"note: process group {pg} had no collective and was dropped", err=True)
+
+
 frontends.register(app)
