@@ -1,0 +1,147 @@
+"""trace-convert calibrate (replay/netfit.py): a network fitted to a capture's own communication.
+
+Synthetic rank sets whose recorded times a known network produced (the fit must recover it), and
+a real 2-rank capture of examples/comm_sweep.py (the written configs load and replay, the fit
+beats the default network on the capture's own collectives)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.model import CommType, make_attr
+from chakra_tools.replay import load_network, load_system
+from chakra_tools.replay.config import default_network
+from chakra_tools.replay.netfit import (P2P, NetworkFit, buckets, calibrate, comm_samples, model_ns,
+                                        residual_rows, write_calibration)
+
+from _util import coll, comp, recv, send, write_rankset
+
+TRUTH = NetworkFit(latency_ns=40_000, link_ns_per_byte=0.5, reduce_ns_per_byte=0.25, endpoint_delay_ns=15_000)
+SIZES = (1024, 65536, 1 << 20)
+KINDS = (CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER)
+
+
+def timed(node, ns: int):
+    """`node` with the exact recorded duration a converter keeps."""
+    return node.replace(duration_micros=ns // 1000, attrs={**node.attrs, "duration_ns": make_attr("duration_ns", ns)})
+
+
+def synthetic_capture(tmp_path: Path, truth: NetworkFit = TRUTH, repeats: int = 2) -> Path:
+    """2 ranks; every kind at every size, then a send/receive each way, each instance started by
+    both ranks at the same instant and lasting what `truth` charges."""
+    ranks: dict[int, list] = {0: [], 1: []}
+    nid, t_us = 1, 1000
+    for _ in range(repeats):
+        for kind in KINDS:
+            for size in SIZES:
+                ns = model_ns(truth, kind.name, (0, 1), size, 2)
+                for r in ranks:
+                    ranks[r].append(timed(coll(nid, size, kind=kind, pg="1", start=t_us), ns))
+                nid, t_us = nid + 1, t_us + 20_000
+        for size in SIZES:
+            for src, dst in ((0, 1), (1, 0)):
+                ns = model_ns(truth, P2P, (src, dst), size, 2)
+                ranks[src].append(timed(send(nid, dst, size, tag=5, start=t_us), ns))
+                ranks[dst].append(timed(recv(nid, src, size, tag=5, start=t_us), ns))
+                nid, t_us = nid + 1, t_us + 20_000
+    return write_rankset(tmp_path, ranks, {"1": (0, 1)})
+
+
+def test_fit_recovers_the_network_that_produced_the_record(tmp_path):
+    cal = calibrate(synthetic_capture(tmp_path))
+    got = cal.fit
+    assert got.latency_ns == pytest.approx(TRUTH.latency_ns, rel=1e-3)
+    assert got.link_ns_per_byte == pytest.approx(TRUTH.link_ns_per_byte, rel=1e-3)
+    assert got.reduce_ns_per_byte == pytest.approx(TRUTH.reduce_ns_per_byte, rel=1e-3)
+    assert got.endpoint_delay_ns == pytest.approx(TRUTH.endpoint_delay_ns, rel=1e-3)
+    assert len(cal.rows) == len(KINDS) * len(SIZES) + 2 * len(SIZES)
+    assert all(r["count"] == 2 for r in cal.rows)
+    assert max(abs(r["error"]) for r in cal.rows) < 1e-3
+
+
+def test_a_kind_seen_at_one_size_is_reported_not_separable(tmp_path):
+    ranks = {r: [timed(coll(i, 4096, pg="1", start=1000 + 10_000 * i), 300_000) for i in (1, 2, 3)]
+             for r in (0, 1)}
+    cal = calibrate(write_rankset(tmp_path, ranks, {"1": (0, 1)}))
+    assert cal.kinds["ALL_REDUCE"]["separable"] is False
+    assert cal.rows[0]["predicted_ns"] == pytest.approx(300_000, rel=1e-3)
+
+
+def test_waiting_is_taken_out_of_the_samples(tmp_path):
+    """Rank 1 arrives 500 µs late: rank 0's recorded 800 µs hold 500 µs of waiting."""
+    ranks = {0: [timed(coll(1, 4096, pg="1", start=1000), 800_000)],
+             1: [timed(coll(1, 4096, pg="1", start=1500), 300_000)]}
+    (sample,) = comm_samples(write_rankset(tmp_path, ranks, {"1": (0, 1)}))
+    assert sample.ns == 300_000 and sample.kind == "ALL_REDUCE" and sample.group == (0, 1)
+
+
+def test_a_capture_without_communication_is_refused(tmp_path):
+    prefix = write_rankset(tmp_path, {0: [comp(1, us=50, cpu=True, start=1000)]})
+    with pytest.raises(InputError, match="no timed collective"):
+        calibrate(prefix)
+
+
+def test_written_configs_are_astra_sim_files_that_replay_the_fit(tmp_path):
+    cal = write_calibration(calibrate(synthetic_capture(tmp_path / "in"), npus=8), _mkdir(tmp_path / "net"))
+    net, system = load_network(cal.files["network"]), load_system(cal.files["system"])
+    assert net.npus == 8 and [d.npus for d in net.dims] == [1, 8]
+    assert net.dims[1].latency_ns == pytest.approx(TRUTH.latency_ns, rel=1e-3)
+    assert system.endpoint_delay_ns == round(TRUTH.endpoint_delay_ns)
+    assert system.implementations["all-reduce"] == ("ring",) and system.splits == 1
+    doc = json.loads(Path(cal.files["report"]).read_text())
+    assert {b["kind"] for b in doc["buckets"]} == {k.name for k in KINDS} | {P2P}
+
+
+def test_cli_writes_the_configs_and_trace_replay_runs_on_them(tmp_path):
+    prefix = synthetic_capture(tmp_path / "in")
+    out = tmp_path / "net"
+    cli = [sys.executable, "-c", "from chakra_tools.cli.main import convert_main; convert_main()"]
+    proc = subprocess.run([*cli, "calibrate", str(prefix), "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "median |error| over 15 buckets" in proc.stdout
+    replay = [sys.executable, "-c", "from chakra_tools.cli.main import replay_main; replay_main()"]
+    proc = subprocess.run([*replay, str(prefix), "--network", str(out / "network.yml"),
+                           "--system", str(out / "system.json")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    bad = subprocess.run([*cli, "calibrate", str(tmp_path / "missing"), "-o", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True)
+    return p
+
+
+@pytest.mark.slow
+def test_real_two_rank_capture_of_several_sizes(tmp_path):
+    """examples/comm_sweep.py captured on 2 gloo ranks: every kind at every size is a bucket of
+    one sample per captured step, and the fitted network is closer to the capture's own
+    collectives than the default network (a GPU switch) is."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
+    from capture_helpers import EXAMPLES, LAUNCH_2, run_capture
+
+    run = run_capture(["--active", "2", "--out", str(tmp_path / "run"), "--",
+                       *LAUNCH_2, str(EXAMPLES / "comm_sweep.py"), "--steps", "4"],
+                      cwd=tmp_path, folder=tmp_path / "run", timeout=300)
+    assert run.code == 0, run.stderr[-3000:]
+    from chakra_tools.convert.run import convert, inputs_from_run
+
+    convert(inputs_from_run(run.folder), tmp_path / "et")
+    cal = calibrate(tmp_path / "et")
+    kinds = {r["kind"] for r in cal.rows}
+    assert kinds == {"ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", P2P}
+    assert {r["size"] for r in cal.rows if r["kind"] == "ALL_REDUCE"} == {4 * n for n in (256, 4096, 32768, 262144)}
+    assert all(r["count"] == 2 for r in cal.rows)
+    assert cal.fit.latency_ns > 0 and cal.fit.bandwidth_gbps < 1e9
+    default = NetworkFit(default_network(2).dims[0].latency_ns, 1 / default_network(2).dims[0].bytes_per_ns, 0.0)
+    rows = buckets(comm_samples(tmp_path / "et"))
+    default_err = sorted(abs(r["error"]) for r in residual_rows(rows, default, 2))
+    fitted_err = sorted(abs(r["error"]) for r in cal.rows)
+    assert fitted_err[len(fitted_err) // 2] < default_err[len(default_err) // 2]
