@@ -51,6 +51,10 @@ def replay(
                                         help="kind (default): one host thread, one GPU compute and one comm queue per rank, as ASTRA-sim; stream: a host lane per recorded thread and a device lane per CUDA stream, each with the --limits of its kind (converted GPU traces)."),
     memory_slot: str = typer.Option("comm", "--memory-slot",
                                     help="comm (default, as ASTRA-sim): memory loads and stores take the communication slot, one in flight with collectives under comm's limit; own: a mem lane of their own."),
+    collective_start: str = typer.Option("arrival", "--collective-start",
+                                         help="arrival (default, as ASTRA-sim): each member of a collective goes through its phases from its own arrival, so an early rank may also finish early; last: every member starts when the last arrives (on the model only; --comm measured/calibrated take the record)."),
+    exact_memory: bool = typer.Option(False, "--exact-memory",
+                                      help="Take the memory JSON's remote-mem-bw and remote-mem-latency as written; by default they are whole numbers, as ASTRA-sim stores them (12.5 GB/s is 12)."),
     offload: List[int] = typer.Option([], "--offload", help="Reduce in the switch on this dimension (repeatable; Switch dims only)."),
     resolve: str = typer.Option("data,ctrl", "--resolve", help="Which dependencies hold a node back: data,ctrl | data | ctrl."),
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
@@ -75,12 +79,13 @@ def replay(
 
     base = AS_CAPTURED if as_captured else CaptureModes()
     modes = CaptureModes(comm or base.comm, host_time or ("gaps" if host_gaps else base.host_time),
-                         align or base.align, lanes or base.lanes).check()
+                         align or base.align, lanes or base.lanes, collective_start).check()
     try:
         scales = Scales.parse(scale)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--scale") from None
-    spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, scales, roofline)
+    spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, scales, roofline,
+                      exact_memory)
     if validate:
         from .validate import validate_first
         validate_first(rankset, comm_group)

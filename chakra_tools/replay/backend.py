@@ -12,6 +12,7 @@ node reads local memory at `local-mem-bw`. Scale factors per kind are for what-i
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field, replace
 from math import ceil, prod
 from pathlib import Path
@@ -156,6 +157,78 @@ class AnalyticalBackend:
         phases = self.phases(coll, dims, chunk)
         return C.pipeline_ns(phases, chunks, self.system.active_chunks)
 
+    def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                             involved_dim: Sequence[bool] | None, arrivals_ns: Sequence[int]) -> list[int]:
+        """Each member's finish when member k (of sorted `ranks`) issued the collective at
+        `arrivals_ns[k]`: ASTRA-sim's staggered collective, where a rank that arrives early goes
+        through its phases as its peers' messages come in and may also leave early. Equal
+        arrivals give `arrival + collective_ns` for everyone."""
+        last = max(arrivals_ns)
+        if min(arrivals_ns) == last or len(ranks) <= 1 or self.scales.comm != 1.0:
+            return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
+        key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None,
+               tuple(t - last for t in arrivals_ns))
+        offsets = self._coll_cache.get(key)
+        if offsets is None:
+            offsets = self._coll_cache[key] = self._staggered(comm_type, size, key[2], key[3], key[4])
+        return [last + o for o in offsets]
+
+    def _staggered(self, comm_type: int, size: int, ranks: tuple[int, ...],
+                   involved: tuple[bool, ...] | None, starts: tuple[int, ...]) -> list[int]:
+        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        if div == 0:
+            size //= len(ranks)
+        dims = self.group_dims(ranks, involved)
+        chunk, chunks = self.chunking(size, coll) if dims else (0, 0)
+        if chunks == 0:
+            return list(starts)
+        rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+        plan = self.phase_plan(coll, dims)
+        active = self.system.active_chunks
+        slots = [{d: [t] * active for d, _ in dims} for t in starts]
+        ends = list(starts)
+        for _ in range(chunks):
+            at, data = list(starts), chunk
+            for c, d, n in plan:
+                for k in range(len(ranks)):
+                    at[k] = max(at[k], heapq.heappop(slots[k][d]))
+                data = self._staggered_phase(c, d, n, data, rings[d], at)
+                for k in range(len(ranks)):
+                    heapq.heappush(slots[k][d], at[k])
+            ends = [max(e, t) for e, t in zip(ends, at)]
+        return ends
+
+    def _rings(self, ranks: tuple[int, ...], d: int, whole: bool) -> list[list[int]]:
+        """The members (as indices into `ranks`) of each ring of dimension `d`, in ring order:
+        members that differ only in their coordinate along `d` (or every member, for a group
+        that is no sub-grid and runs as one ring)."""
+        if whole:
+            return [list(range(len(ranks)))]
+        by_rest: dict[tuple, list[tuple[int, int]]] = {}
+        for k, r in enumerate(ranks):
+            a = self.network.address(r)
+            by_rest.setdefault(a[:d] + a[d + 1:], []).append((a[d], k))
+        return [[k for _, k in sorted(ring)] for ring in by_rest.values()]
+
+    def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
+                         at: list[int]) -> int:
+        """Advance `at` (per member) through one phase on dimension `d`; returns the data leaving it."""
+        ctx = self._context(d)
+        algo = self.system.algorithm(coll, d)
+        step_fn = None if ctx.dim.in_network_offload else C.steps_fn(coll, algo)
+        if step_fn is None:  # no step model: the ring's members start together, at the last
+            ns, out = self._phase(coll, d, n, data)
+            for ring in rings:
+                end = max(at[k] for k in ring) + ns
+                for k in ring:
+                    at[k] = end
+            return out
+        steps, out = step_fn(n, data, ctx)
+        for ring in rings:
+            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx)):
+                at[k] = t
+        return out
+
     def chunking(self, size: int, collective: str) -> tuple[int, int]:
         """(chunk bytes, chunk count) as ASTRA-sim's Sys cuts a collective."""
         splits = self.system.splits
@@ -182,30 +255,35 @@ class AnalyticalBackend:
             spans = [(d, k) for d, k in spans if d >= len(involved) or involved[d]]
         return spans
 
-    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
-        """[(queue, ns)] for one chunk, in the order ASTRA-sim's Sys::generate_collective builds."""
-        plan: list[tuple[str, int, int]] = []  # (collective, dim, n)
+    def phase_plan(self, coll: str, dims: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+        """[(collective, dimension, NPUs)] of one chunk, in the order ASTRA-sim's
+        Sys::generate_collective builds them."""
         if coll != C.ALL_REDUCE or self.system.collective_optimization == "baseline":
             order = list(reversed(dims)) if coll == C.ALL_GATHER else dims
-            plan = [(coll, d, n) for d, n in order]
-        else:  # localBWAware all-reduce: RS up the dimensions, AR on the last, AG back down
-            *inner, (last, nl) = dims
-            plan = ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
-                    + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
+            return [(coll, d, n) for d, n in order]
+        # localBWAware all-reduce: RS up the dimensions, AR on the last, AG back down
+        *inner, (last, nl) = dims
+        return ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
+                + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
+
+    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
+        """[(queue, ns)] for one chunk, in the order of `phase_plan`."""
         out, data = [], chunk
-        for c, d, n in plan:
+        for c, d, n in self.phase_plan(coll, dims):
             ns, data = self._phase(c, d, n, data)
             out.append((d, ns))
         return out
 
-    def _phase(self, coll: str, d: int, n: int, data: int) -> tuple[int, int]:
-        dim = self.network.dims[d]
+    def _context(self, d: int) -> C.PhaseContext:
         delay = 10 if d == 0 else self.system.endpoint_delay_ns
-        ctx = C.PhaseContext(dim, delay, self.system.local_mem_bw_gbps)
-        if dim.in_network_offload:
+        return C.PhaseContext(self.network.dims[d], delay, self.system.local_mem_bw_gbps)
+
+    def _phase(self, coll: str, d: int, n: int, data: int) -> tuple[int, int]:
+        ctx = self._context(d)
+        if ctx.dim.in_network_offload:
             return C.offload_phase(coll, n, data, ctx)
         algo = self.system.algorithm(coll, d)
-        return C.phase_fn(coll, algo, dim.topology)(n, data, ctx)
+        return C.phase_fn(coll, algo, ctx.dim.topology)(n, data, ctx)
 
     @staticmethod
     def _scaled(ns: int, scale: float) -> int:
@@ -233,6 +311,7 @@ class SystemSpec:
     mem_bw_gbps: float | None = None
     scales: Scales = field(default_factory=Scales)
     roofline: bool | None = None
+    exact_memory: bool = False  # the memory JSON's bandwidth and latency as written, not as ASTRA-sim's integers
 
     def backend(self, npus: int, source: str = "the rank set") -> AnalyticalBackend:
         """The backend for `npus` ranks (`source` names them in the error if the network is smaller)."""
@@ -244,7 +323,7 @@ class SystemSpec:
             sysc = replace(sysc, peak_perf_tflops=self.peak_tflops)
         if self.mem_bw_gbps is not None:
             sysc = replace(sysc, local_mem_bw_gbps=self.mem_bw_gbps)
-        memory = load_memory(self.memory) if self.memory else MemoryConfig()
+        memory = load_memory(self.memory, exact=self.exact_memory) if self.memory else MemoryConfig()
         return AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from math import log2
-from typing import Callable
+from typing import Callable, Sequence
 
 from .config import Dim
 
@@ -225,3 +225,154 @@ def pipeline_ns(phases: list[tuple[int, int]], chunks: int, active: int) -> int:
             heapq.heappush(slots[q], t)
         end = max(end, t)
     return end
+
+
+# -- each rank through a phase, when its peers arrive at different times --------------------------
+# ASTRA-sim runs a collective as messages between ranks: a rank that arrives early sends its first
+# message at once and goes on as its peers' messages come in, so it may also finish early. A phase
+# is then a list of steps; in each, a rank waits `pre_ns`, sends to its peers, waits for their
+# messages of the same step (a receive completes at max(its own send, the peer's send + transfer),
+# as the analytical network matches a message that arrived before its receive was posted), then
+# spends `post_ns` (endpoint delay, reduction) before its next step.
+
+@dataclass(frozen=True)
+class Step:
+    """One exchange of a phase: `peers` is "prev" (the ring predecessor), "all", or ("xor", k)."""
+
+    pre_ns: int
+    msg: int
+    peers: object
+    post_ns: int
+
+
+StepFn = Callable[[int, int, PhaseContext], tuple[list[Step], int]]
+STEPS: dict[tuple[str, str], StepFn] = {}
+
+
+def register_steps(collective: str, algorithm: str):
+    def deco(fn: StepFn) -> StepFn:
+        STEPS[(collective, algorithm)] = fn
+        return fn
+
+    return deco
+
+
+def _ring_steps(ctx: PhaseContext, sends: int, msg: int, reduced: int) -> list[Step]:
+    """The ring of `_ring`: a first endpoint delay, then each receive followed by one more (and
+    a reduction for the first `reduced` receives)."""
+    d = ctx.delay_ns
+    return [Step(d if k == 0 else 0, msg, "prev", d + (ctx.reduce(msg) if k < reduced else 0))
+            for k in range(sends)]
+
+
+@register_steps(ALL_REDUCE, "ring")
+def ring_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _ring_steps(ctx, 2 * (n - 1), data // n, n - 1), data
+
+
+@register_steps(REDUCE_SCATTER, "ring")
+def ring_reduce_scatter_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _ring_steps(ctx, n - 1, data // n, n - 1), data // n
+
+
+@register_steps(ALL_GATHER, "ring")
+def ring_all_gather_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _ring_steps(ctx, n - 1, data, 0), data * n
+
+
+@register_steps(ALL_TO_ALL, "ring")
+def ring_all_to_all_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _ring_steps(ctx, n * (n - 1) // 2, data // n, 0), data
+
+
+def _direct_steps(ctx: PhaseContext, msg: int, reduced: bool) -> Step:
+    d = ctx.delay_ns
+    return Step(d, msg, "all", d + (ctx.reduce(msg) if reduced else 0))
+
+
+@register_steps(ALL_REDUCE, "direct")
+def direct_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return [_direct_steps(ctx, data // n, True), _direct_steps(ctx, data // n, False)], data
+
+
+@register_steps(REDUCE_SCATTER, "direct")
+def direct_reduce_scatter_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return [_direct_steps(ctx, data // n, True)], data // n
+
+
+@register_steps(ALL_GATHER, "direct")
+def direct_all_gather_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return [_direct_steps(ctx, data, False)], data * n
+
+
+@register_steps(ALL_TO_ALL, "direct")
+def direct_all_to_all_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return [_direct_steps(ctx, data // n, False)], data
+
+
+def _hd_steps(ctx: PhaseContext, n: int, msg: int, halving: bool, first: bool) -> list[Step]:
+    """log2(n) exchanges with the partner `dist` away (i XOR dist): halving from distance 1 with
+    the message halving and reduced; doubling from distance n/2 with the message doubling."""
+    steps, dist = [], 1 if halving else max(1, n // 2)
+    for k in range(max(1, int(log2(n)))):
+        post = ctx.delay_ns + (ctx.reduce(msg) if halving else 0)
+        steps.append(Step(ctx.delay_ns if first and k == 0 else 0, msg, ("xor", dist), post))
+        msg, dist = (msg // 2, dist * 2) if halving else (msg * 2, max(1, dist // 2))
+    return steps
+
+
+@register_steps(ALL_REDUCE, "halvingDoubling")
+def hd_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    steps = max(1, int(log2(n)))
+    return _hd_steps(ctx, n, data // 2, True, True) + _hd_steps(ctx, n, data >> steps, False, False), data
+
+
+@register_steps(REDUCE_SCATTER, "halvingDoubling")
+def hd_reduce_scatter_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _hd_steps(ctx, n, data // 2, True, True), data // n
+
+
+@register_steps(ALL_GATHER, "halvingDoubling")
+def hd_all_gather_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
+    return _hd_steps(ctx, n, data, False, True), data * n
+
+
+def steps_fn(collective: str, algorithm: str) -> StepFn | None:
+    """The step model of a phase, None where there is none (double binary tree: its members then
+    start together, when the last arrives), with phase_fn's fallback to ring."""
+    if algorithm == "doubleBinaryTree" and collective == ALL_REDUCE:
+        return None
+    return STEPS.get((collective, algorithm)) or STEPS.get((collective, "ring"))
+
+
+def step_peers(peers: object, i: int, n: int) -> range | tuple[int, ...]:
+    """Indices (in the phase's ring) that rank index `i` receives from in a step."""
+    if peers == "prev":
+        return ((i - 1) % n,)
+    if peers == "all":
+        return tuple(j for j in range(n) if j != i)
+    return (i ^ peers[1],) if (i ^ peers[1]) < n else ()
+
+
+def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseContext) -> list[int]:
+    """Each member's end of a phase from its own start (members in ring order).
+
+    >>> ctx = PhaseContext(Dim("Ring", 2, 50.0, 500.0), delay_ns=10, local_mem_bw_gbps=1600)
+    >>> steps, _ = ring_all_reduce_steps(2, 65536, ctx)
+    >>> staggered_phase([0, 0], steps, ctx) == [ring_all_reduce(2, 65536, ctx)[0]] * 2
+    True
+    """
+    n, ready = len(starts), list(starts)
+    for step in steps:
+        sent = [t + step.pre_ns for t in ready]
+        net = {}
+        for i in range(n):
+            got = sent[i]
+            for j in step_peers(step.peers, i, n):
+                hops = neighbour_hops(ctx.dim, j - i)
+                ns = net.get(hops)
+                if ns is None:
+                    ns = net[hops] = ctx.net(step.msg, hops)
+                got = max(got, sent[j] + ns)
+            ready[i] = got + step.post_ns
+    return ready

@@ -12,7 +12,8 @@ The files are ASTRA-sim's own (REFERENCE §4), so one set of configs drives both
   (baseline | localBWAware), `local-mem-bw` (GB/s), `peak-perf` (TFLOP/s), `roofline-enabled`.
 - memory JSON: `memory-type` (NO_MEMORY_EXPANSION | PER_NODE_MEMORY_EXPANSION |
   PER_NPU_MEMORY_EXPANSION | MEMORY_POOL), `remote-mem-latency` (ns), `remote-mem-bw` (GB/s),
-  `num-nodes`, `num-npus-per-node`.
+  `num-nodes`, `num-npus-per-node`. ASTRA-sim stores the remote memory's latency and bandwidth
+  as integers (12.5 GB/s is 12): so do we, unless asked for the exact values.
 
 Unknown keys are kept in `extra` and ignored; missing keys take ASTRA-sim's defaults, except
 `preferred-dataset-splits`, which ASTRA-sim leaves at 0 (a division by zero) and we take as 1.
@@ -293,20 +294,36 @@ def load_system(path: str | Path) -> SystemConfig:
     return system_from_dict(read_json(path), str(path))
 
 
-def memory_from_dict(doc: dict, source: str | None = None) -> MemoryConfig:
-    """Build a `MemoryConfig` from the JSON object; raises InputError naming the file and key."""
+def memory_from_dict(doc: dict, source: str | None = None, *, exact: bool = False) -> MemoryConfig:
+    """Build a `MemoryConfig` from the JSON object; raises InputError naming the file and key.
+
+    ASTRA-sim keeps `remote-mem-latency` and `remote-mem-bw` in integers (uint64_t), so 12.5 GB/s
+    is 12 GB/s and 500.7 ns is 500 ns there; so here, unless `exact`:
+
+    >>> memory_from_dict({"memory-type": "MEMORY_POOL", "remote-mem-bw": 12.5, "remote-mem-latency": 500.7}).bandwidth_gbps
+    12.0
+    >>> memory_from_dict({"memory-type": "MEMORY_POOL", "remote-mem-bw": 12.5}, exact=True).bandwidth_gbps
+    12.5
+    """
     where = source or "memory config"
     mtype = doc.get("memory-type", "NO_MEMORY_EXPANSION")
     if not isinstance(mtype, str) or mtype not in MEMORY_TYPES:
         raise InputError(f"{where}: unknown memory-type {_show(mtype)}; known: " + ", ".join(MEMORY_TYPES))
     bw = _rate(doc.get("remote-mem-bw", 0) or 0, where, "remote-mem-bw")
+    latency = _num(doc.get("remote-mem-latency", 0) or 0, where, "remote-mem-latency", 0, MAX_NS)
+    if not exact:
+        bw, latency = float(int(bw)), float(int(latency))
     if mtype != "NO_MEMORY_EXPANSION" and bw < MIN_BANDWIDTH:
-        raise InputError(f"{where}: remote-mem-bw must be at least {MIN_BANDWIDTH:g} GB/s for {mtype}")
-    return MemoryConfig(mtype, _num(doc.get("remote-mem-latency", 0) or 0, where, "remote-mem-latency", 0, MAX_NS),
-                        bw, max(1, _int(doc.get("num-nodes", 1) or 1, where, "num-nodes", 0, MAX_NPUS)),
+        hint = "" if exact else " (ASTRA-sim keeps it as a whole number of GB/s)"
+        raise InputError(f"{where}: remote-mem-bw must be at least {1 if not exact else MIN_BANDWIDTH:g} "
+                         f"GB/s for {mtype}{hint}")
+    return MemoryConfig(mtype, latency, bw,
+                        max(1, _int(doc.get("num-nodes", 1) or 1, where, "num-nodes", 0, MAX_NPUS)),
                         max(1, _int(doc.get("num-npus-per-node", 1) or 1, where, "num-npus-per-node", 0, MAX_NPUS)),
                         source)
 
 
-def load_memory(path: str | Path) -> MemoryConfig:
-    return memory_from_dict(read_json(path), str(path))
+def load_memory(path: str | Path, *, exact: bool = False) -> MemoryConfig:
+    """The memory JSON at `path`, its bandwidth and latency whole numbers as ASTRA-sim reads them
+    unless `exact` (`memory_from_dict`)."""
+    return memory_from_dict(read_json(path), str(path), exact=exact)

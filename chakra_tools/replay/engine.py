@@ -7,9 +7,11 @@ or, for a capture, one host lane per thread and one device lane per stream), dis
 to the handler of its kind (`on_comp`, `on_coll`, `on_send`, `on_recv`, `on_mem`, `on_meta`), and
 asks a timing policy (timing.py: the backend's model, or a capture's record) how long things take.
 
-- Collectives start when every rank of their group has issued them: the k-th collective a rank
-  issues in a group meets the k-th of every other member (ASTRA-sim's rule; ranks that disagree
-  are reported).
+- The k-th collective a rank issues in a group meets the k-th of every other member (ASTRA-sim's
+  rule; ranks that disagree are reported). When the last member has issued it, the timing policy
+  says when each member finishes: with `Staggered` (the default on a model), a rank that arrived
+  early may leave early, as in ASTRA-sim; with `Modelled` or a capture's record, from the last
+  arrival on.
 - Sends are eager: the data leaves at issue and arrives `p2p_ns` later, when the send finishes; a
   receive finishes at max(its issue, the arrival). They pair on (src, dst, tag) in issue order.
   A policy may make a send a rendezvous instead (a capture's gloo or NCCL send): both halves
@@ -176,6 +178,24 @@ class _Posted(NamedTuple):
     arrival_ns: int | None = None  # an eager send: when its data reaches the receiver
 
 
+class Staggered(Modelled):
+    """The model, with each member of a collective going through its phases from its own arrival
+    (ASTRA-sim's behaviour: its messages flow as its peers arrive; `backend.collective_finish_ns`).
+    A backend without that method, or `Modelled` itself, starts every member at the last arrival
+    (what `--collective-start last` asks for: docs/replay.md §2)."""
+
+    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
+        finish = getattr(self.backend, "collective_finish_ns", None)
+        if finish is None:
+            return super().collective_ns(members, group, size)
+        first = members[0][2]
+        arrival = {m[0]: m[4] for m in members}
+        now = max(arrival.values())
+        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival[r] for r in group])
+        end_of = dict(zip(group, ends))
+        return [end_of[m[0]] - now for m in members]
+
+
 class Replayer:
     """Replay a rank set; `run()` returns a `ReplayResult`.
 
@@ -187,7 +207,7 @@ class Replayer:
     def __init__(self, feeders: Mapping[int, ETFeeder], timing: Modelled | Backend, *,
                  groups: Mapping[str, Sequence[int]] | None = None,
                  resources: Resources | None = None, record_events: bool = True):
-        self.timing = timing if isinstance(timing, Modelled) else Modelled(timing)
+        self.timing = timing if isinstance(timing, Modelled) else Staggered(timing)
         res = resources or Resources()
         caps = res.caps()
         self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
@@ -332,7 +352,7 @@ class Replayer:
         r.coll_seq[pg] = k + 1
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
-        waiting.append((r.rank, nid, info, ev))
+        waiting.append((r.rank, nid, info, ev, self._now))
         if len(waiting) == len(group):
             del self._rendezvous[key]
             self._start_collective(waiting, group)
@@ -340,7 +360,7 @@ class Replayer:
     def _start_collective(self, members: list, group: tuple[int, ...]) -> None:
         first = members[0][2]
         size = max(m[2].comm_size for m in members)
-        for rank, nid, info, _ in members[1:]:
+        for rank, nid, info, *_ in members[1:]:
             sizes_differ = info.comm_size != first.comm_size and first.comm_type not in _PER_RANK_SIZES
             if info.comm_type != first.comm_type or sizes_differ:
                 self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
@@ -348,7 +368,7 @@ class Replayer:
                            f"on rank {members[0][0]}: costed as the largest", rank, nid)
         ns = self.timing.collective_ns(members, group, size)
         last_ev = members[-1][3]
-        for (rank, nid, _, ev), member_ns in zip(members, ns):
+        for (rank, nid, _, ev, _), member_ns in zip(members, ns):
             if ev != last_ev:
                 self.result.set_pred(ev, last_ev, cross=True)
             self._at(self._now + member_ns, rank, nid)
@@ -511,6 +531,8 @@ class CaptureModes:
     `align`: "start" (every rank at 0) or "recorded" (the capture's skew between ranks);
     `lanes`: "kind" (one host thread, one compute and one comm queue per rank, as ASTRA-sim) or
     "stream" (a lane per recorded thread and device stream; see `Resources`).
+    `coll_start` (on the model only): "arrival" (each member of a collective goes through it from
+    its own arrival, as ASTRA-sim: `Staggered`) or "last" (every member from the last arrival).
     `AS_CAPTURED` replays a capture on the system it ran on (docs/replay.md §4).
     """
 
@@ -518,12 +540,14 @@ class CaptureModes:
     host_time: str = "ops"
     align: str = "start"
     lanes: str = "kind"
+    coll_start: str = "arrival"
 
     def check(self) -> "CaptureModes":
         for value, name, choices in ((self.comm, "--comm", COMM_MODES),
                                      (self.host_time, "--host-time", HOST_TIMES),
                                      (self.align, "--align", ("start", "recorded")),
-                                     (self.lanes, "--lanes", LANE_SPLITS)):
+                                     (self.lanes, "--lanes", LANE_SPLITS),
+                                     (self.coll_start, "--collective-start", COLL_STARTS)):
             if value not in choices:
                 raise InputError(f"{name} {value!r}: use " + " or ".join(choices))
         return self
@@ -539,7 +563,7 @@ class CaptureModes:
 
         self.check()
         if self.modelled:
-            return Modelled(backend)
+            return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)
         retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"
         timelines = read_rankset(path) if retimed or calibrated else {}
         return Captured(backend, comm=self.comm, host_gaps=self.host_time == "gaps",
@@ -549,6 +573,7 @@ class CaptureModes:
 
 
 HOST_TIMES = ("ops", "gaps", "timeline")
+COLL_STARTS = ("arrival", "last")
 AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recorded", lanes="stream")
 
 

@@ -40,10 +40,12 @@ def test_collective_waits_for_every_rank_of_its_group(tmp_path):
     r = run(tmp_path, ranks)
     ev = events(r)
     d = backend(ring_net(2)).collective_ns(CommType.ALL_REDUCE, 1 << 20, [0, 1])
-    assert ev[(0, 1)] == (0, 5000 + d)  # rank 0 issued at 0, waited for rank 1
+    early, late = backend(ring_net(2)).collective_finish_ns(CommType.ALL_REDUCE, 1 << 20, [0, 1], None, [0, 5000])
+    assert late == 5000 + d and 5000 < early < late  # rank 0 issued at 0, waited for rank 1's messages
+    assert ev[(0, 1)] == (0, early)
     assert ev[(1, 2)] == (5000, 5000 + d)
     assert r.collectives[0]["start_ns"] == 5000
-    assert r.ranks[0]["idle_ns"] == 0 and r.ranks[0]["exposed_comm_ns"] == 5000 + d
+    assert r.ranks[0]["idle_ns"] == 0 and r.ranks[0]["exposed_comm_ns"] == early
     # the critical path runs through rank 1's compute
     assert [tuple(x) for x in r.to_dict()["critical_path"]][:2] == [(1, 1), (1, 2)]
 
