@@ -1,0 +1,134 @@
+"""Staggered collectives: a member that arrives early goes through the collective's steps as its
+peers' messages come in (ASTRA-sim's behaviour), against times computed by hand.
+
+Every case: 4 NPUs on one Ring dimension (50 GB/s = 53.6870912 B/ns, 500 ns per hop), endpoint
+delay d = 10 ns, local memory 1600 GB/s, one chunk, 262,144 bytes; ranks 0-2 arrive at 0 and
+rank 3 at 10,000 ns. A message of m bytes over h hops takes int(h * 500 + m / 53.687...) ns:
+64 KiB over 1 hop 1720, over 2 hops 2220; 128 KiB over 1 hop 2941. Reducing m bytes costs
+3 * int(m / 1600): 120 ns for 64 KiB, 243 for 128 KiB.
+
+The rule of each step (collectives.staggered_phase): a rank waits `pre`, sends, its receive from
+each peer completes at max(its own send, the peer's send + transfer), then it spends `post`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chakra_tools.core.model import CommType
+from chakra_tools.replay import collectives as C
+from chakra_tools.replay.backend import AnalyticalBackend
+from chakra_tools.replay.config import Dim, NetworkConfig, SystemConfig
+
+from _util import coll, comp, events, run
+
+SIZE = 262_144
+ARRIVALS = [0, 0, 0, 10_000]
+
+
+def backend(algorithm: str, net: NetworkConfig | None = None) -> AnalyticalBackend:
+    impl = {k: (algorithm,) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    return AnalyticalBackend(net or NetworkConfig((Dim("Ring", 4, 50.0, 500.0),)),
+                             SystemConfig(implementations=impl, local_mem_bw_gbps=1600))
+
+
+def test_ring_all_reduce_with_a_late_rank_by_hand(tmp_path):
+    """Ring all-reduce: 6 steps of 64 KiB from the predecessor (rank i-1); pre d = 10 before the
+    first; post d + 120 after receives 1-3 (reduce-scatter half), d after 4-6. Per step, sends
+    then ends (end = max(own send, predecessor's send + 1720) + post):
+
+        step  sends (r0, r1, r2, r3)       ends
+        1     10, 10, 10, 10010            11860, 1860, 1860, 10140
+        2     11860, 1860, 1860, 10140     11990, 13710, 3710, 10270
+        3     11990, 13710, 3710, 10270    12120, 13840, 15560, 10400
+        4     12120, 13840, 15560, 10400   12130, 13850, 15570, 17290
+        5     12130, 13850, 15570, 17290   19020, 13860, 15580, 17300
+        6     19020, 13860, 15580, 17300   19030, 20750, 15590, 17310
+
+    Rank 1 ends as everyone would from 10,000 (7 * 10 + 6 * 1720 + 3 * 120 = 10,750 later);
+    the others end earlier, each by how far its chain of messages ran ahead.
+    """
+    want = [19_030, 20_750, 15_590, 17_310]
+    be = backend("ring")
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == want
+    assert 10_000 + be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == max(want)
+    # the same through the replayer: rank 3 computes 10 µs first
+    ranks = {0: [coll(2, SIZE)], 1: [coll(2, SIZE)], 2: [coll(2, SIZE)],
+             3: [comp(1, us=10), coll(2, SIZE, deps=(1,))]}
+    ev = events(run(tmp_path, ranks, be=be))
+    assert [ev[(r, 2)] for r in range(4)] == [(0, 19_030), (0, 20_750), (0, 15_590), (10_000, 17_310)]
+
+
+def test_direct_all_reduce_with_a_late_rank_by_hand():
+    """Direct all-reduce: two steps with every peer (1 hop to i±1: 1720; 2 hops to i+2: 2220),
+    each with pre d; post d + 120 (reduce-scatter), then d (all-gather).
+
+        step 1: sends 10, 10, 10, 10010; last arrivals r0 11730 (from r3), r1 12230 (r3, 2 hops),
+                r2 11730, r3 its own send 10010 -> ends 11860, 12360, 11860, 10140
+        step 2: sends 11870, 12370, 11870, 10150; r0: max(12370+1720, 11870+2220, 10150+1720)
+                = 14090 -> 14100; r1: 13590 -> 13600; r2: 14090 -> 14100; r3: 12370+2220 = 14590
+                -> 14600 (= 10000 + 2 * (2 * 10 + 2220) + 120, the symmetric time)
+    """
+    be = backend("direct")
+    got = be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS)
+    assert got == [14_100, 13_600, 14_100, 14_600]
+    assert 10_000 + be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == 14_600
+
+
+def test_halving_doubling_all_reduce_with_a_late_rank_by_hand():
+    """Halving-doubling all-reduce: partners i^1 (128 KiB, 2941 ns, post d + 243), i^2 (64 KiB,
+    2 hops, 2220, post d + 120), then i^2 (64 KiB, 2220, post d), i^1 (128 KiB, 2941, post d);
+    pre d before the first.
+
+        step 1: sends 10, 10, 10, 10010 -> ends 3204, 3204, 13204, 10263
+        step 2: r0 waits for r2 (13204 + 2220) -> 15554; r1 for r3 -> 12613; r2 13334; r3 10393
+        step 3: r0 15564, r1 12623, r2 15554 + 2220 -> 17784, r3 12613 + 2220 -> 14843
+        step 4: r0 15574, r1 15564 + 2941 -> 18515, r2 17794, r3 17784 + 2941 -> 20735
+    """
+    be = backend("halvingDoubling")
+    got = be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS)
+    assert got == [15_574, 18_515, 17_794, 20_735]
+    assert 10_000 + be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == 20_735
+
+
+def test_double_binary_tree_members_start_together_at_the_last_arrival():
+    """No step model for the double binary tree: every member from the last arrival."""
+    be = backend("doubleBinaryTree")
+    ns = be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3])
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == [10_000 + ns] * 4
+
+
+KINDS = (CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.ALL_GATHER, CommType.ALL_TO_ALL)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "direct", "halvingDoubling"])
+@pytest.mark.parametrize("topology", ["Ring", "Switch", "FullyConnected"])
+def test_equal_arrivals_step_models_agree_with_the_phase_formulas(algorithm, topology):
+    """The step models are the phase formulas step by step: with everyone at once they agree,
+    on every kind, per dimension and through chunks over two dimensions."""
+    for n in (2, 4, 8):
+        ctx = C.PhaseContext(Dim(topology, n, 50.0, 500.0), 10, 1600)
+        for coll_name in (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL):
+            steps, out = C.steps_fn(coll_name, algorithm)(n, 1 << 20, ctx)
+            ns, want_out = C.phase_fn(coll_name, algorithm, topology)(n, 1 << 20, ctx)
+            assert C.staggered_phase([5] * n, steps, ctx) == [5 + ns] * n and out == want_out
+    net = NetworkConfig((Dim(topology, 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 700.0)))
+    be = backend(algorithm, net)
+    be.system = SystemConfig(implementations=be.system.implementations, local_mem_bw_gbps=1600,
+                             splits=4, collective_optimization="localBWAware")
+    for kind in KINDS:
+        stagger = be._staggered(int(kind), 1 << 20, tuple(range(8)), None, (0,) * 8)
+        assert stagger == [be.collective_ns(kind, 1 << 20, list(range(8)))] * 8
+
+
+def test_skewed_two_dimensional_collective_ends_no_later_than_together():
+    """Over two dimensions and four chunks, each member ends no later than if everyone had
+    started at the last arrival, and the last to arrive ends exactly then or earlier."""
+    net = NetworkConfig((Dim("Ring", 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 700.0)))
+    be = backend("ring", net)
+    be.system = SystemConfig(implementations=be.system.implementations, local_mem_bw_gbps=1600, splits=4)
+    arrivals = [0, 3000, 0, 0, 9000, 0, 500, 0]
+    together = 9000 + be.collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8)))
+    got = be.collective_finish_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8)), None, arrivals)
+    assert max(got) <= together and min(got) < together
+    assert all(g >= a for g, a in zip(got, arrivals))
