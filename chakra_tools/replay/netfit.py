@@ -8,9 +8,11 @@ the user can edit.
 What is measured: every collective instance (the i-th collective of a process group on each of
 its members) and every matched send/receive, each timed as `--comm calibrated` times it
 (calibrate.py: each member's time after the last one arrived, completions from the recorded
-timeline of recorded.py), the waiting taken out; an instance's figure is the mean over its
-members. Instances of one (kind, group size, size) form a *bucket*, whose figure is their median
-(gloo on a loaded host has outliers of several ms).
+timeline of recorded.py), the waiting taken out; an instance's figure is the longest of its
+members' (it is over when the last member returns, and the model charges every member one
+figure). Instances of one (kind, group, size) form a *bucket*, whose figure is their mean: what
+a step pays on average, the slow instances of a loaded host included (gloo on 2 busy cores has
+instances ten times the median; the report shows median, min and max beside the mean).
 
 What is fitted: the three numbers of the analytical model that cost communication: a dimension's
 `latency` (ns per hop), its `bandwidth`, and the system's `local-mem-bw` (the reduction of a
@@ -32,7 +34,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
-from statistics import median
+from statistics import fmean, median
 from typing import Iterable, Sequence
 
 from chakra_tools.core.errors import InputError
@@ -56,7 +58,7 @@ _GBPS_PER_BYTE_NS = 1e9 / (1 << 30)
 @dataclass(frozen=True)
 class CommSample:
     """One collective or send/receive instance: its kind, the ranks in it (send: source,
-    destination), its `comm_size`, the mean of its members' calibrated times, where it is."""
+    destination), its `comm_size`, the longest of its members' calibrated times, where it is."""
 
     kind: str
     group: tuple[int, ...]
@@ -85,14 +87,14 @@ def _info(node: Node) -> NodeInfo:
 
 
 def _sample(kind: str, group: tuple[int, ...], members: list[tuple[int, Node]], ends: dict) -> CommSample | None:
-    """An instance's sample: the mean calibrated time of its members; None if none is timed."""
+    """An instance's sample: the longest calibrated time of its members; None if none is timed."""
     infos = [_info(n) for _, n in members]
     shares = calibrated_ns(infos, [ends.get(r, {}).get(n.id) for r, n in members])
     if not shares:
         return None
     r0, n0 = members[0]
     size = max(n.comm_size for _, n in members)
-    return CommSample(kind, group, size, sum(shares) / len(shares), f"rank {r0} node {n0.id} {n0.name!r}")
+    return CommSample(kind, group, size, max(shares), f"rank {r0} node {n0.id} {n0.name!r}")
 
 
 def _collective_samples(rs: RankSet, ends: dict) -> Iterable[CommSample | None]:
@@ -205,7 +207,7 @@ def probe(kind: str, group: tuple[int, ...], size: int, npus: int) -> tuple[floa
 
 @dataclass(frozen=True)
 class Bucket:
-    """The instances of one kind, group and size: their median, spread and the model's rows."""
+    """The instances of one kind, group and size; `ns`, what the fit aims at, is their mean."""
 
     kind: str
     group: tuple[int, ...]
@@ -215,7 +217,7 @@ class Bucket:
 
     @property
     def ns(self) -> float:
-        return median(self.samples_ns)
+        return fmean(self.samples_ns)
 
 
 def buckets(samples: Iterable[CommSample]) -> list[Bucket]:
@@ -331,7 +333,8 @@ def residual_rows(rows: Sequence[Bucket], fit: NetworkFit, npus: int) -> list[di
     for b in rows:
         predicted = model_ns(fit, b.kind, b.group, b.size, npus)
         out.append({"kind": b.kind, "ranks": len(b.group), "size": b.size, "count": len(b.samples_ns),
-                    "measured_ns": round(b.ns), "min_ns": round(min(b.samples_ns)),
+                    "measured_ns": round(b.ns), "median_ns": round(median(b.samples_ns)),
+                    "min_ns": round(min(b.samples_ns)),
                     "max_ns": round(max(b.samples_ns)), "predicted_ns": predicted,
                     "error": (predicted - b.ns) / b.ns if b.ns > 0 else 0.0, "example": b.where})
     return out
@@ -435,9 +438,11 @@ def format_calibration(cal: Calibration) -> str:
     lines = [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
              f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s, endpoint-delay {f.endpoint_delay_ns:.0f} ns "
              f"(Ring of {cal.npus}, ring algorithms)",
-             f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'measured':>12}{'min..max':>22}{'fitted':>11}{'error':>9}"]
+             f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'mean':>11}{'median':>11}{'min..max':>22}{'fitted':>11}"
+             f"{'error':>9}"]
     for r in cal.rows:
-        lines.append(f"{r['kind']:<15}{r['ranks']:>6}{r['size']:>10}{r['count']:>4}{_us(r['measured_ns']):>12}"
+        lines.append(f"{r['kind']:<15}{r['ranks']:>6}{r['size']:>10}{r['count']:>4}{_us(r['measured_ns']):>11}"
+                     f"{_us(r['median_ns']):>11}"
                      f"{_us(r['min_ns']) + '..' + _us(r['max_ns']):>22}{_us(r['predicted_ns']):>11}"
                      f"{r['error']:>+9.1%}")
     for kind, k in cal.kinds.items():
