@@ -242,6 +242,11 @@ def fit_network(rows: Sequence[Bucket], npus: int) -> NetworkFit:
     return NetworkFit(*nonnegative_least_squares(system))
 
 
+#: sums of squared relative residuals closer than this are a tie (rounding decides nothing): one
+#: size of one kind fits latency alone and bandwidth alone exactly, and latency, first, wins
+_TIE = 1e-9
+
+
 def nonnegative_least_squares(system: Sequence[tuple[Sequence[float], float]]) -> tuple[float, ...]:
     """The x >= 0 minimising sum((a . x - b)^2) over rows (a, b) of a few unknowns, by trying
     every set of free unknowns (the others at 0); ties go to fewer unknowns, then the earlier.
@@ -257,7 +262,7 @@ def nonnegative_least_squares(system: Sequence[tuple[Sequence[float], float]]) -
             if x is None or min(x) < 0:
                 continue
             err = _sse(system, x)
-            if err < best_err * (1 - 1e-9):
+            if err < best_err - _TIE:
                 best, best_err = x, err
     return best
 

@@ -162,3 +162,38 @@ def test_real_pipeline_capture_is_refused(pipeline_run, tmp_path):
     proc = _cli("scale", et, "--dp", 4, "-o", tmp_path / "out")
     assert proc.returncode == 2 and "a send/receive between ranks" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def _generated(**kw) -> RankSet:
+    from chakra_tools.frontends.generate import TransformerConfig, generate
+
+    base = dict(layers=4, hidden=1024, heads=16, seq=1024, vocab=50304, device="H100", efficiency=0.5)
+    return generate(TransformerConfig(**{**base, **kw}))
+
+
+def _makespan(rs: RankSet, folder) -> int:
+    from chakra_tools.replay import Dim, NetworkConfig
+
+    rs.write(folder, "w")
+    net = NetworkConfig((Dim("Ring", len(rs), 50.0, 500.0),))
+    return max(r["finish_ns"] for r in replay(folder, AnalyticalBackend(net)).to_dict(events=False)["ranks"])
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_generated_workload_scaled_from_8_to_64_replays_as_the_generators_own(tmp_path, zero):
+    """Per-rank batch 8: the generator's 64-rank job against its 8-rank job scaled to 64 (same
+    bytes per all-reduce, ZeRO/FSDP shards a 64th). ZeRO 0 is exact; with ZeRO the optimizer
+    updates a 64th of the parameters instead of an 8th, which scale leaves as it was."""
+    scaled, _ = scale_rankset(_generated(dp=8, batch=64, zero=zero), 64)
+    real = _generated(dp=64, batch=512, zero=zero)
+    got, want = _makespan(scaled, tmp_path / "scaled"), _makespan(real, tmp_path / "real")
+    if zero == 0:
+        assert got == want
+    assert abs(got - want) / want < 0.01
+
+
+def test_generated_pipeline_and_tensor_parallel_jobs_are_refused():
+    with pytest.raises(InputError, match="a send/receive between ranks"):
+        scale_rankset(_generated(dp=2, pp=2, batch=16, microbatches=2), 4)
+    with pytest.raises(InputError, match="which is not the world"):
+        scale_rankset(_generated(dp=2, tp=2, batch=16), 4)
