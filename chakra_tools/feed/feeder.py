@@ -43,9 +43,11 @@ from typing import Iterable, Iterator
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
 from chakra_tools.core.etio import (LEGACY_SNIFF, iter_frames, looks_like_metadata, metadata_from_pb,
                                     node_from_pb, open_binary)
+from chakra_tools.core.legacy import refuse_legacy
 from chakra_tools.core.model import Metadata, Node, NodeType
 from chakra_tools.core.schema import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 
 from .info import NodeInfo, node_info
@@ -174,8 +176,6 @@ class ETFeeder:
     def _refuse_legacy(self, offset: int, msg: bytes, metadata: bool = False) -> None:
         """A legacy (2023, proto2-era) file would feed nodes without their attributes: refused,
         naming the format (core/legacy.py)."""
-        from chakra_tools.core.legacy import refuse_legacy
-
         try:
             refuse_legacy(self.path, offset, msg, metadata=metadata)
         except TraceReadError:
@@ -183,12 +183,15 @@ class ETFeeder:
             raise
 
     def _load(self, offset: int, msg: bytes) -> None:
-        if self.nodes_read < LEGACY_SNIFF:
-            self._refuse_legacy(offset, msg)
+        sniff = self.nodes_read < LEGACY_SNIFF
         try:
             m = pb.Node.FromString(msg)
         except DecodeError as e:
+            if sniff:
+                self._refuse_legacy(offset, msg)
             raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}") from None
+        if sniff and len(UnknownFieldSet(m)):  # a legacy node always leaves fields today's schema lacks
+            self._refuse_legacy(offset, msg)
         nid = m.id
         if not 0 <= m.type <= _MAX_TYPE:  # as Graph.read refuses it: no simulator can run it
             raise TraceReadError(self.path, offset, f"node {nid} has unknown node type {m.type}")

@@ -1,0 +1,143 @@
+"""Our feeder and Chakra's FeederV3 (the one ASTRA-sim 2.0 runs) side by side, on the same inputs
+in one run: nodes/s and peak memory, and the ratio.
+
+    python bench/bench_feederv3.py --drain /tmp/astra/drain/feederv3_drain
+    python bench/bench_feederv3.py --drain BIN --nodes 200000 --runs 1     # a short run
+    python bench/bench_feederv3.py                                          # ours only, says why
+
+The FeederV3 driver is optional and not part of chakra-tools: build it with
+`bench/feederv3_drain/build.sh CHAKRA_DIR` against the Chakra sources of an ASTRA-sim checkout
+(docs/replay.md §5). Without `--drain` the comparison is skipped with a message and only our
+figures are printed.
+
+Inputs: a synthetic DAG (bench_feeder.make_nodes: 2,000,000 nodes by default); rank 0 of the
+generated 8-rank GPT (examples/workloads/gpt_8rank.yml, 247 nodes) drained 1,000 times in one
+process, a new feeder each time (per-file setup, as for a run of 1,024 rank files); the same
+small file once. Both sides do the same work per node: issue it in dependency order, read the
+fields a simulator reads (type, name, duration, is_cpu_op and the kind's attributes: ours via
+`ETFeeder.info`), finish it. Each measurement runs in its own process, `--runs` times; medians.
+Memory is the process's peak RSS, and its growth over the process before the first file is opened
+(imports and libraries excluded), which is what the feeder itself holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+
+def peak_rss_kb() -> int:
+    """The process's peak resident set (VmHWM, kB): ru_maxrss would carry the parent's peak
+    across fork and exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _ours(paths: list[str], repeat: int) -> None:
+    """Child process: drain each file `repeat` times with a new ETFeeder, reading every node's info."""
+    from chakra_tools.feed import ETFeeder
+
+    base = peak_rss_kb()
+    t0 = time.perf_counter()
+    nodes = files = 0
+    for _ in range(repeat):
+        for p in paths:
+            f = ETFeeder(p)
+            info = f.info
+            for nid in f.drain():
+                info(nid)
+                nodes += 1
+            files += 1
+    wall = time.perf_counter() - t0
+    peak = peak_rss_kb()
+    print(json.dumps({"nodes": nodes, "files": files, "wall_s": wall, "peak_rss_kb": peak, "base_rss_kb": base}))
+
+
+def measure(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_case(drain: str | None, paths: list[str], repeat: int, runs: int) -> dict[str, dict]:
+    """Median nodes/s and peak memory of each side over `runs` runs, alternating the sides."""
+    sides = {"ours": [sys.executable, __file__, "--child", str(repeat), *paths]}
+    if drain:
+        sides["FeederV3"] = [drain, "--repeat", str(repeat), *paths]
+    got: dict[str, list[dict]] = {k: [] for k in sides}
+    for _ in range(runs):
+        for name, cmd in sides.items():
+            got[name].append(measure(cmd))
+    return {name: summarize(rs) for name, rs in got.items()}
+
+
+def summarize(rs: list[dict]) -> dict:
+    return {"nodes": rs[0]["nodes"],
+            "nodes_per_s": statistics.median(r["nodes"] / r["wall_s"] for r in rs),
+            "peak_mib": statistics.median(r["peak_rss_kb"] for r in rs) / 1024,
+            "growth_mib": statistics.median(r["peak_rss_kb"] - r["base_rss_kb"] for r in rs) / 1024}
+
+
+def gpt_rank0(work: Path) -> Path:
+    """Rank 0 of the generated 8-rank GPT (247 nodes)."""
+    from chakra_tools.frontends.generate import TransformerConfig, generate
+
+    rs = generate(TransformerConfig.from_file(ROOT / "examples" / "workloads" / "gpt_8rank.yml"))
+    rs.write(work / "gpt8", "workload")
+    return work / "gpt8" / "workload.0.et"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--drain", help="the FeederV3 drain binary (bench/feederv3_drain/build.sh)")
+    ap.add_argument("--nodes", type=int, default=2_000_000, help="synthetic DAG size (default 2,000,000)")
+    ap.add_argument("--repeat", type=int, default=1000, help="times the GPT rank file is drained (default 1,000)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per side and input; medians (default 3)")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _ours(args.child[1:], int(args.child[0]))
+        return
+    if not args.drain:
+        print("FeederV3 comparison skipped: no --drain given (build one with bench/feederv3_drain/build.sh "
+              "CHAKRA_DIR, where CHAKRA_DIR holds ASTRA-sim's Chakra sources); our figures only\n")
+    from bench_feeder import make_nodes
+    from chakra_tools.core.etio import write_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dag = work / "dag.0.et"
+        write_trace(dag, make_nodes(args.nodes))
+        gpt = gpt_rank0(work)
+        cases = [(f"synthetic DAG, {args.nodes:,} nodes", [str(dag)], 1),
+                 (f"GPT rank 0 (247 nodes) x{args.repeat:,}", [str(gpt)], args.repeat),
+                 ("one small file (247 nodes), once", [str(gpt)], 1)]
+        rows = [(name, run_case(args.drain, paths, repeat, args.runs)) for name, paths, repeat in cases]
+    print(f"{'input':40}{'side':>10}{'nodes/s':>12}{'peak MiB':>10}{'growth MiB':>12}")
+    for name, sides in rows:
+        for side, s in sides.items():
+            print(f"{name:40}{side:>10}{s['nodes_per_s']:>12,.0f}{s['peak_mib']:>10.1f}{s['growth_mib']:>12.1f}")
+        if "FeederV3" in sides:
+            ours, ref = sides["ours"], sides["FeederV3"]
+            mem = ours["growth_mib"] / ref["growth_mib"] if ref["growth_mib"] > 0 else float("nan")
+            print(f"{'':40}{'ratio':>10}{ours['nodes_per_s'] / ref['nodes_per_s']:>11.2f}x"
+                  f"{ours['peak_mib'] / ref['peak_mib']:>9.2f}x{mem:>11.3f}x")
+    if args.drain:
+        print("\ngoal: ours >= 2x FeederV3's nodes/s on every input, at <= 1/20 of its memory")
+
+
+if __name__ == "__main__":
+    main()
