@@ -1,0 +1,173 @@
+"""Per-rank finish times of our replayer against a locally built ASTRA-sim 2.0 (analytical,
+congestion-unaware) on the same files and configs: skewed collectives per algorithm, and the
+8-rank remote-memory workloads of issue 18 (docs/replay.md, ASTRA-sim parity).
+
+    python bench/astra_parity.py --astra /tmp/astra/astra-sim/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
+
+Needs the ASTRA-sim binary (REFERENCE §4 says how to build one at 518bd51); nothing in
+chakra-tools or its tests depends on it. Each case writes its rank files and configs into a
+temporary folder, runs ASTRA-sim there (it writes log/ into its working directory) and reads its
+"sys[i] finished, N cycles" lines, then replays the same files with `trace-replay`'s defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from chakra_tools.core.graph import Graph, RankSet  # noqa: E402
+from chakra_tools.core.model import CommType, Node, NodeType, make_attrs  # noqa: E402
+from chakra_tools.replay import open_rankset  # noqa: E402
+from chakra_tools.replay.backend import SystemSpec  # noqa: E402
+from chakra_tools.replay.engine import run_replay  # noqa: E402
+
+T = NodeType
+MIB = 1 << 20
+
+
+def comp(i, us, deps=()):
+    return Node(i, f"comp{i}", T.COMP_NODE, tuple(deps), duration_micros=us, attrs=make_attrs(is_cpu_op=False))
+
+
+def allreduce(i, size, deps=()):
+    return Node(i, f"ar{i}", T.COMM_COLL_NODE, tuple(deps),
+                attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=size, is_cpu_op=False))
+
+
+def mem(i, kind, size, deps=()):
+    return Node(i, f"{kind}{i}", T.MEM_LOAD_NODE if kind == "load" else T.MEM_STORE_NODE, tuple(deps),
+                attrs=make_attrs(tensor_size=size, is_cpu_op=False))
+
+
+def skewed(n, offsets_us, size=MIB):
+    """Rank r computes offsets_us[r] µs, then one all-reduce of `size` bytes."""
+    return {r: [comp(1, offsets_us[r]), allreduce(2, size, (1,))] if offsets_us[r] else [allreduce(2, size)]
+            for r in range(n)}
+
+
+def memory_chain(n, with_allreduce=True):
+    """Per rank: load (1-4 MiB) -> compute 10(r+1) µs -> store 2 MiB -> 8 MiB all-reduce -> load 1 MiB."""
+    out = {}
+    for r in range(n):
+        nodes = [mem(1, "load", (1 + r % 4) * MIB), comp(2, 10 * (r + 1), (1,)), mem(3, "store", 2 * MIB, (2,))]
+        if with_allreduce:
+            nodes += [allreduce(4, 8 * MIB, (3,)), mem(5, "load", MIB, (4,))]
+        out[r] = nodes
+    return out
+
+
+def memory_beside(n):
+    """Loads and stores beside the compute and the all-reduce (no dependency between the two)."""
+    return {r: [mem(1, "load", (1 + r % 4) * MIB), mem(2, "store", 2 * MIB, (1,)), mem(3, "load", 3 * MIB, (2,)),
+                comp(4, 10 * (r + 1)), allreduce(5, 8 * MIB, (4,)), comp(6, 5, (5,))] for r in range(n)}
+
+
+def system(algorithm="ring", opt="localBWAware", splits=4):
+    return {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": splits, "collective-optimization": opt, "local-mem-bw": 1600,
+            "boost-mode": 0, "roofline-enabled": 0, "peak-perf": 900,
+            **{f"{c}-implementation": [algorithm]
+               for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}
+
+
+def per_dimension(sysc: dict, ndims: int) -> dict:
+    """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions)."""
+    return {k: v * ndims if k.endswith("-implementation") else v for k, v in sysc.items()}
+
+
+def network(dims):
+    return ("topology: [ " + ", ".join(d[0] for d in dims) + " ]\nnpus_count: [ " + ", ".join(str(d[1]) for d in dims)
+            + " ]\nbandwidth: [ " + ", ".join(str(d[2]) for d in dims) + " ]\nlatency: [ "
+            + ", ".join(str(d[3]) for d in dims) + " ]\n")
+
+
+NO_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+PER_NPU = {"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 500, "remote-mem-bw": 100}
+PER_NODE = {"memory-type": "PER_NODE_MEMORY_EXPANSION", "remote-mem-latency": 500, "remote-mem-bw": 100,
+            "num-nodes": 2, "num-npus-per-node": 4}
+POOL = {"memory-type": "MEMORY_POOL", "remote-mem-latency": 800, "remote-mem-bw": 256}
+POOL_FRACTIONAL = {"memory-type": "MEMORY_POOL", "remote-mem-latency": 800.7, "remote-mem-bw": 12.5}
+RING4, RING8 = [("Ring", 4, 50, 500)], [("Ring", 8, 50, 500)]
+GRID = [("Ring", 4, 50, 500), ("Switch", 2, 25, 700)]
+
+CASES = [  # name, ranks, network dims, system, memory
+    ("4-rank ring AR, skew 0/3/7/12 us", skewed(4, [0, 3, 7, 12]), RING4, system(), NO_MEMORY),
+    ("8-rank ring AR, skew 5 us steps", skewed(8, [5 * r for r in range(8)]), RING8, system(), NO_MEMORY),
+    ("8-rank ring AR, one late rank", skewed(8, [0, 0, 0, 40, 0, 0, 0, 0]), RING8, system(), NO_MEMORY),
+    ("4-rank direct AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("direct"), NO_MEMORY),
+    ("8-rank halvingDoubling AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("halvingDoubling"), NO_MEMORY),
+    ("8-rank doubleBinaryTree AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
+    ("4x2 ring+switch AR baseline, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(opt="baseline"), NO_MEMORY),
+    ("8-rank symmetric ring AR", skewed(8, [0] * 8, 8 * MIB), RING8, system(), NO_MEMORY),
+    ("memory chain, PER_NPU 500 ns / 100 GB/s", memory_chain(8), RING8, system(), PER_NPU),
+    ("memory chain, PER_NODE 2x4", memory_chain(8), RING8, system(), PER_NODE),
+    ("memory chain, POOL 800 ns / 256 GB/s", memory_chain(8), RING8, system(), POOL),
+    ("memory chain, POOL 800.7 ns / 12.5 GB/s", memory_chain(8), RING8, system(), POOL_FRACTIONAL),
+    ("memory beside compute + AR, PER_NODE 2x4", memory_beside(8), RING8, system(), PER_NODE),
+    ("memory beside compute + AR, POOL 800/256", memory_beside(8), RING8, system(), POOL),
+    ("memory chain without the AR, POOL", memory_chain(8, False), RING8, system(), POOL),
+]
+
+FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
+
+
+def run_astra(binary: str, work: Path) -> dict[int, int]:
+    out = subprocess.run([binary, f"--workload-configuration={work / 'w'}",
+                          f"--system-configuration={work / 'system.json'}",
+                          f"--remote-memory-configuration={work / 'memory.json'}",
+                          f"--network-configuration={work / 'network.yml'}"],
+                         cwd=work, capture_output=True, text=True, timeout=600)
+    got = {int(r): int(ns) for r, ns in FINISHED.findall(out.stdout + out.stderr)}
+    if not got:
+        raise RuntimeError(f"ASTRA-sim printed no finish times (exit {out.returncode}):\n{out.stdout[-2000:]}")
+    return got
+
+
+def run_ours(work: Path) -> dict[int, int]:
+    feeders, groups = open_rankset(work / "w")
+    spec = SystemSpec(work / "network.yml", work / "system.json", work / "memory.json")
+    result = run_replay(work / "w", feeders, spec.backend(max(feeders) + 1), groups=groups)
+    return {x["rank"]: x["finish_ns"] for x in result.ranks}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--astra", required=True, help="AstraSim_Analytical_Congestion_Unaware")
+    ap.add_argument("--only", help="run the cases whose name contains this")
+    args = ap.parse_args()
+    worst = 0.0
+    for name, ranks, dims, sysc, memc in CASES:
+        if args.only and args.only not in name:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, {}).write(work, "w")
+            (work / "comm_group.json").unlink(missing_ok=True)
+            (work / "system.json").write_text(json.dumps(per_dimension(sysc, len(dims))))
+            (work / "memory.json").write_text(json.dumps(memc))
+            (work / "network.yml").write_text(network(dims))
+            try:
+                ref = run_astra(args.astra, work)
+            except RuntimeError as e:
+                print(f"\n{name}: ASTRA-sim failed: {str(e).splitlines()[0]}")
+                continue
+            ours = run_ours(work)
+        diffs = [(ours[r] - ref[r]) / ref[r] * 100 for r in sorted(ref)]
+        worst = max(worst, max(abs(d) for d in diffs))
+        print(f"\n{name}: largest difference {max(diffs, key=abs):+.4f}%")
+        print("  rank  " + "".join(f"{r:>10}" for r in sorted(ref)))
+        print("  ASTRA " + "".join(f"{ref[r]:>10,}" for r in sorted(ref)))
+        print("  ours  " + "".join(f"{ours[r]:>10,}" for r in sorted(ref)))
+    print(f"\nworst per-rank difference over all cases: {worst:.4f}% (goal <= 0.1%)")
+
+
+if __name__ == "__main__":
+    main()
