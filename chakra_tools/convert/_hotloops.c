@@ -139,7 +139,8 @@ static int skip_value(Scan *s, int depth)
     return s->p > start ? 0 : PUNT;
 }
 
-/* An attribute value as Python: an integer literal or null; anything else is Python's to read. */
+/* An attribute value as Python: an integer literal of at most 18 digits or null; anything else
+ * is Python's to read (and check). */
 static PyObject *int_or_none(const char *p, const char *end)
 {
     if (p == NULL)
@@ -154,16 +155,12 @@ static PyObject *int_or_none(const char *p, const char *end)
             return NULL;
     if (*q == '0' && end - q > 1) /* JSON has no leading zeros */
         return NULL;
-    if (end - q <= 18) { /* fits a long long: no string round trip */
-        long long v = 0;
-        for (const char *r = q; r < end; r++)
-            v = v * 10 + (*r - '0');
-        return PyLong_FromLongLong(q > p ? -v : v);
-    }
-    char buf[48];
-    memcpy(buf, p, end - p);
-    buf[end - p] = 0;
-    return PyLong_FromString(buf, NULL, 10);
+    if (end - q > 18) /* may not fit int64: Python's to check (convert/schema.py) */
+        return NULL;
+    long long v = 0;
+    for (const char *r = q; r < end; r++)
+        v = v * 10 + (*r - '0');
+    return PyLong_FromLongLong(q > p ? -v : v);
 }
 
 typedef struct {

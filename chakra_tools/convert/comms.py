@@ -37,6 +37,7 @@ from chakra_tools.core.model import CommType
 
 from .devcomm import LIBRARIES, LIBRARY_PREFIXES, group_name, input_index, kernel_kind, library_kind
 from .hostet import HostOp
+from .schema import KINETO_COMM_ARGS
 from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors, tensor_bytes
 
 COMM_TYPES = {
@@ -431,18 +432,6 @@ def _rpc_group(call: CommCall, a: dict, vals: list) -> None:
         call.pg_ranks = listed
     elif size and start is not None and start >= 0 and stride:
         call.pg_ranks = tuple(start + stride * i for i in range(size))
-
-
-#: the collective metadata Kineto records in a `record_param_comms` event's (and, from PyTorch
-#: 2.1, an NCCL kernel's) `args`, under the names the host trace (schema >= 1.1.0) gives them
-KINETO_COMM_ARGS = {
-    "Collective name": "collective_name", "In msg nelems": "in_msg_nelems",
-    "Out msg nelems": "out_msg_nelems", "dtype": "dtype", "In split size": "in_split_size",
-    "Out split size": "out_split_size", "Process Group Name": "pg_name",
-    "Process Group Description": "pg_desc", "Group size": "pg_size",
-    "Global rank start": "global_rank_start", "Global rank stride": "global_rank_stride",
-    "Process Group Ranks": "pg_ranks", "Seq": "seq",
-}
 
 
 def comm_attrs_from_kineto(args: dict) -> dict:

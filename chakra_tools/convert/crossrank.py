@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import json
 
-from chakra_tools.core.errors import Diagnostic, Diagnostics
+from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.model import Metadata, NodeType, make_attr
 
@@ -55,9 +55,23 @@ def assign_groups(results: list[RankResult], world_ranks: tuple[int, ...],
     return ids, groups
 
 
-def world_of(results: list[RankResult], declared: int | None) -> tuple[int, ...]:
-    """The world's global ranks: the declared size, else the largest any rank reports."""
-    size = declared or max([r.world_size or 0 for r in results] + [max(r.rank for r in results) + 1])
+#: the most ranks a world group may have: comm_group.json and every rank's GlobalMetadata list
+#: them all (ASTRA-sim's largest systems are ~10^5 NPUs)
+MAX_WORLD = 2**20
+
+
+def world_of(results: list[RankResult], declared: int | None, source: str = "") -> tuple[int, ...]:
+    """The world's global ranks: the size `source` (the run's manifest) declares, else the
+    largest any rank's trace reports or its rank implies. Raises InputError, naming where the
+    size comes from, for a world too large to list."""
+    if declared:
+        size, where = declared, source or "the run"
+    else:
+        size, where = max([(r.world_size or 0, r.graph.source) for r in results] +
+                          [(r.rank + 1, r.graph.source) for r in results])
+    if size > MAX_WORLD:
+        raise InputError(f"{where}: world_size {size} is more ranks than a conversion writes "
+                         f"(at most {MAX_WORLD:,}: comm_group.json lists every rank of the world)")
     return tuple(range(size))
 
 

@@ -19,6 +19,8 @@ import msgspec
 from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
+from . import schema
+
 ROOT_MARK = "[pytorch|profiler|execution_"
 PG_INIT = "## process_group:init ##"
 
@@ -70,44 +72,92 @@ class HostTrace:
         return cache
 
 
-def _triple(value: Any) -> tuple:
-    return (value.get("values", []), value.get("shapes", []), value.get("types", []))
-
-
-def _op_new(n: dict) -> HostOp:
-    """A node of schema >= 1.0.2."""
-    attrs = {a["name"]: a.get("value") for a in n.get("attrs", ())}
+def _op_new(n: dict, want: int, place: schema.Place) -> HostOp:
+    """A node of schema >= 1.0.2, checked as `_Node` and `_typed_op` check it."""
+    attrs = {}
+    for a in schema.array(n.get("attrs", []), place, "attrs"):
+        schema.obj(a, place, "attrs")
+        attrs[schema.text(a.get("name", ""), place, "attrs.name")] = a.get("value")
     parent = n.get("ctrl_deps", 0)
     if isinstance(parent, list):
-        parent = parent[0] if parent else 0
-    rf = attrs.get("rf_id")
-    return HostOp(n["id"], n.get("name", ""), parent or 0, attrs.get("tid", 0) or 0, rf,
-                  _triple(n.get("inputs") or {}), _triple(n.get("outputs") or {}), attrs)
+        ids = [schema.integer(p, place, "ctrl_deps", 0, schema.ID_MAX) for p in parent]
+        parent = ids[0] if ids else 0
+    elif parent is not None:
+        schema.integer(parent, place, "ctrl_deps", 0, schema.ID_MAX)
+    ins = _plain_io(n.get("inputs", {}), place, "inputs")
+    outs = _plain_io(n.get("outputs", {}), place, "outputs")
+    return _host_op(n["id"], n["name"], parent or 0, attrs.get("rf_id"), attrs.get("tid"), ins, outs,
+                    _kept_attrs(attrs, want, place), place)
 
 
-def _op_old(n: dict) -> HostOp:
+def _plain_io(v: Any, place: schema.Place, key: str) -> tuple:
+    """`inputs` or `outputs`: {values, shapes, types}, each a list (as `_IO` types them). Decoded
+    for every op, as the typed path keeps every op's raw inputs for `first_readers`."""
+    schema.obj(v, place, key)
+    return tuple(schema.array(v.get(k, []), place, f"{key}.{k}") for k in ("values", "shapes", "types"))
+
+
+def _op_old(n: dict, want: int, place: schema.Place) -> HostOp:
     """A node of schema 1.0.1: flat inputs, attributes as top-level keys."""
-    return HostOp(n["id"], n.get("name", ""), n.get("parent", 0) or 0, n.get("tid", 0) or 0,
-                  n.get("rf_id"),
-                  (n.get("inputs", []), n.get("input_shapes", []), n.get("input_types", [])),
-                  (n.get("outputs", []), n.get("output_shapes", []), n.get("output_types", [])),
-                  n)
+    schema.integer(n.get("parent", 0) or 0, place, "parent", 0, schema.ID_MAX)
+    io = [tuple(schema.array(n.get(k, []), place, k) for k in keys)
+          for keys in (("inputs", "input_shapes", "input_types"),
+                       ("outputs", "output_shapes", "output_types"))]
+    return _host_op(n["id"], n["name"], n.get("parent", 0) or 0, n.get("rf_id"), n.get("tid"), *io,
+                    _kept_attrs(n, want, place), place)
 
 
-def parse_host(doc: Any, path: str) -> HostTrace:
-    """Normalise a loaded host trace. Raises InputError if it is not one."""
+def _host_op(id: int, name: str, parent: int, rf: Any, tid: Any, ins: tuple, outs: tuple,
+             attrs: dict, place: schema.Place) -> HostOp:
+    """A HostOp, its record-function and thread ids checked (integers, or absent)."""
+    if (rf is not None and type(rf) is not int) or (tid is not None and type(tid) is not int) or \
+            not _INT64_MIN <= (rf or 0) <= _INT64_MAX or not _INT64_MIN <= (tid or 0) <= _INT64_MAX:
+        schema.optional_integer(rf, place, "rf_id")
+        schema.optional_integer(tid, place, "tid")
+    return HostOp(id, name, parent, tid or 0, rf, ins, outs, attrs)
+
+
+def _kept_attrs(attrs: dict, want: int, place: schema.Place) -> dict:
+    """The attributes kept of an op (communication, annotations, markers: ALL), their collective
+    metadata checked; none of the others."""
+    return schema.check_comm_attrs(attrs, place) if want >= ALL else _NO_ATTRS
+
+
+def _node_place(i: int, n: Any, path: str) -> schema.Place:
+    """Where node `i` of the file is: `node ID ('name')`, once its id and name are checked."""
+    place = schema.Place(path, f"nodes[{i}]")
+    schema.obj(n, place, "nodes")
+    if "id" not in n:
+        raise InputError(f"{path}: nodes[{i}]: no 'id'")
+    nid = schema.integer(n["id"], place, "id", 0, schema.ID_MAX)
+    place.record = f"node {nid}"
+    name = schema.text(n.get("name", ""), place, "name")
+    place.record += f" ({name!r})"
+    n.setdefault("name", name)
+    return place
+
+
+def parse_host(doc: Any, path: str, needs_args: Callable[[str], int] | None = None) -> HostTrace:
+    """A host trace from its plain JSON document, each node checked as the typed path checks it
+    (schema.py): the same ops, or an InputError naming the node. `needs_args` as for
+    `parse_host_bytes` (None: everything of every op). Raises InputError if it is not a host
+    trace."""
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise InputError(f"{path}: not a PyTorch host execution trace (no 'nodes' list)")
-    schema = str(doc.get("schema", ""))
+    schema_name = doc.get("schema", "")
+    if not isinstance(schema_name, (str, int, float)) or isinstance(schema_name, bool):
+        raise InputError(f"{path}: 'schema' is {schema_name!r}, not a version")
+    schema_name = str(schema_name)
     nodes = doc["nodes"]
-    flat = schema.startswith("1.0.1") or any("parent" in n or isinstance(n.get("inputs"), list)
-                                             for n in nodes[:8] if isinstance(n, dict))
+    flat = schema_name.startswith("1.0.1") or any(
+        "parent" in n or isinstance(n.get("inputs"), list) for n in nodes[:8] if isinstance(n, dict))
     make = _op_old if flat else _op_new
-    try:
-        ops = [make(n) for n in nodes]
-    except (KeyError, TypeError, AttributeError) as e:
-        raise InputError(f"{path}: malformed host trace node ({type(e).__name__}: {e})") from None
-    return _collect(HostTrace(path, schema, []), ops)
+    wanted = needs_args or (lambda name: ALL)
+    ops = []
+    for i, n in enumerate(nodes):
+        place = _node_place(i, n, path)
+        ops.append(make(n, wanted(n["name"]), place))
+    return _collect(HostTrace(path, schema_name, []), ops)
 
 
 def _pg_list(op: HostOp, path: str) -> list[dict]:
@@ -116,9 +166,10 @@ def _pg_list(op: HostOp, path: str) -> list[dict]:
         if isinstance(v, str) and v.startswith("["):
             try:
                 groups = json.loads(v)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise InputError(f"{path}: node {op.id} ({PG_INIT!r}): unreadable group list") from None
-            return [g for g in groups if isinstance(g, dict)]
+            place = schema.Place(path, f"node {op.id} ({PG_INIT!r})")
+            return [schema.process_group(g, place) for g in schema.array(groups, place, "groups")]
     return []
 
 
@@ -146,9 +197,9 @@ class _Attr(msgspec.Struct, gc=False):
 
 
 class _Node(msgspec.Struct, gc=False):
-    id: int
+    id: schema.Id
     name: str = ""
-    ctrl_deps: Union[int, list[int], None] = 0
+    ctrl_deps: Union[schema.Id, list[schema.Id], None] = 0
     inputs: msgspec.Raw = _NO_IO
     outputs: msgspec.Raw = _NO_IO
     attrs: msgspec.Raw = _NO_ATTRS_RAW  # decoded node by node: a million small objects otherwise
@@ -172,6 +223,7 @@ _ATTRS = msgspec.json.Decoder(list[_Attr])
 _IO_DECODER = msgspec.json.Decoder(_IO)
 _EMPTY = ((), (), ())
 _NO_ATTRS: dict = {}
+_INT64_MIN, _INT64_MAX = schema.INT64_MIN, schema.INT64_MAX
 
 
 def parse_host_bytes(data: bytes, path: str, needs_args: Callable[[str], int]) -> HostTrace:
@@ -187,7 +239,7 @@ def parse_host_bytes(data: bytes, path: str, needs_args: Callable[[str], int]) -
     fast = _from_typed(doc, path, needs_args) if doc is not None else None
     if fast is not None:
         return fast
-    return parse_host(parse_json_bytes(data, path), path)
+    return parse_host(parse_json_bytes(data, path), path, needs_args)
 
 
 def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
@@ -202,6 +254,8 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
             ops = _typed_ops(doc.nodes, needs_args)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, IndexError):
         return None  # inputs that are not {values, shapes, types}: the plain path reports it
+    except InputError as e:
+        raise e.add_context(path) from None
     return _collect(HostTrace(path, schema, []), ops)
 
 
@@ -230,34 +284,52 @@ def _typed_op(n: _Node, want: int) -> HostOp:
     where PyTorch puts them (first and fifth attribute) if they are there; else, as from a dict,
     the last of each."""
     attrs = _ATTRS.decode(n.attrs)
-    keep = want >= ALL
-    if not keep and len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid":
+    if want < ALL and len(attrs) > 4 and attrs[0].name == "rf_id" and attrs[4].name == "tid":
         rf, tid, kept = attrs[0].value, attrs[4].value, _NO_ATTRS
     else:
         kept = {a.name: a.value for a in attrs}
         rf, tid = kept.get("rf_id"), kept.get("tid")
-        if not keep:
-            kept = _NO_ATTRS
     parent = n.ctrl_deps
     if type(parent) is not int:
         parent = (parent[0] if parent else 0) if isinstance(parent, list) else 0
+    place = _TypedPlace(n)
     if want:
         i, o = _io(n.inputs), _io(n.outputs)
-        op = HostOp(n.id, n.name, parent, tid or 0, rf, (i.values, i.shapes, i.types),
-                    (o.values, o.shapes, o.types), kept)
+        ins, outs = (i.values, i.shapes, i.types), (o.values, o.shapes, o.types)
     else:
-        op = HostOp(n.id, n.name, parent, tid or 0, rf, _EMPTY, _EMPTY, kept)
+        ins = outs = _EMPTY
+    op = _host_op(n.id, n.name, parent, rf, tid, ins, outs, _kept_attrs(kept, want, place), place)
     op.raw_inputs = n.inputs
     return op
+
+
+class _TypedPlace(schema.Place):
+    """A typed node's place, spelled out only for an error; the file is added as the error
+    climbs (`_from_typed`)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, n: _Node):
+        self.node = n
+
+    def error(self, key: str, value: Any, want: str) -> InputError:
+        self.path, self.record = "", f"node {self.node.id} ({self.node.name!r})"
+        e = super().error(key, value, want)
+        e.message = e.message[2:]  # no file yet: "node ..."
+        return e
 
 
 def _io(raw: msgspec.Raw) -> _IO:
     return _IO_DECODER.decode(raw)
 
 
-def decode_inputs(raw: msgspec.Raw) -> list:
-    """The input values of an op whose inputs were kept raw."""
-    return _IO_DECODER.decode(raw).values
+def decode_inputs(op: HostOp, path: str) -> list:
+    """The input values of an op whose inputs were kept raw (InputError if they are not
+    {values, shapes, types})."""
+    try:
+        return _IO_DECODER.decode(op.raw_inputs).values
+    except msgspec.ValidationError as e:
+        raise InputError(f"{path}: node {op.id} ({op.name!r}): 'inputs' {e}") from None
 
 
 def _collect(trace: HostTrace, ops: list[HostOp]) -> HostTrace:

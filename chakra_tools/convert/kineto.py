@@ -24,6 +24,9 @@ import msgspec
 from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
+from . import schema
+from .schema import KINETO_COMM_ARGS
+
 #: the compiled loops (_hotloops.c), or None: then `_lane_events` and `_nest` do it all
 NATIVE = native.load("chakra_tools.convert._hotloops")
 
@@ -39,14 +42,10 @@ class Event:
 
     __slots__ = ("idx", "name", "cat", "tid", "ts", "dur", "args", "parent", "child_us")
 
-    def __init__(self, idx: int, e: dict):
-        self.idx = idx
-        self.name = e.get("name", "")
-        self.cat = e.get("cat", "")
-        self.tid = e.get("tid", 0)
-        self.ts = float(e.get("ts", 0.0))
-        self.dur = float(e.get("dur", 0.0) or 0.0)
-        self.args = e.get("args") or {}
+    def __init__(self, idx: int, name: str, cat: str, tid: int | str, ts: float, dur: float,
+                 args: dict):
+        self.idx, self.name, self.cat, self.tid = idx, name, cat, tid
+        self.ts, self.dur, self.args = ts, dur, args
         self.parent = -1
         self.child_us = 0.0
 
@@ -78,8 +77,10 @@ class DeviceTrace:
         return any(e.args.get("Record function id") for e in self.host[:2000])
 
 
-def parse_device(doc: Any, path: str) -> DeviceTrace:
-    """Normalise a loaded Kineto trace. Raises InputError if it is not one."""
+def parse_device(doc: Any, path: str, *, full_args: bool = False) -> DeviceTrace:
+    """A device trace from its plain JSON document, each event the converter uses checked as
+    the typed path checks it (schema.py): the same events, or an InputError naming the event.
+    Raises InputError if it is not a device trace."""
     if isinstance(doc, list):
         events = doc
         doc = {}
@@ -87,19 +88,63 @@ def parse_device(doc: Any, path: str) -> DeviceTrace:
         events = doc["traceEvents"]
     else:
         raise InputError(f"{path}: not a Kineto device trace (no 'traceEvents' list)")
-    dt = DeviceTrace(path, dist_info=doc.get("distributedInfo") or {})
-    for e in events:
+    dt = DeviceTrace(path, dist_info=schema.dist_info(doc.get("distributedInfo"), path))
+    lanes = _lanes(dt, full_args)
+    for pos, e in enumerate(events):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         cat = e.get("cat", "")
-        if cat in HOST_CATS:
-            dt.host.append(Event(len(dt.host), e))
-        elif cat in RUNTIME_CATS:
-            dt.runtime.append(Event(len(dt.runtime), e))
-        elif cat in GPU_CATS:
-            dt.gpu.append(Event(len(dt.gpu), e))
+        lane = lanes.get(cat) if type(cat) is str else None
+        if lane is not None:
+            lane[0].append(_plain_event(pos, e, lane, path))
     _nest(dt)
     return dt
+
+
+def _lanes(dt: DeviceTrace, full_args: bool) -> dict[str, tuple[list, int, bool]]:
+    """cat -> (its lane, which args it keeps: _KEY_ARGS[i], whether it keeps them all)."""
+    lanes = {cat: (dt.host, 0, full_args) for cat in HOST_CATS}
+    lanes.update({cat: (dt.runtime, 1, False) for cat in RUNTIME_CATS})
+    lanes.update({cat: (dt.gpu, 2, False) for cat in GPU_CATS})
+    return lanes
+
+
+def _plain_event(pos: int, e: dict, lane: tuple, path: str) -> Event:
+    """An Event from a plain JSON event, its fields checked as `_RawEvent` types them."""
+    events, keys, whole = lane
+    place = schema.Place(path, f"traceEvents[{pos}]")
+    name = schema.text(e.get("name", ""), place, "name")
+    place.record += f" ({name!r})"
+    dur = e.get("dur", 0.0)
+    ev = Event(len(events), name, e["cat"], schema.tid(e.get("tid", 0), place),
+               schema.micros(e.get("ts", 0.0), place, "ts"),
+               0.0 if dur is None else schema.micros(dur, place, "dur"), {})
+    args = schema.obj(e.get("args", {}), place, "args")
+    key_args = _key_args(args, place, keys)
+    ev.args = _checked_args(args, place) if whole or _whole_args(name) else _KEY_ARGS[keys](key_args)
+    return ev
+
+
+def _key_args(args: dict, place: schema.Place, lane: int) -> "_KeyArgs":
+    """The `args` keys of `_KeyArgs` that events of `lane` are read for, checked as `_KeyArgs`
+    checks them (the others are left unread, as they are for the lane's events)."""
+    values = {}
+    for field in _LANE_FIELDS[lane]:
+        key = _ARG_NAMES.get(field, field)
+        lo = 0 if field == "bytes" else schema.INT64_MIN
+        values[field] = schema.optional_integer(args.get(key), place, key, lo)
+    return _KeyArgs(**values)
+
+
+def _whole_args(name: str) -> bool:
+    """Events whose whole `args` the converter reads: NCCL's and `record_param_comms`
+    (their collective metadata)."""
+    return name.startswith("nccl") or name == "record_param_comms"
+
+
+def _checked_args(args: dict, place: schema.Place) -> dict:
+    """An event's whole `args`, its collective metadata checked."""
+    return schema.check_comm_attrs(args, place, KINETO_COMM_ARGS)
 
 
 def _nest(dt: DeviceTrace) -> None:
@@ -147,10 +192,10 @@ def _nest(dt: DeviceTrace) -> None:
 class _KeyArgs(msgspec.Struct, gc=False, frozen=True):
     """The `args` keys the converter reads of events that are not decoded whole."""
 
-    rf_id: Union[int, None] = msgspec.field(default=None, name="Record function id")
-    correlation: Union[int, None] = None
-    stream: Union[int, None] = None
-    bytes: Union[int, None] = None
+    rf_id: Union[schema.Int64, None] = msgspec.field(default=None, name="Record function id")
+    correlation: Union[schema.Int64, None] = None
+    stream: Union[schema.Int64, None] = None
+    bytes: Union[schema.Count, None] = None
 
 
 _NO_KEY_ARGS = _KeyArgs()
@@ -160,9 +205,9 @@ class _RawEvent(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    tid: Union[int, str] = 0
-    ts: float = 0.0
-    dur: Union[float, None] = 0.0
+    tid: schema.Tid = 0
+    ts: schema.Micros = 0.0
+    dur: Union[schema.Micros, None] = 0.0
     args: _KeyArgs = _NO_KEY_ARGS
 
 
@@ -198,16 +243,12 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
     if dt is not None:
         _nest(dt)
         return dt
-    return parse_device(parse_json_bytes(data, path), path)
+    return parse_device(parse_json_bytes(data, path), path, full_args=full_args)
 
 
 def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
-    dist = doc.distributedInfo
-    dt = DeviceTrace(path, dist_info=dist if isinstance(dist, dict) else {})
-    # cat -> (its lane, which args it keeps: _KEY_ARGS[i], whether it keeps them all)
-    lanes = {cat: (dt.host, 0, full_args) for cat in HOST_CATS}
-    lanes.update({cat: (dt.runtime, 1, False) for cat in RUNTIME_CATS})
-    lanes.update({cat: (dt.gpu, 2, False) for cat in GPU_CATS})
+    dt = DeviceTrace(path, dist_info=schema.dist_info(doc.distributedInfo, path))
+    lanes = _lanes(dt, full_args)
     if NATIVE is not None:
         whole_args = NATIVE.device_events(doc.traceEvents, lanes, Event)
     else:
@@ -232,7 +273,7 @@ def _lane_events(raw: list[_RawEvent], lanes: dict) -> list[int]:
         ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
         ev.ts, ev.dur = e.ts, e.dur or 0.0
         ev.parent, ev.child_us = -1, 0.0
-        if whole or e.name.startswith("nccl") or e.name == "record_param_comms":
+        if whole or _whole_args(e.name):
             ev.args = pos  # replaced by _decode_whole_args
             whole_args.append(pos)
         else:
@@ -254,7 +295,8 @@ def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bo
     try:
         for ev in (*dt.host, *dt.runtime, *dt.gpu):
             if type(ev.args) is int:
-                ev.args = _ALL_ARGS.decode(raw[ev.args].args)
+                place = schema.Place(dt.path, f"traceEvents[{ev.args}] ({ev.name!r})")
+                ev.args = _checked_args(_ALL_ARGS.decode(raw[ev.args].args), place)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False  # args that are not an object: the plain path says where
     return True
@@ -274,3 +316,6 @@ def _gpu_args(a: _KeyArgs) -> dict:
 
 
 _KEY_ARGS = (_host_args, _runtime_args, _gpu_args)
+#: the `_KeyArgs` fields each lane reads (host, runtime, device work), and their names in `args`
+_LANE_FIELDS = (("rf_id",), ("correlation",), ("correlation", "stream", "bytes"))
+_ARG_NAMES = {"rf_id": "Record function id"}

@@ -87,7 +87,7 @@ def inputs_from_run(folder: str | Path) -> RunInputs:
     if not specs:
         raise InputError(f"{man.source}: lists no ranks")
     groups = {g.name: GroupInfo(g.ranks or None, g.desc, len(g.ranks) or None) for g in man.process_groups}
-    return RunInputs(specs, groups, man.world_size, str(folder))
+    return RunInputs(specs, groups, man.world_size, str(man.source))
 
 
 def _under(folder: Path, name: str | None) -> str | None:
@@ -149,7 +149,7 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     diags = Diagnostics()
     for r in results:
         diags.extend(r.diagnostics)
-    world = world_of(results, inputs.world_size)
+    world = world_of(results, inputs.world_size, inputs.source)
     ids, groups = assign_groups(results, world, diags)
     globalise(results, ids, diags)
     record_groups(results, ids, groups)

@@ -20,6 +20,7 @@ from chakra_tools.convert.comms import find_calls
 from chakra_tools.convert.jsonio import decode_typed, read_bytes
 from chakra_tools.convert.rank import needs_args, read_host
 from chakra_tools.convert.readers import first_readers
+from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import NodeType
 
 NATIVE = hostet.NATIVE
@@ -33,10 +34,17 @@ def _facts(op):
 
 
 def _both(nodes, needs=needs_args):
-    compiled = NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
-                               hostet._IO_DECODER.decode)
-    python = hostet._typed_ops(nodes, needs)
-    return [_facts(o) for o in compiled], [_facts(o) for o in python]
+    """Each side's ops, or the InputError it raised (a value out of type or range)."""
+    return (_outcome(lambda: NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp,
+                                             hostet._NO_ATTRS, hostet._IO_DECODER.decode)),
+            _outcome(lambda: hostet._typed_ops(nodes, needs)))
+
+
+def _outcome(make):
+    try:
+        return [_facts(o) for o in make()]
+    except InputError as e:
+        return f"InputError: {e}"
 
 
 def _doc(data: bytes):
@@ -341,7 +349,7 @@ def test_nesting_equals_python_on_made_up_timelines():
 
 
 def test_nesting_declines_what_it_cannot_order():
-    bad = kineto.Event(0, {"name": "a", "ts": 0.0, "dur": 1.0})
+    bad = kineto.Event(0, "a", "", 0, 0.0, 1.0, {})
     bad.ts = "0"  # not a float: the compiled nesting leaves it to Python, changing nothing
     assert kineto.NATIVE.nest([bad], [], {}, kineto.Event, kineto.EPS) is False
     assert (bad.parent, bad.child_us) == (-1, 0.0)
