@@ -1,9 +1,9 @@
 /* The compiled hot loops of core: the `.et` writer's encoder and the validator's common case.
  * Each has a Python twin that is the reference (the tests compare them) and that runs where this
- * file was not built.
+ * file was not built; core/hotloops.py picks one of the two, and etio and validate call it.
  *
  *     encode_frames(nodes: list | tuple, start: int) -> (bytes, next)
- *         (etio.encode_node) Node tuples -> length-prefixed protobuf frames. Writing was a
+ *         (twin: encoder.encode_frames) Node tuples -> length-prefixed protobuf frames. Writing was a
  *         quarter of a conversion: in Python every node costs a few microseconds of bytes
  *         objects joined together. It encodes nodes[start:] until one is "punted" or about
  *         4 MiB are buffered; nodes[next] is the first node not encoded, and next == start
@@ -14,7 +14,7 @@
  *         this file never has to word an error of its own.
  *
  *     plain_run(nodes, start, first, count, contract, comm_types) -> int
- *         (validate.scan_rank) how many nodes from nodes[start] on have nothing to report and
+ *         (twin: none claimed, validate.scan_rank checks each node) how many nodes from nodes[start] on have nothing to report and
  *         change nothing but the count of consecutive ids: ids first+count, first+count+1, ...;
  *         no control dependencies; data dependencies on earlier nodes of the run; not a
  *         communication node; every contract attribute of its contract kind.

@@ -27,7 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
-from . import native
+from . import hotloops
 from .consumers import FORWARD_DEPS, check_for, rules_for
 from .cycles import find_cycle
 from .errors import Diagnostic, Diagnostics
@@ -35,14 +35,10 @@ from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType, format_bytes
 
-#: the compiled common case (_hotloops.c `plain_run`), or None: every node is checked here
-NATIVE = native.load("chakra_tools.core._hotloops")
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
                   CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}
 _CONTRACT_NAMES = frozenset(CONTRACT)
-_CONTRACT_KINDS = dict(CONTRACT)  # a plain dict, for the compiled run
-_NATIVE_IDS = 1 << 62  # ids the compiled run counts in 64-bit integers
-_COMM_TYPES = frozenset((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE))
+_COMM_TYPES = frozenset(t for t in NodeType if t.is_comm)
 P2P_NEEDS = {
     NodeType.COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
     NodeType.COMM_RECV_NODE: ("comm_src", "comm_tag", "comm_size"),
@@ -283,12 +279,13 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     references needs. With `graph` (the nodes are in memory anyway) findings take node names from
     it; streaming, only the names findings can need are kept. `target` ("astra-sim") adds what
     that consumer rejects (core/consumers.py); the compiled common case knows only the general
-    checks, so it is off then.
+    checks, so it is off then. Runs of nodes with nothing to report are counted by
+    `hotloops.plain_run` (compiled, or a twin that leaves every node to the checks here).
     """
     scan = RankScan(rank, file)
     deps = _DependencyTracker()
     rules = rules_for(target)
-    native_run = NATIVE.plain_run if NATIVE is not None and not rules else None
+    plain_run = hotloops.plain_run if not rules else None
 
     def report(severity, code, message, node_id=None, node_name=None):
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
@@ -297,9 +294,8 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     for chunk in _chunks(nodes):
         i, end = 0, len(chunk)
         while i < end:
-            if native_run is not None and index.table is None and index.first is not None \
-                    and 0 <= index.first and index.first + index.count < _NATIVE_IDS:
-                plain = native_run(chunk, i, index.first, index.count, _CONTRACT_KINDS, _COMM_TYPES)
+            if plain_run is not None and index.table is None and index.first is not None:
+                plain = plain_run(chunk, i, index.first, index.count)
                 if plain:  # nothing to report: only the run of consecutive ids grows
                     index.count += plain
                     scan.nodes += plain

@@ -7,22 +7,22 @@ would be dead code that only looks tested).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from chakra_tools.core import validate
+from chakra_tools.core import hotloops, validate
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import Attr, Node, NodeType
 
 from et_strategies import node_lists
 
-pytestmark = pytest.mark.skipif(validate.NATIVE is None, reason="core/_hotloops.c not built")
+pytestmark = pytest.mark.skipif(hotloops.COMPILED is None, reason="core/_hotloops.c not built")
 
 
-def _findings(graphs, monkeypatch, compiled: bool):
-    with monkeypatch.context() as m:
-        if not compiled:
-            m.setattr(validate, "NATIVE", None)
+def _findings(graphs, compiled: bool):
+    with contextlib.nullcontext() if compiled else hotloops.python_twins():
         found = validate.validate_rankset(RankSet(dict(enumerate(graphs)), {"1": [0, 1]}, "t"))
     return sorted((d.severity, d.code, d.message, d.rank, d.node_id) for d in found)
 
@@ -43,8 +43,7 @@ def test_the_same_findings_with_and_without_the_compiled_run(a, b, renumber):
     if renumber:
         a, b = _consecutive(a), _consecutive(b)
     graphs = [Graph(a, rank=0), Graph(b, rank=1)]
-    with pytest.MonkeyPatch.context() as mp:
-        assert _findings(graphs, mp, True) == _findings(graphs, mp, False)
+    assert _findings(graphs, True) == _findings(graphs, False)
 
 
 def test_a_long_clean_graph_goes_through_the_compiled_run(monkeypatch):
@@ -54,9 +53,8 @@ def test_a_long_clean_graph_goes_through_the_compiled_run(monkeypatch):
     bad = nodes[5000]._replace(attrs={"num_ops": Attr("int32_val", 3)})  # the wrong kind
     nodes[5000] = bad
     runs = []
-    real = validate.NATIVE.plain_run
-    monkeypatch.setattr(validate, "NATIVE", type("N", (), {"plain_run": staticmethod(
-        lambda *a: runs.append(real(*a)) or runs[-1])}))
+    real = hotloops.plain_run
+    monkeypatch.setattr(hotloops, "plain_run", lambda *a: runs.append(real(*a)) or runs[-1])
     found = validate.validate_rankset(RankSet({0: Graph(nodes, rank=0)}, {}, "t"))
     assert [d.node_id for d in found if d.code == "attr-kind"] == [5001]
     assert sum(runs) == len(nodes) - 2  # all but the first node and the bad one

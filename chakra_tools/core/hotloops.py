@@ -1,0 +1,62 @@
+"""The core's compiled loops (`_hotloops.c`) or their Python twins, picked once, here.
+
+The writer (`etio.TraceWriter.write_all`) and the validator (`validate.scan_rank`) call
+`encode_frames` and `plain_run` and read as one algorithm; whether C or Python answers is decided
+at import (the Python twins where the extension is not built or CHAKRA_TOOLS_PURE_PYTHON is set;
+`core.native`) or, for a block of code, by `python_twins()`, which the tests that compare the two
+paths use. Python is the reference: the C functions do the common case and leave the rest to it.
+
+    >>> from chakra_tools.core.model import Node, NodeType
+    >>> nodes = [Node(1, "a", NodeType.COMP_NODE), Node(2, "b", NodeType.COMP_NODE, (1,))]
+    >>> with python_twins():
+    ...     twin = encode_frames(nodes, 0)
+    >>> encode_frames(nodes, 0) == twin
+    True
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from . import encoder, native
+from .model import CONTRACT, Node, NodeType
+
+#: the compiled module, or None (not built, or not wanted)
+COMPILED = native.load("chakra_tools.core._hotloops")
+_CONTRACT_KINDS = dict(CONTRACT)  # a plain dict, what the compiled run takes
+_COMM_TYPES = frozenset((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE))
+_COMPILED_IDS = 1 << 62  # ids the compiled run counts in 64-bit integers
+
+
+def _plain_run_compiled(nodes: Sequence[Node], start: int, first: int, count: int) -> int:
+    if not 0 <= first or first + count >= _COMPILED_IDS:
+        return 0
+    return COMPILED.plain_run(nodes, start, first, count, _CONTRACT_KINDS, _COMM_TYPES)
+
+
+def _plain_run_twin(nodes: Sequence[Node], start: int, first: int, count: int) -> int:
+    """Claims no node: then the validator's general checks, the reference, look at every one."""
+    return 0
+
+
+#: encode_frames(nodes, start) -> (frames, next): see `encoder.encode_frames`
+#: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
+#: first + count, first + count + 1, ... and nothing the validator would report (the run of
+#: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
+_TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin}
+_PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
+                                            "plain_run": _plain_run_compiled}
+encode_frames = _PICKED["encode_frames"]
+plain_run = _PICKED["plain_run"]
+
+
+@contextmanager
+def python_twins() -> Iterator[None]:
+    """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
+    global encode_frames, plain_run
+    try:
+        encode_frames, plain_run = _TWINS["encode_frames"], _TWINS["plain_run"]
+        yield
+    finally:
+        encode_frames, plain_run = _PICKED["encode_frames"], _PICKED["plain_run"]
