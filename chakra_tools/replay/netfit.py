@@ -365,13 +365,13 @@ def kind_fits(rows: Sequence[Bucket], npus: int) -> dict[str, dict]:
 def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Path | None = None) -> Calibration:
     """Fit a network to the rank set at `path`; `npus` (default: its ranks) sizes the network
     written, so that a rank set scaled to more ranks replays on it."""
-    samples = comm_samples(path, comm_group)
+    samples = [s for s in comm_samples(path, comm_group) if len(set(s.group)) > 1]  # a 1-rank group crosses no network
     world = max((r for s in samples for r in s.group), default=0) + 1
     npus = max(npus or 0, world)
     rows = buckets(samples)
     if not any(b.ns > 0 for b in rows):
-        raise InputError(f"{path}: no timed collective or send/receive to fit a network to "
-                         "(a single-rank capture has none)")
+        raise InputError(f"{path}: no timed collective or send/receive between two ranks or more to fit "
+                         "a network to (a single-rank capture has none)")
     fit = fit_network(rows, world)
     return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world))
 

@@ -81,10 +81,13 @@ def test_waiting_is_taken_out_of_the_samples(tmp_path):
     assert sample.ns == 300_000 and sample.kind == "ALL_REDUCE" and sample.group == (0, 1)
 
 
-def test_a_capture_without_communication_is_refused(tmp_path):
-    prefix = write_rankset(tmp_path, {0: [comp(1, us=50, cpu=True, start=1000)]})
+def test_a_capture_without_communication_between_ranks_is_refused(tmp_path):
+    prefix = write_rankset(tmp_path / "a", {0: [comp(1, us=50, cpu=True, start=1000)]})
     with pytest.raises(InputError, match="no timed collective"):
         calibrate(prefix)
+    one_rank_ddp = {0: [timed(coll(1, 4096, pg="1", start=1000), 150_000)]}  # DDP at world size 1
+    with pytest.raises(InputError, match="between two ranks or more"):
+        calibrate(write_rankset(tmp_path / "b", one_rank_ddp, {"1": (0,)}))
 
 
 def test_written_configs_are_astra_sim_files_that_replay_the_fit(tmp_path):
