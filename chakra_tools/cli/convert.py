@@ -133,7 +133,7 @@ def calibrate(
 ) -> None:
     """Fit an ASTRA-sim network to the capture's own collectives and send/receive.
 
-    Latency, bandwidth, the reduction's memory bandwidth and the endpoint delay are fitted to
+    Latency, bandwidth and the reduction's memory bandwidth are fitted to
     every timed collective and send/receive, waits taken out as --comm calibrated takes them
     out; OUT/network.yml and OUT/system.json are ordinary ASTRA-sim files (edit them freely),
     OUT/fit.json the residuals per kind and size (docs/replay.md, What-if at another scale).

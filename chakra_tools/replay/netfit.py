@@ -16,7 +16,11 @@ instances ten times the median; the report shows median, min and max beside the 
 
 What is fitted: the three numbers of the analytical model that cost communication: a dimension's
 `latency` (ns per hop), its `bandwidth`, and the system's `local-mem-bw` (the reduction of a
-received message: 3 accesses per byte). The model is affine in (latency, ns per byte, reduction ns
+received message: 3 accesses per byte). Not the endpoint delay: the model (as ASTRA-sim) charges
+it on dimensions other than the first only, and ASTRA-sim refuses a dimension of one NPU
+(`npus_count ... should be larger than 1`, NetworkParser.cc) that would make the ranks' ring the
+second; so a collective costs, beyond its bytes, only its messages' latency, and gloo's fixed cost
+per collective (about 0.4 ms on 2 busy cores, where a send pays 0.1 ms) is shared out as latency. The model is affine in (latency, ns per byte, reduction ns
 per byte), so each bucket's coefficients are read off the model itself (`probe`): whatever
 algorithm, topology and group size the configs say, the fit is in the replay's own terms. The
 three are fitted by non-negative least squares on relative error, all buckets weighing the same.
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from statistics import fmean, median
@@ -50,7 +54,7 @@ from .recorded import node_ns, read_rankset
 
 P2P = "SEND_RECV"
 #: the unknowns, in this order: latency (ns per hop), ns per byte on a link, reduction ns per byte
-PARAMS = ("latency_ns", "link_ns_per_byte", "reduce_ns_per_byte", "endpoint_delay_ns")
+PARAMS = ("latency_ns", "link_ns_per_byte", "reduce_ns_per_byte")
 #: GB/s as ASTRA-sim reads it (1 GB = 2**30 bytes) per byte/ns
 _GBPS_PER_BYTE_NS = 1e9 / (1 << 30)
 
@@ -133,14 +137,11 @@ def _p2p_samples(rs: RankSet, ends: dict) -> Iterable[CommSample | None]:
 
 @dataclass(frozen=True)
 class NetworkFit:
-    """The fitted parameters: ns per hop, ns per byte on a link, reduction ns per byte, and the
-    endpoint delay (ns per message a collective injects: what a gloo collective costs beyond its
-    messages; send/receive do not pay it)."""
+    """The fitted parameters: ns per hop, ns per byte on a link, reduction ns per byte."""
 
     latency_ns: float
     link_ns_per_byte: float
     reduce_ns_per_byte: float
-    endpoint_delay_ns: float = 0.0
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -153,14 +154,10 @@ class NetworkFit:
         return MAX_RATE if self.reduce_ns_per_byte <= 1 / MAX_RATE else 1 / self.reduce_ns_per_byte
 
     def network(self, npus: int) -> NetworkConfig:
-        """A Ring of `npus` behind a dimension of one NPU: the endpoint delay applies on every
-        dimension but the first (collectives.py), so the ranks' ring is the second."""
-        link = Dim("Ring", npus, self.bandwidth_gbps, self.latency_ns)
-        return NetworkConfig((replace(link, npus=1), link), "calibrated")
+        return NetworkConfig((Dim("Ring", npus, self.bandwidth_gbps, self.latency_ns),), "calibrated")
 
     def system(self) -> SystemConfig:
-        return SystemConfig(local_mem_bw_gbps=self.local_mem_bw_gbps,
-                            endpoint_delay_ns=round(self.endpoint_delay_ns), source="calibrated")
+        return SystemConfig(local_mem_bw_gbps=self.local_mem_bw_gbps, source="calibrated")
 
     def backend(self, npus: int) -> AnalyticalBackend:
         return AnalyticalBackend(self.network(npus), self.system())
@@ -189,16 +186,15 @@ def probe(kind: str, group: tuple[int, ...], size: int, npus: int) -> tuple[floa
     """(constant, coefficient per PARAMS) of the model's time for one instance: the model is
     affine in the three, so each coefficient is a difference of two evaluations.
 
-    >>> c, (lat, link, red, delay) = probe("ALL_REDUCE", (0, 1), 4096, 2)  # ring of 2: 2 messages of 2 KiB, 1 reduced
-    >>> round(lat, 3), round(link), round(red), round(delay, 3)
-    (2.0, 4096, 6144, 3.0)
+    >>> c, (lat, link, red) = probe("ALL_REDUCE", (0, 1), 4096, 2)  # ring of 2: 2 messages of 2 KiB, 1 reduced
+    >>> round(lat, 3), round(link), round(red)
+    (2.0, 4096, 6144)
     """
     t0 = model_ns(NetworkFit(0.0, 0.0, 0.0), kind, group, size, npus)
     slow_link = 1 / (_SLOW / _GBPS_PER_BYTE_NS)
     return t0, ((model_ns(NetworkFit(_BIG_LATENCY, 0.0, 0.0), kind, group, size, npus) - t0) / _BIG_LATENCY,
                 (model_ns(NetworkFit(0.0, slow_link, 0.0), kind, group, size, npus) - t0) / slow_link,
-                (model_ns(NetworkFit(0.0, 0.0, 1 / _SLOW), kind, group, size, npus) - t0) * _SLOW,
-                (model_ns(NetworkFit(0.0, 0.0, 0.0, _BIG_LATENCY), kind, group, size, npus) - t0) / _BIG_LATENCY)
+                (model_ns(NetworkFit(0.0, 0.0, 1 / _SLOW), kind, group, size, npus) - t0) * _SLOW)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,8 +322,7 @@ class Calibration:
                 "fit": {"latency_ns": self.fit.latency_ns, "bandwidth_gbps": self.fit.bandwidth_gbps,
                         "local_mem_bw_gbps": self.fit.local_mem_bw_gbps,
                         "link_ns_per_byte": self.fit.link_ns_per_byte,
-                        "reduce_ns_per_byte": self.fit.reduce_ns_per_byte,
-                        "endpoint_delay_ns": self.fit.endpoint_delay_ns},
+                        "reduce_ns_per_byte": self.fit.reduce_ns_per_byte},
                 "median_abs_error": self.median_abs_error, "buckets": self.rows, "kinds": self.kinds,
                 "files": self.files, "replay": self.replay}
 
@@ -356,7 +351,6 @@ def kind_fits(rows: Sequence[Bucket], npus: int) -> dict[str, dict]:
         fit = fit_network(mine, npus)
         errs = [abs(r["error"]) for r in residual_rows(mine, fit, npus)]
         out[kind] = {"latency_ns": fit.latency_ns, "bandwidth_gbps": fit.bandwidth_gbps,
-                     "endpoint_delay_ns": fit.endpoint_delay_ns,
                      "sizes": len({b.size for b in mine}), "separable": len({b.size for b in mine}) > 1,
                      "median_abs_error": median(errs)}
     return out
@@ -404,17 +398,15 @@ def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> di
 def network_yaml(fit: NetworkFit, npus: int) -> str:
     """The analytical network file (ASTRA-sim's format, REFERENCE §4)."""
     return ("# ASTRA-sim analytical network fitted by trace-convert calibrate (chakra_tools/replay/netfit.py)\n"
-            "# dimension 0 has one NPU: the ranks' ring is dimension 1, where endpoint-delay applies\n"
-            "topology: [ Ring, Ring ]\n"
-            f"npus_count: [ 1, {npus} ]\n"
-            f"bandwidth: [ {fit.bandwidth_gbps:.6g}, {fit.bandwidth_gbps:.6g} ]  # GB/s (1 GB = 2**30 bytes)\n"
-            f"latency: [ {fit.latency_ns:.6g}, {fit.latency_ns:.6g} ]  # ns per hop\n")
+            "topology: [ Ring ]\n"
+            f"npus_count: [ {npus} ]\n"
+            f"bandwidth: [ {fit.bandwidth_gbps:.6g} ]  # GB/s (1 GB = 2**30 bytes)\n"
+            f"latency: [ {fit.latency_ns:.6g} ]  # ns per hop\n")
 
 
 def system_json(fit: NetworkFit) -> dict:
     """The system file: ring everywhere, one chunk, the fitted reduction bandwidth."""
-    return {"scheduling-policy": "LIFO", "endpoint-delay": round(fit.endpoint_delay_ns),
-            "active-chunks-per-dimension": 1,
+    return {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
             "preferred-dataset-splits": 1,
             **{f"{c}-implementation": ["ring"] for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
             "collective-optimization": "baseline", "local-mem-bw": round(fit.local_mem_bw_gbps, 6),
@@ -441,8 +433,7 @@ def format_calibration(cal: Calibration) -> str:
     """The fit as text: the parameters, a row per bucket, a line per kind."""
     f = cal.fit
     lines = [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
-             f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s, endpoint-delay {f.endpoint_delay_ns:.0f} ns "
-             f"(Ring of {cal.npus}, ring algorithms)",
+             f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s (Ring of {cal.npus}, ring algorithms)",
              f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'mean':>11}{'median':>11}{'min..max':>22}{'fitted':>11}"
              f"{'error':>9}"]
     for r in cal.rows:
@@ -451,8 +442,7 @@ def format_calibration(cal: Calibration) -> str:
                      f"{_us(r['min_ns']) + '..' + _us(r['max_ns']):>22}{_us(r['predicted_ns']):>11}"
                      f"{r['error']:>+9.1%}")
     for kind, k in cal.kinds.items():
-        alone = (f"latency {k['latency_ns']:.0f} ns, bandwidth {k['bandwidth_gbps']:.4g} GB/s, "
-                 f"endpoint-delay {k['endpoint_delay_ns']:.0f} ns"
+        alone = (f"latency {k['latency_ns']:.0f} ns, bandwidth {k['bandwidth_gbps']:.4g} GB/s"
                  if k["separable"] else "one size only: latency and bandwidth not separable")
         lines.append(f"  {kind} alone: {alone}; median |error| {k['median_abs_error']:.1%}")
     lines.append(f"median |error| over {len(cal.rows)} buckets: {cal.median_abs_error:.1%}")
