@@ -84,17 +84,26 @@ def _op_new(n: dict, want: int, place: schema.Place) -> HostOp:
         parent = ids[0] if ids else 0
     elif parent is not None:
         schema.integer(parent, place, "ctrl_deps", 0, schema.ID_MAX)
-    ins = _plain_io(n.get("inputs", {}), place, "inputs")
-    outs = _plain_io(n.get("outputs", {}), place, "outputs")
+    ins = _plain_io(n.get("inputs", {}), want, place, "inputs")
+    outs = _plain_io(n.get("outputs", {}), want, place, "outputs")
     return _host_op(n["id"], n["name"], parent or 0, attrs.get("rf_id"), attrs.get("tid"), ins, outs,
                     _kept_attrs(attrs, want, place), place)
 
 
-def _plain_io(v: Any, place: schema.Place, key: str) -> tuple:
-    """`inputs` or `outputs`: {values, shapes, types}, each a list (as `_IO` types them). Decoded
-    for every op, as the typed path keeps every op's raw inputs for `first_readers`."""
-    schema.obj(v, place, key)
-    return tuple(schema.array(v.get(k, []), place, f"{key}.{k}") for k in ("values", "shapes", "types"))
+def _plain_io(v: Any, want: int, place: schema.Place, key: str) -> tuple:
+    """`inputs` or `outputs`: {values, shapes, types}, each a list (as `_IO` types them), for an
+    op the converter reads (`want`). Of the others only what `first_readers` searches is kept,
+    as the typed path keeps their raw inputs: lists where they are lists, else nothing."""
+    keys = ("values", "shapes", "types")
+    if want:
+        schema.obj(v, place, key)
+        return tuple(schema.array(v.get(k, []), place, f"{key}.{k}") for k in keys)
+    return tuple(_loose_list(v, k) for k in keys)
+
+
+def _loose_list(v: Any, key: str) -> list:
+    got = v.get(key, []) if isinstance(v, dict) else None
+    return got if isinstance(got, list) else []
 
 
 def _op_old(n: dict, want: int, place: schema.Place) -> HostOp:
@@ -323,13 +332,13 @@ def _io(raw: msgspec.Raw) -> _IO:
     return _IO_DECODER.decode(raw)
 
 
-def decode_inputs(op: HostOp, path: str) -> list:
-    """The input values of an op whose inputs were kept raw (InputError if they are not
-    {values, shapes, types})."""
+def decode_inputs(op: HostOp) -> list:
+    """The input values of an op whose inputs were kept raw; none if they are not
+    {values, shapes, types} (an op the converter does not read: `_loose_list`)."""
     try:
         return _IO_DECODER.decode(op.raw_inputs).values
-    except msgspec.ValidationError as e:
-        raise InputError(f"{path}: node {op.id} ({op.name!r}): 'inputs' {e}") from None
+    except msgspec.ValidationError:
+        return []
 
 
 def _collect(trace: HostTrace, ops: list[HostOp]) -> HostTrace:

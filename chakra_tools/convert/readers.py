@@ -49,7 +49,7 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
         end = min(start + WINDOW, len(ops))
         hits = text.ops_mentioning(keys, start, end) if text else range(start, end)
         reader = next((ops[i].id for i in hits if ops[i].id not in members
-                       and ops[i].name not in _NOT_READERS and _reads(ops[i], keys, host.path)), None)
+                       and ops[i].name not in _NOT_READERS and _reads(ops[i], keys)), None)
         if reader is not None:
             out[c.root] = reader
     return out
@@ -135,7 +135,7 @@ def waited_calls(host: HostTrace, calls: list[CommCall], waits: list[WaitMark]) 
     return out
 
 
-def _reads(op: HostOp, keys: set[tuple[int, int]], path: str) -> bool:
+def _reads(op: HostOp, keys: set[tuple[int, int]]) -> bool:
     """Whether one of the op's input values is a tensor of `keys`."""
-    values = decode_inputs(op, path) if op.raw_inputs is not None else op.in_values
+    values = decode_inputs(op) if op.raw_inputs is not None else op.in_values
     return any((t[0], t[1]) in keys for t in iter_tensors(values))
