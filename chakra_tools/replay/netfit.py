@@ -150,8 +150,11 @@ class NetworkFit:
 
     @property
     def local_mem_bw_gbps(self) -> float:
-        """`local-mem-bw` for the reduction cost (collectives.PhaseContext.reduce: bytes per ns)."""
-        return MAX_RATE if self.reduce_ns_per_byte <= 1 / MAX_RATE else 1 / self.reduce_ns_per_byte
+        """`local-mem-bw` for the reduction cost (collectives.PhaseContext.reduce: bytes per ns),
+        within what config.py accepts."""
+        if self.reduce_ns_per_byte <= 1 / MAX_RATE:
+            return float(MAX_RATE)
+        return max(MIN_BANDWIDTH, 1 / self.reduce_ns_per_byte)
 
     def network(self, npus: int) -> NetworkConfig:
         return NetworkConfig((Dim("Ring", npus, self.bandwidth_gbps, self.latency_ns),), "calibrated")
@@ -315,7 +318,7 @@ class Calibration:
 
     @property
     def median_abs_error(self) -> float:
-        return median(abs(r["error"]) for r in self.rows)
+        return median(abs(r["error"]) for r in self.rows) if self.rows else 0.0
 
     def to_dict(self) -> dict:
         return {"version": 1, "npus": self.npus,

@@ -17,7 +17,7 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType, make_attr
 from chakra_tools.replay import load_network, load_system
 from chakra_tools.replay.config import default_network
-from chakra_tools.replay.netfit import (P2P, NetworkFit, buckets, calibrate, comm_samples, model_ns,
+from chakra_tools.replay.netfit import (P2P, Calibration, NetworkFit, buckets, calibrate, comm_samples, model_ns,
                                         residual_rows, write_calibration)
 
 from _util import coll, comp, recv, send, write_rankset
@@ -147,3 +147,12 @@ def test_real_two_rank_capture_of_several_sizes(tmp_path):
     default_err = sorted(abs(r["error"]) for r in residual_rows(rows, default, 2))
     fitted_err = sorted(abs(r["error"]) for r in cal.rows)
     assert fitted_err[len(fitted_err) // 2] < default_err[len(default_err) // 2]
+    write_calibration(cal, _mkdir(tmp_path / "net"))  # what was fitted is a file both readers take
+    assert load_network(cal.files["network"]).npus == 2 and load_system(cal.files["system"]).splits == 1
+
+
+def test_parameters_outside_what_the_config_readers_take_are_clamped_into_range(tmp_path):
+    fit = NetworkFit(latency_ns=1e5, link_ns_per_byte=1e6, reduce_ns_per_byte=1e6)  # far below 1 MB/s
+    cal = write_calibration(Calibration(fit, 2, [], {}), _mkdir(tmp_path / "net"))
+    assert load_network(cal.files["network"]).dims[0].bandwidth_gbps == pytest.approx(1e-3)
+    assert load_system(cal.files["system"]).local_mem_bw_gbps == pytest.approx(1e-3)
