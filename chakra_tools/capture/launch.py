@@ -25,9 +25,10 @@ from chakra_tools.core.etio import atomic_output
 
 from . import manifest, protocol
 
-#: trace-capture's exit code when the command succeeded but no rank captured a step: the script
-#: marks no step (bad input for a capture), the manifest's status says `no-step`
-NO_STEP_EXIT = 2
+#: trace-capture's exit code when the command succeeded but its capture did not (the manifest's
+#: status is not `ok`): the script marks no step (`no-step`), or a rank that ran left no capture
+#: (`rank-failed`: a launcher or framework started it without the startup hook)
+CAPTURE_FAILED_EXIT = 2
 HOOK_DIR = Path(__file__).resolve().parent / "_hook"
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
@@ -341,8 +342,8 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     """Run the command under capture; returns (exit code, manifest, run folder).
 
     Every check happens before the run folder is made; after that, whatever the command does,
-    the manifest is written. The exit code is the command's, or NO_STEP_EXIT where the command
-    succeeded but captured no step."""
+    the manifest is written. The exit code is the command's, or CAPTURE_FAILED_EXIT where the
+    command succeeded but the capture did not."""
     check_schedule(wait, warmup, active)
     cmd = parse_command(words)
     run = out if out is not None else default_run_dir(cmd.name)
@@ -364,8 +365,8 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
         doc["warnings"].append(fewer)
     write_manifest(run, doc)
     clean_scratch(run)
-    if code == 0 and doc["status"] == "no-step":
-        code = NO_STEP_EXIT
+    if code == 0 and doc["status"] != "ok":
+        code = CAPTURE_FAILED_EXIT
     return code, doc, run
 
 

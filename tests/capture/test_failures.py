@@ -76,7 +76,8 @@ def test_exit_code_and_argv_are_the_scripts(tmp_path):
                     "cwd": str(tmp_path)}
     m = run.manifest
     assert m["status"] == "script-error" and m["exit_code"] == 3
-    assert m["ranks"][0]["status"] == "ok"  # no exception: the script chose its exit code
+    # no exception (the script chose its exit code), and no step: the rank says the latter
+    assert m["ranks"][0]["status"] == "no-step" and m["ranks"][0]["error"].startswith("captured no step")
     assert m["captured_steps"] == [] and m["ranks"][0]["host_trace"] is None
 
 
