@@ -32,7 +32,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_tools.core.errors import Diagnostic, Diagnostics
+from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.model import NodeType
 
 from .comms import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
@@ -556,11 +556,14 @@ class Builder:
         """Cost per host op, kept only on the innermost costed op of a call chain
         (aten::linear -> aten::addmm counts once, on addmm)."""
         costs = {}
-        for op in self.host.ops:
-            if op.name in COST_REGISTRY:
-                c = op_cost(op)
-                if c[0]:
-                    costs[op.id] = c
+        try:
+            for op in self.host.ops:
+                if op.name in COST_REGISTRY:
+                    c = op_cost(op)
+                    if c[0]:
+                        costs[op.id] = c
+        except InputError as e:
+            raise e.add_context(self.host.path) from None
         for op_id in list(costs):
             p = self.parents.get(op_id)
             while p is not None and p in self.parents:

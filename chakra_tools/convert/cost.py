@@ -12,7 +12,10 @@ from __future__ import annotations
 from math import prod
 from typing import Callable
 
+from chakra_tools.core.errors import InputError
+
 from .hostet import HostOp
+from .schema import INT64_MAX
 from .tensors import is_shape, shape_numel, tensor_bytes, shapes_bytes
 
 FlopFn = Callable[[list, list], int]
@@ -125,6 +128,7 @@ def _norm(ins: list, outs: list) -> int:
 
 def op_cost(op: HostOp) -> tuple[int, int]:
     """(num_ops, tensor_size) of a host op; (0, 0) if the op is not a known compute op.
+    InputError (naming the node) for a cost beyond int64: shapes no real tensor has.
 
     >>> from chakra_tools.convert.hostet import HostOp
     >>> a = [1, 1, 0, 8 * 16, 4, "cpu"]; b = [2, 2, 0, 16 * 4, 4, "cpu"]; c = [3, 3, 0, 32, 4, "cpu"]
@@ -142,7 +146,11 @@ def op_cost(op: HostOp) -> tuple[int, int]:
         return 0, 0
     if flops <= 0:
         return 0, 0
-    return flops, _bytes(op)
+    size = _bytes(op)
+    if flops > INT64_MAX or not 0 <= size <= INT64_MAX:
+        raise InputError(f"node {op.id} ({op.name!r}): its recorded shapes and tensors make "
+                         f"{flops} operations on {size} bytes, beyond what a tensor can be (int64)")
+    return flops, size
 
 
 def _bytes(op: HostOp) -> int:

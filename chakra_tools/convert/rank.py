@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.measured import Measured
 from chakra_tools.core.model import Metadata, make_attrs
@@ -27,6 +27,7 @@ from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
 from .link import link
 from .readers import first_readers
+from .schema import INT64_MAX, INT64_MIN
 from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX
 
 ARG_PREFIXES = COMM_PREFIXES + (ANNOTATION_PREFIX, "##")
@@ -124,7 +125,7 @@ def needs_args(name: str) -> int:
 
 def _finish(result, rank: int, groups: dict, meta: Metadata, has_device: bool,
             source: str) -> Graph:
-    _comm_attrs(result.recs, rank, groups)
+    _comm_attrs(result.recs, rank, groups, source)
     diags = result.diagnostics
     forward = clean_deps(result.recs)
     break_cycles(result.recs, diags, source=source, rank=rank, forward=forward)
@@ -212,10 +213,35 @@ def _world_size(dev: DeviceTrace | None, groups: dict[str, GroupInfo], known: di
     return None
 
 
-def _comm_attrs(recs: list[Rec], rank: int, groups: dict[str, GroupInfo]) -> None:
+def _comm_attrs(recs: list[Rec], rank: int, groups: dict[str, GroupInfo], source: str) -> None:
     for r in recs:
         if r.call is not None:
-            r.attrs.update(comm_attrs(r.call, rank, groups))
+            r.attrs.update(_encodable(comm_attrs(r.call, rank, groups), r.call, source))
+
+
+#: the integers of a communication node, by the range of their wire kind (core.model.CONTRACT:
+#: ranks and tags are int32, the others int64)
+_INT32 = (-(2**31), 2**31 - 1)
+_COMM_INTS = {"comm_src": _INT32, "comm_dst": _INT32, "comm_tag": _INT32}
+_INT64 = (INT64_MIN, INT64_MAX)
+
+
+def _encodable(a: dict, c: CommCall, source: str) -> dict:
+    """A communication node's attributes, each integer checked against its wire kind: a value
+    out of range (a tag or a size no collective has) is an InputError naming the input file and
+    the call's node, not a write error naming the output."""
+    for key, v in a.items():
+        if type(v) is int:
+            lo, hi = _COMM_INTS.get(key, _INT64)
+            bad = not lo <= v <= hi
+        elif key in ("in_split", "out_split") and v:
+            bad = any(not INT64_MIN <= x <= INT64_MAX for x in v)
+        else:
+            continue
+        if bad:
+            raise InputError(f"{source}: node {c.root} ({c.name!r}): {key} {v!r} does not fit "
+                             f"the attribute's {'int32' if key in _COMM_INTS else 'int64'}")
+    return a
 
 
 def comm_attrs(c: CommCall, rank: int, groups: dict[str, GroupInfo]) -> dict:

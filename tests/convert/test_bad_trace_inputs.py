@@ -131,6 +131,26 @@ def test_host_thread_id_must_be_an_int64(tmp_path, value):
         _convert(tmp_path, doc, _device_doc())
 
 
+def test_shapes_no_tensor_has_name_the_node_not_the_output(tmp_path):
+    """Dims of 2**40 made a cost beyond int64: a TraceWriteError naming only the output."""
+    doc = _host_doc()
+    big = [[10, 11, 0, 2**62, 4, "cpu"], [12, 13, 0, 2**62, 4, "cpu"]]
+    doc["nodes"][1].update(name="aten::mm", inputs={"values": big, "shapes": [[2**40, 2**40]] * 2,
+                                                      "types": ["Tensor(float)"] * 2})
+    with pytest.raises(InputError, match=r"rank0.host.json: node 2 \('aten::mm'\): its recorded shapes"):
+        _convert(tmp_path, doc, _device_doc())
+
+
+def test_a_tag_beyond_int32_names_the_send(tmp_path):
+    """`comm_tag` is int32 on the wire: c10d::send's tag argument of 2**40 was a TraceWriteError."""
+    doc = _host_doc()
+    doc["nodes"][2].update(name="c10d::send", inputs={
+        "values": [[[10, 11, 0, 4, 4, "cpu"]], "<ProcessGroup>", 1, 2**40],
+        "shapes": [[[2, 2]], [], [], []], "types": ["GenericList[Tensor(float)]", "ProcessGroup", "Int", "Int"]})
+    with pytest.raises(InputError, match=r"rank0.host.json: node 3 \('c10d::send'\): comm_tag 1099511627776"):
+        _convert(tmp_path, doc)
+
+
 def test_a_world_too_large_to_list_names_its_source():
     """manifest `world_size` 2**31 was a MemoryError in crossrank.world_of."""
     with pytest.raises(InputError, match=r"run/manifest.json: world_size 2147483648 is more ranks"):
