@@ -24,10 +24,9 @@ def _dims(text: Optional[str]) -> Optional[tuple[int, ...]]:
 
 
 def _write(rankset, out: Path, prefix: str, as_json: bool, extra: dict) -> None:
-    from chakra_tools.frontends import describe
+    from chakra_tools.frontends.builder import write_rankset
 
-    rankset.write(out, prefix, record_world=True)
-    info = {"out": str(out), "prefix": prefix, **describe(rankset), **extra}
+    info = {**write_rankset(rankset, out, prefix), **extra}
     if as_json:
         print_json(info)
     else:
@@ -80,15 +79,12 @@ def onnx_cmd(
 
 
 def _emit_text(wl, out: Optional[Path]) -> None:
-    from chakra_tools.core.etio import atomic_output
-    from chakra_tools.frontends.textwl import format_text_workload
+    from chakra_tools.frontends.textwl import format_text_workload, write_text_workload
 
-    text = format_text_workload(wl)
     if out is None:
-        typer.echo(text, nl=False)
+        typer.echo(format_text_workload(wl), nl=False)
         return
-    with atomic_output(out, "w") as f:
-        f.write(text)
+    write_text_workload(wl, out)
     typer.echo(f"wrote {len(wl.layers)} layers ({wl.policy}) to {out}")
 
 

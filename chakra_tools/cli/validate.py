@@ -51,12 +51,7 @@ def validate(
     reports = [validate_path(p, comm_group, examples_per_code=show, target=target) for p in paths]
     summaries = [summarize_path(p, comm_group) for p in paths] if stats else []
     if as_json:
-        docs = []
-        for i, (p, r) in enumerate(zip(paths, reports)):
-            doc = {"path": str(p), **r.to_dict()}
-            if stats:
-                doc["stats"] = summaries[i]
-            docs.append(doc)
+        docs = [r.to_dict(summaries[i] if stats else None) for i, r in enumerate(reports)]
         print_json(docs[0] if len(docs) == 1 else docs)
     else:
         for i, (p, r) in enumerate(zip(paths, reports)):

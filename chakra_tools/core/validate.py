@@ -478,6 +478,7 @@ class ValidationReport:
     diagnostics: Diagnostics
     ranks: list[int]
     nodes: int
+    path: str | None = None  # what was validated, as given (validate_path)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -490,7 +491,16 @@ class ValidationReport:
     def _error_codes(self) -> set[str]:
         return {d.code for d in self.diagnostics if d.severity == "error"}
 
-    def to_dict(self) -> dict:
+    def to_dict(self, stats: dict | None = None) -> dict:
+        """The `trace-validate --json` document of one path; `stats` (`core.stats.summarize_path`)
+        is what `--stats` adds."""
+        doc = {} if self.path is None else {"path": self.path}
+        doc.update(self._findings())
+        if stats is not None:
+            doc["stats"] = stats
+        return doc
+
+    def _findings(self) -> dict:
         return {
             "ranks": self.ranks, "nodes": self.nodes,
             "errors": self.error_count, "warnings": len(self.diagnostics) - self.error_count,
@@ -548,7 +558,7 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
                                 target=target)
         scans[rank].world_size = _world_size(reader.metadata)
     _cross_rank(scans, groups, out)
-    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()))
+    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path))
 
 
 def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None, *,

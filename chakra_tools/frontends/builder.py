@@ -79,6 +79,21 @@ class GraphBuilder:
         return Graph(self.nodes, rank=self.rank, metadata=meta)
 
 
+def write_rankset(rankset, out_dir, prefix: str) -> dict:
+    """Write a front end's rank set as `trace-convert onnx|text|generate` does: every rank's file
+    records the world size (so a rank that goes missing is an error, not a smaller job). Returns
+    `describe`'s summary with where it went.
+
+        >>> import tempfile
+        >>> from chakra_tools.core.graph import RankSet
+        >>> rs = RankSet({0: Graph([Node(1, "op", NodeType.COMP_NODE)], rank=0)}, {}, "t")
+        >>> write_rankset(rs, tempfile.mkdtemp(), "t")["nodes"]
+        1
+    """
+    rankset.write(out_dir, prefix, record_world=True)
+    return {"out": str(out_dir), "prefix": prefix, **describe(rankset)}
+
+
 def describe(rankset) -> dict:
     """What a written rank set holds, for the CLI's summary line and --json."""
     from collections import Counter

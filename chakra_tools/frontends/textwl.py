@@ -199,6 +199,14 @@ def _parse_layer(toks: list[str], line: int, policy: str, source: str) -> TextLa
                      own, line)
 
 
+def write_text_workload(wl: TextWorkload, path: str | Path) -> None:
+    """Write `format_text_workload(wl)` to `path`, atomically (what `--emit text -o` writes)."""
+    from chakra_tools.core.etio import atomic_output
+
+    with atomic_output(path, "w") as f:
+        f.write(format_text_workload(wl))
+
+
 def format_text_workload(wl: TextWorkload) -> str:
     """The file text: a tab-separated table, as ASTRA-sim's own workloads are written."""
     head = [wl.policy]
