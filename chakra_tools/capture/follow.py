@@ -21,12 +21,7 @@ import importlib.util
 import sys
 from typing import Callable
 
-SPAWNED_ARG = "--multiprocessing-fork"
 C10D = "torch.distributed.distributed_c10d"
-
-
-def is_spawned_worker(argv: list[str] = sys.argv) -> bool:
-    return SPAWNED_ARG in argv
 
 
 def follow(config_text: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 
 from chakra_tools.core.manifest import FORMAT, MANIFEST  # noqa: F401  (core owns the manifest)
@@ -20,6 +21,7 @@ ENV_LAUNCHER = "CHAKRA_CAPTURE_LAUNCHER"  # pid of the launcher (set by its star
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+SPAWNED_ARG = "--multiprocessing-fork"  # in the argv of a process multiprocessing spawned
 
 
 @dataclass
@@ -73,7 +75,8 @@ def env_int(names: tuple[str, ...], default: int | None, env=os.environ) -> int 
     return default
 
 
-def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None) -> bool:
+def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None,
+                    argv: list[str] = sys.argv) -> bool:
     """Whether this process is one that captures itself.
 
     One capturing process per rank: a process that already captures marks the environment, so
@@ -81,7 +84,8 @@ def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None)
     process captures; in launcher mode the launcher's processes have no rank and stay out, its
     workers have one and capture. A launcher's child with no rank is the launcher's only worker
     (`accelerate launch` without torchrun or mpirun runs the script as one plain process): it
-    captures as the script of direct mode does, rank 0 until it joins a group.
+    captures as the script of direct mode does, rank 0 until it joins a group; unless it is a
+    multiprocessing worker, which is handed its rank after it starts (`should_follow`).
     """
     if env.get(ENV_OWNER):
         return False
@@ -90,6 +94,21 @@ def should_activate(cfg: CaptureConfig, env=os.environ, ppid: int | None = None)
         return ppid == cfg.parent_pid
     if env_int(RANK_VARS, None, env) is not None:
         return True
+    return _launched_by_launcher(env, ppid) and SPAWNED_ARG not in argv
+
+
+def should_follow(env=os.environ, ppid: int | None = None, argv: list[str] = sys.argv) -> bool:
+    """Whether this process captures only once it joins a process group (follow.py): one that a
+    capturing process started (`torch.multiprocessing.spawn`, Lightning's launcher), or a rankless
+    multiprocessing worker that the launcher started."""
+    if env.get(ENV_OWNER):
+        return True
+    ppid = ppid if ppid is not None else os.getppid()
+    return (_launched_by_launcher(env, ppid) and SPAWNED_ARG in argv
+            and env_int(RANK_VARS, None, env) is None)
+
+
+def _launched_by_launcher(env, ppid: int) -> bool:
     return env.get(ENV_LAUNCHER, "") == str(ppid)
 
 

@@ -77,6 +77,13 @@ def test_a_launchers_rankless_child_is_its_only_worker():
     assert protocol.should_activate(cfg, env=launched, ppid=20)
     assert not protocol.should_activate(cfg, env=launched, ppid=21)  # a grandchild
     assert not protocol.should_activate(cfg, env={**launched, protocol.ENV_OWNER: "20"}, ppid=20)
+    # a multiprocessing worker the launcher spawned is handed its rank later: it follows
+    spawned = ["-c", protocol.SPAWNED_ARG]
+    assert not protocol.should_activate(cfg, env=launched, ppid=20, argv=spawned)
+    assert protocol.should_follow(env=launched, ppid=20, argv=spawned)
+    assert not protocol.should_follow(env=launched, ppid=20, argv=["train.py"])
+    assert not protocol.should_follow(env=launched, ppid=21, argv=spawned)
+    assert protocol.should_follow(env={protocol.ENV_OWNER: "7"}, ppid=1, argv=["train.py"])
     cfg.mode = "direct"
     assert not protocol.is_launcher(cfg, env={}, ppid=10)
 

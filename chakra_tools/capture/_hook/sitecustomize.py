@@ -17,18 +17,14 @@ def _activate() -> None:
     text = os.environ.get("CHAKRA_CAPTURE_CONFIG")
     if not text:
         return
-    if os.environ.get("CHAKRA_CAPTURE_OWNER"):
-        try:  # started by a capturing process: a rank of its own if it joins a process group
-            from chakra_tools.capture import follow
-
-            follow.follow(text)
-        except Exception as e:
-            print(f"trace-capture: process {os.getpid()} not followed: {type(e).__name__}: {e}",
-                  file=sys.stderr)
-        return
     try:
         from chakra_tools.capture import protocol
 
+        if protocol.should_follow():  # a rank of its own if it joins a process group
+            from chakra_tools.capture import follow
+
+            follow.follow(text)
+            return
         cfg = protocol.CaptureConfig.from_env(text)
         if protocol.is_launcher(cfg):
             os.environ[protocol.ENV_LAUNCHER] = str(os.getpid())
