@@ -2,7 +2,8 @@
 
 Every compiled function has a Python twin that is the reference: the same results, which the
 tests check, and what runs where the extension was not built (no C compiler) or when
-CHAKRA_TOOLS_PURE_PYTHON is set (to check or debug the Python code).
+CHAKRA_TOOLS_PURE_PYTHON is set (to check or debug the Python code). A stage loads its module
+here once, in the one place that picks C or the twin for it (the core's: `core.hotloops`).
 """
 
 from __future__ import annotations
