@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,17 @@ BIN = Path(sys.executable).parent
 TORCHRUN = [str(BIN / "torchrun")] if (BIN / "torchrun").exists() else \
     [sys.executable, "-m", "torch.distributed.run"]
 LAUNCH_2 = [*TORCHRUN, "--standalone", "--nproc-per-node", "2"]
+
+#: `python mpi_shim.py SCRIPT ARGS` under mpirun: an MPI job has its ranks in OMPI_* variables;
+#: c10d's env:// wants them as RANK / WORLD_SIZE
+MPI_SHIM = textwrap.dedent("""
+    import os, runpy, sys
+    os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
+    os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
 
 
 @dataclass

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import shutil
 import sys
-import textwrap
 
 import pytest
 
 from chakra_tools.convert.run import convert, inputs_from_run
-from capture_helpers import EXAMPLES, TORCHRUN, free_port, run_capture
-
-
-#: an MPI job has its ranks in OMPI_* variables; c10d's env:// wants them as RANK / WORLD_SIZE
-MPI_SCRIPT = textwrap.dedent("""
-    import os, runpy, sys
-    os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
-    os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    sys.argv = [sys.argv[1], *sys.argv[2:]]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-""")
+from capture_helpers import EXAMPLES, MPI_SHIM, TORCHRUN, free_port, run_capture
 
 
 def launchers() -> dict:
@@ -40,7 +28,7 @@ def launchers() -> dict:
 def test_each_launcher_captures_every_rank(launcher, tmp_path):
     if launcher == "mpirun" and shutil.which("mpirun") is None:
         pytest.skip("mpirun not installed (Debian: apt-get install openmpi-bin)")
-    (tmp_path / "mpi_shim.py").write_text(MPI_SCRIPT)
+    (tmp_path / "mpi_shim.py").write_text(MPI_SHIM)
     run = run_capture(["-o", "run", "--", *launchers()[launcher], str(EXAMPLES / "ddp.py"), "--steps", "6"],
                       cwd=tmp_path, folder=tmp_path / "run", timeout=240)
     assert run.code == 0, run.stderr[-3000:]

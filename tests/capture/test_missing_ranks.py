@@ -13,22 +13,13 @@ import textwrap
 
 import pytest
 
-from capture_helpers import EXAMPLES, TORCHRUN, free_port, run_capture
+from capture_helpers import EXAMPLES, MPI_SHIM, TORCHRUN, free_port, run_capture
 
 #: runs the rest of its command line, without the startup hook on rank 1
 NO_HOOK_ON_RANK_1 = textwrap.dedent("""\
     #!/bin/sh
     if [ "${RANK:-$OMPI_COMM_WORLD_RANK}" = 1 ]; then unset PYTHONPATH; fi
     exec "$@"
-""")
-
-MPI_SHIM = textwrap.dedent("""
-    import os, runpy, sys
-    os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
-    os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    sys.argv = sys.argv[1:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
 """)
 
 #: starts its own rank 1, as Lightning's subprocess launcher does, but with a cleaned environment
