@@ -99,6 +99,10 @@ def main() -> None:
         print(f"{SOURCE_RANKS}->{r['target']:<2} {r['network']:<16} {r['measured_ns'] / 1e3:>8.0f}us "
               f"{r['predicted_ns'] / 1e3:>8.0f}us {r['error']:>+8.1%} {r['real_replayed_ns'] / 1e3:>12.0f}us "
               f"{r['real_replay_error']:>+10.1%} {r['rescale_error']:>+8.1%}")
+    if args.repeats > 1:
+        for key in sorted({(r["target"], r["network"]) for r in rows}):
+            mine = sorted(r["error"] for r in rows if (r["target"], r["network"]) == key)
+            print(f"{SOURCE_RANKS}->{key[0]} {key[1]}: median error {mine[len(mine) // 2]:+.1%} over {len(mine)} repeats")
     errs = [abs(r["error"]) for r in rows]
     print(f"mean |error| of the scaled predictions: {sum(errs) / len(errs):.1%} over {len(rows)} "
           f"(worst {max(rows, key=lambda r: abs(r['error']))['error']:+.1%}; goal: within 10%, mean 5%)")

@@ -20,10 +20,11 @@ received message: 3 accesses per byte). Not the endpoint delay: the model (as AS
 it on dimensions other than the first only, and ASTRA-sim refuses a dimension of one NPU
 (`npus_count ... should be larger than 1`, NetworkParser.cc) that would make the ranks' ring the
 second; so a collective costs, beyond its bytes, only its messages' latency, and gloo's fixed cost
-per collective (about 0.4 ms on 2 busy cores, where a send pays 0.1 ms) is shared out as latency. The model is affine in (latency, ns per byte, reduction ns
-per byte), so each bucket's coefficients are read off the model itself (`probe`): whatever
-algorithm, topology and group size the configs say, the fit is in the replay's own terms. The
-three are fitted by non-negative least squares on relative error, all buckets weighing the same.
+per collective (about 0.4 ms on 2 busy cores, where a send pays 0.1 ms) is shared out as latency.
+The model is affine in the three, so each bucket's coefficients are read off the model itself
+(`probe`): whatever algorithm, topology and group size the configs say, the fit is in the
+replay's own terms. They are fitted by non-negative least squares on relative error, all buckets
+weighing the same.
 
 Assumptions, stated once: one Ring dimension with the ring algorithm for every collective (gloo's
 algorithms are rings; a 2-rank capture cannot tell a ring from a switch); one chunk per
