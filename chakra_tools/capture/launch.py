@@ -200,17 +200,17 @@ def requested_processes(argv: list[str]) -> int | None:
 
 
 def fewer_ranks_warning(argv: list[str], world_size: int) -> str | None:
-    """A launcher that started fewer ranks than its command asked for (accelerate launch --cpu
-    runs one plain process unless given --mpirun_hostfile): the capture is the run as it was,
+    """A launcher that started fewer ranks than its command asked for (accelerate launch --cpu,
+    or on a machine without GPUs, runs one plain process): the capture is the run as it was,
     and says that the run was not the one asked for."""
     asked = requested_processes(argv)
     if asked is None or asked <= world_size:
         return None
     text = f"the command asks for {asked} processes, but {world_size} rank(s) ran"
     if Path(argv[0]).name == "accelerate":
-        text += (" (accelerate launch --cpu starts one process unless given --mpirun_hostfile; "
-                 "`accelerate launch --multi_gpu --num_processes N` starts N under torchrun, "
-                 "on CPU too)")
+        text += (" (accelerate launch runs one plain process with --cpu, or on a machine "
+                 "without GPUs, unless given --mpirun_hostfile; `accelerate launch --multi_gpu "
+                 "--num_processes N` starts N under torchrun, on CPU too)")
     return text
 
 
