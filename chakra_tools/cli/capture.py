@@ -56,7 +56,8 @@ def capture(
     `wait+warmup .. wait+warmup+active-1` (0-based; a step ends when an optimizer steps or the
     script calls `chakra_tools.capture.step()`) on every rank: `rank-<r>.host.json.gz` (execution
     trace), `rank-<r>.device.json.gz` (Kineto) and `manifest.json` in the run folder. The exit
-    code is the script's (the launcher's for a launcher command).
+    code is the script's (the launcher's for a launcher command), or 2 when it exited 0 but the
+    capture is not ok (no step captured, a rank left uncaptured).
     """
     words = list(command or []) + list(ctx.args)
     if annotate not in ("auto", "off", "always"):
