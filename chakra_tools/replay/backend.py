@@ -187,16 +187,27 @@ class AnalyticalBackend:
         active = self.system.active_chunks
         slots = [{d: [t] * active for d, _ in dims} for t in starts]
         ends = list(starts)
-        for _ in range(chunks):
-            at, data = list(starts), chunk
-            for c, d, n in plan:
-                for k in range(len(ranks)):
-                    at[k] = max(at[k], heapq.heappop(slots[k][d]))
-                data = self._staggered_phase(c, d, n, data, rings[d], at)
-                for k in range(len(ranks)):
-                    heapq.heappush(slots[k][d], at[k])
-            ends = [max(e, t) for e, t in zip(ends, at)]
+        # each chunk's phases in the order they are reached (C.pipeline_ns, per member)
+        pending = [(max(starts), c, 0, list(starts), chunk) for c in range(chunks)]
+        while pending:
+            _, c, p, at, data = heapq.heappop(pending)
+            kind, d, n = plan[p]
+            for k in range(len(ranks)):
+                at[k] = max(at[k], heapq.heappop(slots[k][d]))
+            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind))
+            for k in range(len(ranks)):
+                heapq.heappush(slots[k][d], at[k])
+            if p + 1 < len(plan):
+                heapq.heappush(pending, (max(at), c, p + 1, at, data))
+            else:
+                ends = [max(e, t) for e, t in zip(ends, at)]
         return ends
+
+    def _reversed(self, coll: str, kind: str) -> bool:
+        """Whether a phase runs its ring the other way: a localBWAware all-reduce's all-gather
+        phases take ASTRA-sim's "last" queues, which run anticlockwise."""
+        return (coll == C.ALL_REDUCE and kind == C.ALL_GATHER
+                and self.system.collective_optimization != "baseline")
 
     def _rings(self, ranks: tuple[int, ...], d: int, whole: bool) -> list[list[int]]:
         """The members (as indices into `ranks`) of each ring of dimension `d`, in ring order:
@@ -211,7 +222,7 @@ class AnalyticalBackend:
         return [[k for _, k in sorted(ring)] for ring in by_rest.values()]
 
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
-                         at: list[int]) -> int:
+                         at: list[int], reverse: bool = False) -> int:
         """Advance `at` (per member) through one phase on dimension `d`; returns the data leaving it."""
         ctx = self._context(d)
         algo = self.system.algorithm(coll, d)
@@ -225,6 +236,7 @@ class AnalyticalBackend:
             return out
         steps, out = step_fn(n, data, ctx)
         for ring in rings:
+            ring = ring[::-1] if reverse else ring
             for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx)):
                 at[k] = t
         return out

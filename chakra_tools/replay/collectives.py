@@ -120,8 +120,10 @@ def _direct_step(ctx: PhaseContext, n: int, msg: int, reduced: bool) -> int:
 
 @register(ALL_REDUCE, "direct", ALL_TOPOLOGIES)
 def direct_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    """A direct reduce-scatter (n-1 parallel messages of data/n) then a direct all-gather."""
-    return _direct_step(ctx, n, data // n, True) + _direct_step(ctx, n, data // n, False), data
+    """A direct reduce-scatter (n-1 parallel messages of data/n) then a direct all-gather, sent
+    as the first half's packets come back (one endpoint delay less)."""
+    return (_direct_step(ctx, n, data // n, True) + _direct_step(ctx, n, data // n, False)
+            - ctx.delay_ns), data
 
 
 @register(REDUCE_SCATTER, "direct", ALL_TOPOLOGIES)
@@ -140,39 +142,24 @@ def direct_all_to_all(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
 
 
 # -- halving-doubling -----------------------------------------------------------------------------
-def _hd_halving(ctx: PhaseContext, n: int, data: int) -> int:
-    """log2(n) steps: peer distance 1, 2, 4...; message data/2, data/4...; each reduced."""
-    t, msg, dist = 0, data // 2, 1
-    for _ in range(max(1, int(log2(n)))):
-        t += ctx.delay_ns + ctx.net(msg, neighbour_hops(ctx.dim, dist)) + ctx.reduce(msg)
-        msg, dist = msg // 2, dist * 2
-    return t
-
-
-def _hd_doubling(ctx: PhaseContext, n: int, first_msg: int) -> int:
-    """log2(n) steps: peer distance n/2, n/4...; message doubling from `first_msg`."""
-    steps = max(1, int(log2(n)))
-    t, msg, dist = 0, first_msg, max(1, n // 2)
-    for _ in range(steps):
-        t += ctx.delay_ns + ctx.net(msg, neighbour_hops(ctx.dim, dist))
-        msg, dist = msg * 2, max(1, dist // 2)
-    return t
-
+# Phase times of halving-doubling are its step model run with everyone at once (hd_*_steps below).
 
 @register(ALL_REDUCE, "halvingDoubling", ALL_TOPOLOGIES)
 def hd_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    steps = max(1, int(log2(n)))
-    return ctx.delay_ns + _hd_halving(ctx, n, data) + _hd_doubling(ctx, n, data >> steps), data
+    steps, out = hd_all_reduce_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 @register(REDUCE_SCATTER, "halvingDoubling", ALL_TOPOLOGIES)
 def hd_reduce_scatter(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    return ctx.delay_ns + _hd_halving(ctx, n, data), data // n
+    steps, out = hd_reduce_scatter_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 @register(ALL_GATHER, "halvingDoubling", ALL_TOPOLOGIES)
 def hd_all_gather(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    return ctx.delay_ns + _hd_doubling(ctx, n, data), data * n
+    steps, out = hd_all_gather_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 # -- double binary tree (all-reduce only, as in ASTRA-sim) -----------------------------------------
@@ -208,22 +195,29 @@ def phase_fn(collective: str, algorithm: str, topology: str) -> PhaseFn:
 def pipeline_ns(phases: list[tuple[int, int]], chunks: int, active: int) -> int:
     """Finish time of `chunks` identical chunks through `phases` [(queue, ns), ...].
 
-    Each queue (a dimension) runs at most `active` chunks at once, first come first served; a
-    chunk enters its next phase when the previous one ends. With one phase and one active chunk
-    this is `chunks * ns`.
+    Each queue (a dimension) runs at most `active` chunks at once, first come first served by
+    the time a chunk reaches it (ASTRA-sim appends a stream of equal priority at the end of its
+    queue): a chunk's next phase may wait behind phases of later chunks that got there first, as
+    a localBWAware all-reduce's all-gather waits behind the other chunks' reduce-scatters on the
+    same dimension. With one phase and one active chunk this is `chunks * ns`.
 
     >>> pipeline_ns([(0, 10), (1, 5)], chunks=3, active=1)
     35
+    >>> pipeline_ns([(0, 10), (1, 5), (0, 10)], chunks=2, active=1)  # RS, RS, then AG, AG
+    40
     """
     slots = {q: [0] * active for q, _ in phases}
+    arrivals = [(0, c, 0) for c in range(chunks)]  # (time it reaches the phase, chunk, phase)
     end = 0
-    for _ in range(chunks):
-        t = 0
-        for q, ns in phases:
-            free = heapq.heappop(slots[q])
-            t = max(t, free) + ns
-            heapq.heappush(slots[q], t)
-        end = max(end, t)
+    while arrivals:
+        t, c, p = heapq.heappop(arrivals)
+        q, ns = phases[p]
+        t = max(t, heapq.heappop(slots[q])) + ns
+        heapq.heappush(slots[q], t)
+        if p + 1 < len(phases):
+            heapq.heappush(arrivals, (t, c, p + 1))
+        else:
+            end = max(end, t)
     return end
 
 
@@ -285,14 +279,16 @@ def ring_all_to_all_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[St
     return _ring_steps(ctx, n * (n - 1) // 2, data // n, 0), data
 
 
-def _direct_steps(ctx: PhaseContext, msg: int, reduced: bool) -> Step:
+def _direct_steps(ctx: PhaseContext, msg: int, reduced: bool, first: bool = True) -> Step:
     d = ctx.delay_ns
-    return Step(d, msg, "all", d + (ctx.reduce(msg) if reduced else 0))
+    return Step(d if first else 0, msg, "all", d + (ctx.reduce(msg) if reduced else 0))
 
 
 @register_steps(ALL_REDUCE, "direct")
 def direct_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
-    return [_direct_steps(ctx, data // n, True), _direct_steps(ctx, data // n, False)], data
+    """The all-gather half is sent as the reduce-scatter half's packets come back (no delay of
+    its own before it)."""
+    return [_direct_steps(ctx, data // n, True), _direct_steps(ctx, data // n, False, False)], data
 
 
 @register_steps(REDUCE_SCATTER, "direct")
@@ -310,31 +306,58 @@ def direct_all_to_all_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[
     return [_direct_steps(ctx, data // n, False)], data
 
 
-def _hd_steps(ctx: PhaseContext, n: int, msg: int, halving: bool, first: bool) -> list[Step]:
-    """log2(n) exchanges with the partner `dist` away (i XOR dist): halving from distance 1 with
-    the message halving and reduced; doubling from distance n/2 with the message doubling."""
-    steps, dist = [], 1 if halving else max(1, n // 2)
-    for k in range(max(1, int(log2(n)))):
-        post = ctx.delay_ns + (ctx.reduce(msg) if halving else 0)
-        steps.append(Step(ctx.delay_ns if first and k == 0 else 0, msg, ("xor", dist), post))
-        msg, dist = (msg // 2, dist * 2) if halving else (msg * 2, max(1, dist // 2))
+def _hd_steps(ctx: PhaseContext, n: int, collective: str, data: int) -> list[Step]:
+    """ASTRA-sim's HalvingDoubling, message by message: the partner is `offset` away (i XOR
+    offset), and after each message the offset doubles and the message halves (all-gather: the
+    reverse); an all-reduce turns back when the offset reaches n. A received message is handed
+    on with one endpoint delay, and reduced first when ASTRA-sim marks the packet it then
+    inserts as processed: in cycles of log2(n) inserts, the first of each cycle never, the others
+    for a reduce-scatter always and for an all-reduce in every other cycle (its toggle). The
+    reduction is of the next message's size (the packet it inserts)."""
+    logn = max(1, int(log2(n)))
+    sends = 2 * logn if collective == ALL_REDUCE else logn
+    if collective == ALL_GATHER:
+        offset, mult, msg = max(1, n // 2), 0.5, data
+    else:
+        offset, mult, msg = 1, 2.0, data // 2
+    sizes, offsets = [], []
+    for _ in range(sends + 1):  # the insert after the last receive sends nothing
+        sizes.append(msg)
+        offsets.append(offset)
+        offset, msg = int(offset * mult), int(msg / mult)
+        if offset == n and collective == ALL_REDUCE:
+            mult = 0.5
+            offset, msg = int(offset * mult), int(msg / mult)
+    steps = []
+    for k in range(sends):
+        insert = k + 1  # 0-based index of the packet inserted when receive k+1 arrives
+        cycle, place = divmod(insert, logn)
+        processed = place != 0 and logn > 1 and (
+            collective == REDUCE_SCATTER or collective == ALL_REDUCE and cycle % 2 == 0)
+        post = ctx.delay_ns + (ctx.reduce(sizes[insert]) if processed else 0)
+        steps.append(Step(ctx.delay_ns if k == 0 else 0, sizes[k], ("xor", max(1, offsets[k])), post))
     return steps
 
 
 @register_steps(ALL_REDUCE, "halvingDoubling")
 def hd_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
-    steps = max(1, int(log2(n)))
-    return _hd_steps(ctx, n, data // 2, True, True) + _hd_steps(ctx, n, data >> steps, False, False), data
+    return _hd_steps(ctx, n, ALL_REDUCE, data), data
 
 
 @register_steps(REDUCE_SCATTER, "halvingDoubling")
 def hd_reduce_scatter_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
-    return _hd_steps(ctx, n, data // 2, True, True), data // n
+    return _hd_steps(ctx, n, REDUCE_SCATTER, data), data // n
 
 
 @register_steps(ALL_GATHER, "halvingDoubling")
 def hd_all_gather_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
-    return _hd_steps(ctx, n, data, False, True), data * n
+    return _hd_steps(ctx, n, ALL_GATHER, data), data * n
+
+
+def steps_ns(steps: Sequence[Step], n: int, ctx: PhaseContext) -> int:
+    """A phase's time when every member starts together (each step then waits for the farthest
+    of its peers)."""
+    return staggered_phase([0] * n, steps, ctx)[0]
 
 
 def steps_fn(collective: str, algorithm: str) -> StepFn | None:
