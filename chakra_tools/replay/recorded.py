@@ -93,14 +93,19 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     """
     host, comms, waiters, host_blocked, on_device, marked = _collect(nodes)
     starts = [h[0] for h in host]
+    issued = sorted(start for (start, _), _, _ in comms)
     ends, blocked = {}, []
     for (start, end), nid, deps in comms:
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
         if not _host_starts_inside(starts, (start, done)) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
         elif nid in marked:
-            blocked.append(_waited_before(host, starts, start, marked[nid]))
-    retimed = _retimed(host, union(blocked))
+            blocked.append(_waited_before(host, starts, issued, start, marked[nid]))
+        elif nid in waiters:  # an untraced wait right before the op that needs the call
+            lo, hi = _waited_before(host, starts, issued, start, waiters[nid])
+            blocked.append((lo, max(lo, min(hi, done))))
+    blocked = union(blocked)
+    retimed = _retimed(host, blocked, () if on_device else sorted(issued + [lo for lo, _ in blocked]))
     for nid, device_wait in host_blocked.items():  # blocked on the device: the replay's to re-create
         retimed[nid] = max(0, retimed[nid] - device_wait)
     if host and window_end_ns is not None and not on_device:
@@ -110,14 +115,19 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     return RankTimeline(retimed, ends)
 
 
-def _waited_before(host: list, starts: Sequence[int], call_start: int, mark: int) -> tuple[int, int]:
-    """The untraced wait right before a wait mark (trace-capture --annotate-waits: `Work.wait()`
-    returned at `mark`): from the end of the host op before the mark (or the call's start, if
-    later) to the mark. The replay re-creates it from the call (the mark depends on it)."""
-    i = bisect.bisect_left(starts, mark) - 1
+def _waited_before(host: list, starts: Sequence[int], issued: Sequence[int], call_start: int,
+                   until: int) -> tuple[int, int]:
+    """The untraced time right before `until`, a host op that waits for a call (a wait mark,
+    trace-capture --annotate-waits: `Work.wait()` returned there; or the first op that needs the
+    call's result, such as DDP copying a bucket back after waiting for it inside the reducer):
+    from the end of the host op before it, or the latest call issued since, or this call's start,
+    whichever is latest, to `until`. The replay re-creates that wait from the call (`until`
+    depends on it), so it is no host op's time."""
+    i = bisect.bisect_left(starts, until) - 1
     prev_end = host[i][0] + host[i][2] if i >= 0 else call_start
-    lo = min(max(call_start, prev_end), mark)
-    return lo, mark
+    j = bisect.bisect_left(issued, until) - 1
+    last_issue = issued[j] if j >= 0 else call_start
+    return min(max(call_start, prev_end, last_issue), until), until
 
 
 def _completion(starts: Sequence[int], start: int, end: int, waiter: int | None) -> int:
@@ -189,12 +199,21 @@ def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: S
     return start + own <= t or nid in comm_deps or comm in deps
 
 
-def _retimed(host: list, blocked: list[tuple[int, int]]) -> dict[int, int]:
-    """Each host op: the time to the next host op's start, less the blocked time in between."""
+def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int] = ()) -> dict[int, int]:
+    """Each host op: the time to the next host op's start, less the blocked time in between.
+    Where a call was issued or a wait began after the op's own time (`split_at`, sorted), the
+    time from the first of them on is the next op's: it came after the call or the wait. Given to
+    the op before, it would hold the call back in the replay (an asynchronous gloo call whose
+    caller then stalled 5 ms) or vanish under the wait (Python after `work.wait()` returned)."""
     covered = _coverage(blocked)
-    out = {h[1]: (nxt[0] - h[0]) - (covered(nxt[0]) - covered(h[0])) for h, nxt in zip(host, host[1:])}
+    out = dict.fromkeys((h[1] for h in host), 0)
+    for h, nxt in zip(host, host[1:]):
+        i = bisect.bisect_left(split_at, h[0] + h[2])
+        split = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
+        out[h[1]] += (split - h[0]) - (covered(split) - covered(h[0]))
+        out[nxt[1]] += (nxt[0] - split) - (covered(nxt[0]) - covered(split))
     if host:
-        out[host[-1][1]] = host[-1][2]
+        out[host[-1][1]] += host[-1][2]
     return out
 
 
