@@ -13,7 +13,9 @@ call outside its backend op (the c10d wrapper, the wait's return) belongs to no 
 Re-timed, every instant of the recorded host timeline goes to the host op that started last
 before it (a leaf op keeps its own time plus the untraced time after it, a parent only the time
 before its first child), except the instants the rank was blocked in communication, which the
-replay re-creates from its own schedule. The last host op keeps its own duration, plus, on a rank
+replay re-creates from its own schedule, and on a CPU rank the untraced time after a call was
+issued or a wait ended: that goes to the next host op, since it came after them (given to the op
+before, it would hold the call back, or vanish under the re-created wait). The last host op keeps its own duration, plus, on a rank
 without device compute whose file carries its measured window (core/measured.py), the tail from
 the end of everything traced to the window's end: a parent's exclusive time after its last child
 (`aten::mul` running 8.6 ms past its last `copy_`), Python after the last call. On a GPU rank the
@@ -36,7 +38,10 @@ time looks like it spans its children), or when it waits for the call. The rank 
 the call, in untraced code too (`work.wait()` after `async_op=True`, which the trace does not link
 to the call). A call that host ops run under, or that starts inside a traced op running beside it
 (`wait_tensor`, which the trace leaves without an edge from its call), blocks nothing: that op
-keeps the time.
+keeps the time. But on a CPU rank the untraced time right before the first op that needs such a
+call (from the end of the op before, or a later call's issue, to that op or the call's end) is
+the wait for it (DDP's reducer waiting inside `finalize_backward` for an earlier bucket while the
+last bucket's call runs): the replay re-creates it from that op's edge.
 
 Assumes one host thread per rank (CPU runs: the `host` lane runs one op at a time anyway). Starts
 are whole µs, so each figure is good to about 1 µs; re-timed host time telescopes to the span.
@@ -101,7 +106,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
             blocked.append((start, done))
         elif nid in marked:
             blocked.append(_waited_before(host, starts, issued, start, marked[nid]))
-        elif nid in waiters:  # an untraced wait right before the op that needs the call
+        elif nid in waiters and not on_device:  # the untraced wait before the op that needs it
             lo, hi = _waited_before(host, starts, issued, start, waiters[nid])
             blocked.append((lo, max(lo, min(hi, done))))
     blocked = union(blocked)
