@@ -80,3 +80,18 @@ def test_hf_trainer_under_accelerate_launch_cpu(tmp_path):
     warning = "the command asks for 2 processes, but 1 rank(s) ran"
     assert any(w.startswith(warning) for w in fid["manifest"]["warnings"])
     assert f"warning: {warning}" in fid["stderr"]
+
+
+def test_hf_trainer_under_accelerate_launch_cpu_with_mpirun(tmp_path):
+    """`accelerate launch --cpu --mpirun_hostfile` starts its CPU processes with mpirun: each has
+    its rank in OMPI_COMM_WORLD_RANK and captures itself."""
+    import shutil
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (Debian: apt-get install openmpi-bin)")
+    (tmp_path / "hostfile").write_text("localhost slots=2\n")
+    env = {**accelerate_env(tmp_path), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    fid = capture_convert_replay(tmp_path, [*ACCELERATE, "--cpu", "--mpirun_hostfile", "hostfile",
+                                            "--num_processes", "2", str(EXAMPLES / "hf_trainer.py"),
+                                            "--steps", "6"], 2, env=env)
+    assert len(fid["ranks"]) == 2 and not fid["manifest"]["warnings"]
