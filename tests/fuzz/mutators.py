@@ -328,6 +328,15 @@ def _set_attr(rng, a, kind: str) -> None:
         setattr(a, kind, val)
 
 
+def _absent_id(rng: random.Random, ids: list[int]) -> int:
+    """A uint64 id no node has: just past the largest, or (when an earlier mutation made that
+    2**64 - 1) just below the smallest."""
+    k = rng.randint(1, 1000)
+    top, bottom = max(ids), min(ids)
+    return top + k if top + k < 2**64 else max(bottom - k, 0) if bottom > 0 else next(
+        x for x in range(1, len(ids) + 2) if x not in ids)
+
+
 def mutate_node(rng: random.Random, nodes: list, i: int) -> str:
     """One field of nodes[i] (protobuf messages) damaged; may touch its neighbours (cycles,
     duplicate ids)."""
@@ -342,7 +351,7 @@ def mutate_node(rng: random.Random, nodes: list, i: int) -> str:
     elif how == "dup-id" and len(nodes) > 1:
         n.id = rng.choice([x for j, x in enumerate(ids) if j != i] or [n.id])
     elif how == "dep-missing":
-        n.data_deps.append(max(ids) + rng.randint(1, 1000))
+        n.data_deps.append(_absent_id(rng, ids))
     elif how == "dep-self":
         rng.choice((n.data_deps, n.ctrl_deps)).append(n.id)
     elif how == "cycle" and len(nodes) > 1:
