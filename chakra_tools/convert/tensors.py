@@ -74,7 +74,10 @@ def tensor_numel(v: Any) -> int:
 
 
 def type_inner(type_name: str) -> str:
-    """`Tensor(c10::BFloat16)` -> `c10::bfloat16`; `GenericList[Tensor(float)]` -> `float`."""
+    """`Tensor(c10::BFloat16)` -> `c10::bfloat16`; `GenericList[Tensor(float)]` -> `float`; a
+    type recorded as something else than text is no type ("": no element size, no dtype)."""
+    if type(type_name) is not str:
+        return ""
     s = type_name
     i = s.find("Tensor(")
     if i >= 0:

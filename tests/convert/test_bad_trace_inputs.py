@@ -151,6 +151,20 @@ def test_a_tag_beyond_int32_names_the_send(tmp_path):
         _convert(tmp_path, doc)
 
 
+def test_device_only_type_names_that_are_not_text_are_no_type(tmp_path):
+    """A device-only conversion reads shapes and types from `Input Dims` / `Input type`; a type
+    recorded as a number was an AttributeError (tensors.type_inner). It is no type: the node is
+    the one an empty type name makes."""
+    def mm_node(types):
+        doc = _device_doc()
+        doc["traceEvents"][0]["name"] = "aten::mm"
+        doc["traceEvents"][0]["args"].update({"Input Dims": [[2, 2], [2, 2]], "Input type": types})
+        graph = _convert(tmp_path, device=doc).graph
+        return next(n for n in graph.nodes.values() if n.name == "aten::mm")
+
+    assert mm_node([5, 6]) == mm_node(["", ""])
+
+
 def test_a_world_too_large_to_list_names_its_source():
     """manifest `world_size` 2**31 was a MemoryError in crossrank.world_of."""
     with pytest.raises(InputError, match=r"run/manifest.json: world_size 2147483648 is more ranks"):
