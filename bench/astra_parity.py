@@ -106,6 +106,8 @@ CASES = [  # name, ranks, network dims, system, memory
     ("4-rank halvingDoubling AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("halvingDoubling"), NO_MEMORY),
     ("8-rank halvingDoubling AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("halvingDoubling"), NO_MEMORY),
     ("8-rank doubleBinaryTree AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("8-rank doubleBinaryTree AR, no skew", skewed(8, [0] * 8), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("4-rank doubleBinaryTree AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("doubleBinaryTree"), NO_MEMORY),
     ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR, symmetric", skewed(8, [0] * 8), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR baseline, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(opt="baseline"), NO_MEMORY),

@@ -164,7 +164,8 @@ class AnalyticalBackend:
         through its phases as its peers' messages come in and may also leave early. Equal
         arrivals give `arrival + collective_ns` for everyone."""
         last = max(arrivals_ns)
-        if min(arrivals_ns) == last or len(ranks) <= 1 or self.scales.comm != 1.0:
+        together = min(arrivals_ns) == last and not self._uses_tree(comm_type, ranks, involved_dim)
+        if together or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
         key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None,
                tuple(t - last for t in arrivals_ns))
@@ -194,7 +195,7 @@ class AnalyticalBackend:
             kind, d, n = plan[p]
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
-            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind))
+            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind), c)
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
             if p + 1 < len(plan):
@@ -221,10 +222,30 @@ class AnalyticalBackend:
             by_rest.setdefault(a[:d] + a[d + 1:], []).append((a[d], k))
         return [[k for _, k in sorted(ring)] for ring in by_rest.values()]
 
+    def _uses_tree(self, comm_type: int, ranks: Sequence[int], involved: Sequence[bool] | None) -> bool:
+        """Whether a phase of this collective runs a double binary tree, whose members end at
+        different times even when they start together."""
+        coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))[0]
+        return any(kind == C.ALL_REDUCE and self._tree_phase(kind, d, n)
+                   for kind, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
+
+    def _tree_phase(self, coll: str, d: int, n: int) -> bool:
+        """A double-binary-tree all-reduce phase we model per rank (n a power of two, as
+        ASTRA-sim's BinaryTree needs)."""
+        return (coll == C.ALL_REDUCE and self.system.algorithm(coll, d) == "doubleBinaryTree"
+                and not self.network.dims[d].in_network_offload and n > 1 and n & (n - 1) == 0)
+
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
-                         at: list[int], reverse: bool = False) -> int:
-        """Advance `at` (per member) through one phase on dimension `d`; returns the data leaving it."""
+                         at: list[int], reverse: bool = False, chunk: int = 0) -> int:
+        """Advance `at` (per member) through one phase on dimension `d`; returns the data leaving
+        it. `chunk`: the chunk's index (a double binary tree alternates its two trees by chunk)."""
         ctx = self._context(d)
+        if self._tree_phase(coll, d, n):
+            for ring in rings:
+                ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=chunk % 2 == 0)
+                for k, t in zip(ring, ends):
+                    at[k] = t
+            return data
         algo = self.system.algorithm(coll, d)
         step_fn = None if ctx.dim.in_network_offload else C.steps_fn(coll, algo)
         if step_fn is None:  # no step model: the ring's members start together, at the last

@@ -165,7 +165,12 @@ def hd_all_gather(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
 # -- double binary tree (all-reduce only, as in ASTRA-sim) -----------------------------------------
 @register(ALL_REDUCE, "doubleBinaryTree", ALL_TOPOLOGIES)
 def dbt_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    """Two trees, each carrying half the data: reduce up ceil(log2 n) levels, broadcast down."""
+    """The last position's end with everyone starting together (`dbt_staggered`: one chunk
+    through one tree; the replayer times each rank on its own). For n not a power of two, which
+    ASTRA-sim's BinaryTree cannot build, two trees of ceil(log2 n) levels carrying half the data
+    each."""
+    if n > 1 and n & (n - 1) == 0:
+        return max(dbt_staggered([0] * n, data, ctx, root_max=True)), data
     depth = max(1, (n - 1).bit_length())
     half = max(1, data // 2)
     step = ctx.delay_ns + ctx.net(half, neighbour_hops(ctx.dim))
@@ -361,8 +366,9 @@ def steps_ns(steps: Sequence[Step], n: int, ctx: PhaseContext) -> int:
 
 
 def steps_fn(collective: str, algorithm: str) -> StepFn | None:
-    """The step model of a phase, None where there is none (double binary tree: its members then
-    start together, when the last arrives), with phase_fn's fallback to ring."""
+    """The step model of a phase, None where there is none (a double binary tree, timed per rank
+    by `dbt_staggered`, or from the last arrival where n is no power of two), with phase_fn's
+    fallback to ring."""
     if algorithm == "doubleBinaryTree" and collective == ALL_REDUCE:
         return None
     return STEPS.get((collective, algorithm)) or STEPS.get((collective, "ring"))
@@ -399,3 +405,67 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
                 got = max(got, sent[j] + ns)
             ready[i] = got + step.post_ns
     return ready
+
+
+# -- double binary tree, per rank ------------------------------------------------------------------
+def binary_tree(n: int, root_max: bool) -> dict[int, tuple[int | None, list[int]]]:
+    """ASTRA-sim's BinaryTree of n = 2^k positions: a complete tree of n - 1 positions numbered
+    in order, under a top position with it as only child: the last position (RootMax) or the
+    first (RootMin). Returns position -> (parent, children)."""
+    tree: dict[int, tuple[int | None, list[int]]] = {}
+
+    def subtree(lo: int, levels: int, parent: int) -> int | None:
+        if levels == 0:
+            return None
+        root = lo + (1 << (levels - 1)) - 1
+        tree[root] = (parent, [])
+        for child_lo in (lo, root + 1):
+            child = subtree(child_lo, levels - 1, root)
+            if child is not None:
+                tree[root][1].append(child)
+        return root
+
+    top = n - 1 if root_max else 0
+    tree[top] = (None, [])
+    tree[top][1].append(subtree(0 if root_max else 1, n.bit_length() - 1, top))
+    return tree
+
+
+def dbt_staggered(starts: Sequence[int], data: int, ctx: PhaseContext, root_max: bool) -> list[int]:
+    """Each position's end of one chunk through ASTRA-sim's DoubleBinaryTreeAllReduce (the whole
+    chunk goes through one tree; chunks alternate RootMax and RootMin). A leaf sends up after one
+    endpoint delay and ends one delay after its parent's data comes down; an inner position sends
+    up one delay and one reduction after its later child's message, and sends down one delay and
+    one reduction after its parent's; the top receives from its one child and sends back down.
+    A receive completes at max(when it was posted, the message's arrival)."""
+    n, d, red = len(starts), ctx.delay_ns, ctx.reduce(data)
+    tree = binary_tree(n, root_max)
+
+    def net(a: int, b: int) -> int:
+        return ctx.net(data, neighbour_hops(ctx.dim, b - a))
+
+    up: dict[int, int] = {}
+
+    def send_up(i: int) -> int:
+        children = tree[i][1]
+        if not children:
+            up[i] = starts[i] + d
+        else:
+            got = max(max(starts[i], send_up(c) + net(c, i)) for c in children)
+            up[i] = got + d + red
+        return up[i]
+
+    top = n - 1 if root_max else 0
+    send_up(top)  # the top's "send up" is its send down
+    ends = [0] * n
+    down = {top: up[top]}
+    ends[top] = up[top]
+    order = [top]
+    while order:
+        parent = order.pop()
+        for c in tree[parent][1]:
+            got = max(up[c], down[parent] + net(parent, c))
+            leaf = not tree[c][1]
+            down[c] = ends[c] = got + d + (0 if leaf else red)
+            order.append(c)
+    return ends

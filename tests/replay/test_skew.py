@@ -95,11 +95,25 @@ def test_halving_doubling_all_reduce_with_a_late_rank_by_hand():
     assert 10_000 + be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == 20_492
 
 
-def test_double_binary_tree_members_start_together_at_the_last_arrival():
-    """No step model for the double binary tree: every member from the last arrival."""
+def test_double_binary_tree_per_rank_by_hand():
+    """ASTRA-sim's double binary tree, one chunk of 256 KiB through the RootMax tree of 4: top 3,
+    its one child 1, whose children are the leaves 0 and 2 (ranks in order under the top).
+    Messages carry the whole chunk: 1 hop 5382 ns, 2 hops (1 <-> 3) 5882; reduction
+    3 * int(262144 / 1600) = 489.
+
+        leaves 0, 2 send up at d = 10; rank 1 receives both at 10 + 5382 = 5392, sends up at
+        5392 + 10 + 489 = 5891; the top receives at 5891 + 5882 = 11773 and sends down at
+        11773 + 499 = 12272 (its end); rank 1 receives at 18154, sends down and ends at 18653;
+        the leaves receive at 18653 + 5382 = 24035 and end at 24045.
+
+    Rank 3, 10 µs late, is the top: it posts its receive at 10,000, before its child's message
+    arrives, so its lateness changes nothing.
+    """
     be = backend("doubleBinaryTree")
-    ns = be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3])
-    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == [10_000 + ns] * 4
+    want = [24_045, 18_653, 24_045, 12_272]
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == want
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == want
+    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == max(want)
 
 
 KINDS = (CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.ALL_GATHER, CommType.ALL_TO_ALL)
