@@ -228,6 +228,9 @@ class Builder:
             rec.attrs["stream"] = int(rec.stream)
         elif not nccl:
             self._worker_lane(rec, op, ev)
+            called = self._dispatched_at(call)
+            if called is not None and called < ts - EPS_US:
+                rec.attrs["call_start_us"] = int(called)
         blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
                                  or self._returned_after(call, op, ev))
         self._chain(rec, op.tid, blocking=blocking)
@@ -236,6 +239,16 @@ class Builder:
         other = self._emit_kernels([g for g in kernels if not is_comm_kernel(g.name)],
                                    issue if issue is not None else rec.id)
         self.kernel_nodes[op.id] = ([rec.id] if nccl else []) + other
+
+    def _dispatched_at(self, call: CommCall) -> float | None:
+        """When the caller entered the call's c10d op (`c10d::allreduce_`, `c10d::barrier`): the
+        rank's arrival at the call, which gloo's worker takes up later (its backend op's start,
+        the node's), after a wake-up that a loaded host stretches to milliseconds. The replay
+        issues the call at its arrival (recorded.py), so that delay has to be the call's."""
+        by_id, events = self.host_by_id, self.lk.op_event
+        starts = [events[m].ts for m in call.members
+                  if m in by_id and m in events and by_id[m].name.startswith("c10d::")]
+        return min(starts) if starts else None
 
     def _waits_inside(self, call: CommCall) -> bool:
         """An asynchronous call whose result is waited for within the call itself (a functional

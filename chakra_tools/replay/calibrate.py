@@ -35,14 +35,15 @@ def recorded_ns(info: NodeInfo) -> int | None:
     return info.duration_micros * 1000 if info.duration_micros > 0 else None
 
 
-def interval_ns(info: NodeInfo, end_ns: int | None = None) -> tuple[int, int] | None:
-    """(start, end) recorded, in ns of the capture's clock (`end_ns`, when given, is the end:
-    see recorded.py, completion); None without a start or a duration."""
+def interval_ns(info: NodeInfo, end_ns: int | None = None,
+                start_ns: int | None = None) -> tuple[int, int] | None:
+    """(start, end) recorded, in ns of the capture's clock (`end_ns`, `start_ns`, when given: the
+    completion and the arrival, see recorded.py); None without a start or a duration."""
     ns = recorded_ns(info)
     if ns is None or info.start_time_micros <= 0:
         return None
     start = info.start_time_micros * 1000
-    return start, (start + ns if end_ns is None else end_ns)
+    return (start if start_ns is None else start_ns), (start + ns if end_ns is None else end_ns)
 
 
 def shortest_ns(infos: Sequence[NodeInfo]) -> int | None:
@@ -68,20 +69,23 @@ def after_last_arrival_ns(spans: Sequence[tuple[int, int]]) -> list[int] | None:
     return [max(0, s) for s in shares]
 
 
-def calibrated_ns(infos: Sequence[NodeInfo], ends_ns: Sequence[int | None] | None = None) -> list[int] | None:
+def calibrated_ns(infos: Sequence[NodeInfo], ends_ns: Sequence[int | None] | None = None,
+                  starts_ns: Sequence[int | None] | None = None) -> list[int] | None:
     """Each participant's calibrated time from the instant the last one joins: its share after
     the last arrival where every participant has a recorded start and duration and the record
     allows it, else the shortest recorded duration for all; None without any recorded duration
-    (the caller falls back to the network model). `ends_ns`: per participant, its completion
-    where known better than its recorded end (recorded.py), else None."""
-    spans = [interval_ns(i, e) for i, e in zip(infos, ends_ns or [None] * len(infos))]
+    (the caller falls back to the network model). `ends_ns`, `starts_ns`: per participant, its
+    completion and its arrival where known better than its recorded end and start (recorded.py),
+    else None."""
+    none = [None] * len(infos)
+    spans = [interval_ns(i, e, s) for i, e, s in zip(infos, ends_ns or none, starts_ns or none)]
     shares = None if None in spans else after_last_arrival_ns(spans)
     return shares if shares is not None else measured_ns(infos)
 
 
-def measured_ns(infos: Sequence[NodeInfo], ends_ns=None) -> list[int] | None:
-    """`--comm measured`: the shortest recorded duration, for every participant (`ends_ns` is
-    ignored: this mode reads durations only)."""
+def measured_ns(infos: Sequence[NodeInfo], ends_ns=None, starts_ns=None) -> list[int] | None:
+    """`--comm measured`: the shortest recorded duration, for every participant (`ends_ns` and
+    `starts_ns` are ignored: this mode reads durations only)."""
     ns = shortest_ns(infos)
     return None if ns is None else [ns] * len(infos)
 

@@ -50,7 +50,7 @@ are whole µs, so each figure is good to about 1 µs; re-timed host time telesco
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -73,6 +73,7 @@ class RankTimeline:
 
     host_ns: dict[int, int]  # host op id -> its re-timed duration (ns)
     comm_end_ns: dict[int, int]  # communication node id -> completion, on the capture's clock (ns)
+    comm_start_ns: dict[int, int] = field(default_factory=dict)  # communication node id -> arrival (ns)
 
 
 def node_ns(node: Node) -> int:
@@ -100,9 +101,10 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     starts = [h[0] for h in host]
     issued = sorted(start for (start, _), _, _ in comms)
     ends, blocked = {}, []
+    arrived = {nid: start for (start, _), nid, _ in comms}
     for (start, end), nid, deps in comms:
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
-        if not _host_starts_inside(starts, (start, done)) and _free_for(host, starts, start, nid, deps):
+        if not _independent_starts_inside(host, starts, (start, done), nid) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
         elif nid in marked:
             blocked.append(_waited_before(host, starts, issued, start, marked[nid]))
@@ -117,7 +119,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
-    return RankTimeline(retimed, ends)
+    return RankTimeline(retimed, ends, arrived)
 
 
 def _waited_before(host: list, starts: Sequence[int], issued: Sequence[int], call_start: int,
@@ -180,9 +182,15 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
             if device_wait is not None:
                 host_blocked[node.id] = int(device_wait.value)
         elif node.type in _COMM and node_ns(node) > 0:
-            comms.append(((start, start + node_ns(node)), node.id, node.deps))
+            called = node.attrs.get("call_start_us")
+            arrival = int(called.value) * 1000 if called is not None and 0 < called.value < node.start_time_micros \
+                else start
+            worker = node.attrs.get("stream")
+            comms.append(((arrival, start + node_ns(node)), node.id, node.deps,
+                          (start, None if worker is None else worker.value)))
     host.sort(key=lambda h: (h[0], h[1]))
-    comm_start = {nid: s for (s, _), nid, _ in comms}
+    comm_start = {nid: start for _, nid, _, (start, _) in comms}  # the work began: nothing waited before
+    comms = _arrivals(comms)
     waiters: dict[int, int] = {}
     marked: dict[int, int] = {}  # comm id -> start of the wait mark that depends on it
     for start, nid, _, deps in host:
@@ -192,6 +200,21 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
     return host, comms, waiters, host_blocked, on_device, marked
+
+
+def _arrivals(comms: list) -> list:
+    """Each call from its rank's arrival: its c10d op's start (`call_start_us`, written by the
+    converter where gloo's worker took the call up later), but not before the worker that ran it
+    (`stream`) had finished the call before: a wait in its queue is the replay's to re-create
+    (one lane per worker), a wake-up is the call's. (start, end), id, deps per call."""
+    free: dict = {}  # worker -> end of the last call it ran
+    out = []
+    for (arrival, end), nid, deps, (start, worker) in sorted(comms, key=lambda c: c[3][0]):
+        if worker is not None:
+            arrival = min(start, max(arrival, free.get(worker, arrival)))
+            free[worker] = end
+        out.append(((arrival, end), nid, deps))
+    return out
 
 
 def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: Sequence[int]) -> bool:
@@ -220,6 +243,14 @@ def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int]
     if host:
         out[host[-1][1]] += host[-1][2]
     return out
+
+
+def _independent_starts_inside(host: list, starts: Sequence[int], iv: tuple[int, int], comm: int) -> bool:
+    """Whether a host op that does not depend on `comm` starts inside `iv`. One that does runs
+    after it in the replay whatever its recorded start: funcol's `_wrap_tensor_autograd`, part
+    of the call, ran after the rank arrived but before gloo's worker took the call up."""
+    lo, hi = bisect.bisect_right(starts, iv[0]), bisect.bisect_left(starts, iv[1])
+    return any(comm not in host[i][3] for i in range(lo, hi))
 
 
 def _host_starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:

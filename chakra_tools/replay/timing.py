@@ -76,13 +76,16 @@ class Captured(Modelled):
     `host_gaps`: keep the recorded time between a rank's host ops (Python between operators,
     which no node covers; Lumos keeps it the same way).
     `comm_end_ns` (rank -> node -> ns, RankTimeline.comm_end_ns): when each communication really
-    completed, where the record's end is too late.
+    completed, where the record's end is too late; `comm_start_ns` (RankTimeline.comm_start_ns):
+    when its rank arrived at it, where that was before the recorded start (gloo's worker took it
+    up later).
     `start_ns` (rank -> ns): each rank's offset from the earliest (the capture's skew).
     """
 
     def __init__(self, backend: Backend, *, comm: str = "calibrated",
                  host_ns: Mapping[int, Mapping[int, int]] | None = None, host_gaps: bool = False,
                  comm_end_ns: Mapping[int, Mapping[int, int]] | None = None,
+                 comm_start_ns: Mapping[int, Mapping[int, int]] | None = None,
                  start_ns: Mapping[int, int] | None = None):
         super().__init__(backend)
         if comm not in COMM_MODES:
@@ -92,6 +95,7 @@ class Captured(Modelled):
         self.host_ns = host_ns
         self.host_gaps = host_gaps
         self.comm_end_ns = comm_end_ns or {}
+        self.comm_start_ns = comm_start_ns or {}
         self.start_ns = dict(start_ns or {})
         self._host_end_us: dict[int, int] = {}  # rank -> recorded end of its latest host op
 
@@ -132,4 +136,5 @@ class Captured(Modelled):
         if not self._recorded:
             return None
         ends = [self.comm_end_ns.get(m[0], {}).get(m[1]) for m in members]
-        return self._recorded([m[2] for m in members], ends)
+        starts = [self.comm_start_ns.get(m[0], {}).get(m[1]) for m in members]
+        return self._recorded([m[2] for m in members], ends, starts)

@@ -231,3 +231,20 @@ def test_wrapping_a_functional_collectives_result_does_not_wait_for_it(tmp_path)
     add = next(n for n in g if n.name == "aten::add")
     assert coll.id not in wrap.data_deps and coll.id in add.data_deps
 
+
+
+def test_a_collective_whose_worker_took_it_up_late_keeps_when_its_rank_called_it(tmp_path):
+    """A barrier whose c10d op (4) began at 1,010 µs while gloo's worker began its backend op (5)
+    only at 7,400 (a loaded host: 6.4 ms of wake-up): the node keeps the backend op's span and
+    says the rank arrived at 1,010 (`call_start_us`), which the replay charges to the call."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("barrier", False, 1), 2), _node(4, "c10d::barrier", 3),
+             _node(5, "gloo:barrier", 4, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 9000), _event(3, nodes[2]["name"], 1000, 7000),
+              _event(4, "c10d::barrier", 1010, 6500), _event(5, "gloo:barrier", 7400, 580, tid=200)]
+    g = _convert(tmp_path, nodes, events)
+    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
+    assert (coll.start_time_micros, coll.attrs["call_start_us"].value) == (7400, 1010)
+    at_once = [{**e, "ts": 1010} if e["name"] == "gloo:barrier" else e for e in events]
+    coll = next(n for n in _convert(tmp_path, nodes, at_once) if n.type is NodeType.COMM_COLL_NODE)
+    assert "call_start_us" not in coll.attrs  # taken up as it was called: nothing to add

@@ -11,7 +11,7 @@ import pytest
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph
-from chakra_tools.core.model import Node, NodeType
+from chakra_tools.core.model import Node, NodeType, make_attrs
 from chakra_tools.replay.engine import Replayer, open_rankset
 from chakra_tools.replay.recorded import read_rankset, read_timeline
 from chakra_tools.replay.timing import Captured, Modelled
@@ -228,3 +228,52 @@ def test_the_untraced_wait_before_a_wait_mark_is_the_replays_to_re_create():
     assert read_timeline([ar, compute, unmarked, after]).host_ns[2] == 50_000
     no_edge = mark._replace(data_deps=(2,), attrs=make_attrs(is_cpu_op=True))
     assert read_timeline([ar, compute, no_edge, after]).host_ns[2] == 350_000  # nothing says it waited
+
+
+def _called(node, call_us, worker=None):
+    """`node` as the converter writes a gloo call its worker took up after the rank called it."""
+    attrs = dict(node.attrs)
+    attrs.update(make_attrs(call_start_us=T0 + call_us, **({} if worker is None else {"stream": worker})))
+    return node._replace(attrs=attrs)
+
+
+def test_a_call_arrives_when_its_rank_called_it_not_when_gloos_worker_took_it_up():
+    """Seed 120 of bench/fidelity_fuzz.py (-23%): an async barrier called at 100 µs, taken up by
+    gloo's worker at 6,100 (a loaded host), compute from 150 on. Its arrival is 100: the replay
+    issues it there, and the calibrated share counts from the last arrival, so the wake-up is
+    the call's; before, the share began at 6,100 and the replay finished it 6 ms early."""
+    barrier = _called(coll(2, 4, deps=(1,), start=T0 + 6100, us=500), 100, worker=7)
+    t = read_timeline([host(1, 0, 100), barrier, host(3, 150, 40, deps=(1,))])
+    assert t.comm_start_ns[2] == (T0 + 100) * 1000 and t.comm_end_ns[2] == (T0 + 6600) * 1000
+    assert t.host_ns == {1: 100_000, 3: 90_000}  # 100..150, after the call, is op 3's
+
+
+def test_a_call_queued_behind_its_workers_previous_call_arrives_when_the_worker_was_free():
+    """Two async all-reduces on one gloo worker (7): the second, called at 200, waited in the
+    queue until the first ended at 1,000, which the replay re-creates on the worker's lane."""
+    first = _called(coll(2, 64, deps=(1,), start=T0 + 110, us=890), 100, worker=7)
+    second = _called(coll(3, 64, deps=(1,), start=T0 + 1050, us=400), 200, worker=7)
+    t = read_timeline([host(1, 0, 100), first, second, host(4, 1500, 5, deps=(2, 3))])
+    assert t.comm_start_ns == {2: (T0 + 100) * 1000, 3: (T0 + 1000) * 1000}
+
+
+def test_an_op_of_the_call_that_ran_before_the_worker_took_it_up_does_not_unblock_it():
+    """funcol's `_wrap_tensor_autograd` (3, part of the call, after it in the graph) began at 300,
+    between the rank's arrival (200) and the worker's start (400); the rank then waited until
+    1,400. The wait is the replay's to re-create, not the wrapper's time."""
+    gather = _called(coll(2, 64, deps=(1,), start=T0 + 400, us=1000), 200, worker=7)
+    t = read_timeline([host(1, 0, 100), gather, host(3, 300, 20, deps=(2,)), host(4, 1450, 5, deps=(3,))])
+    assert t.host_ns == {1: 200_000, 3: 50_000, 4: 5_000}  # 200..1,400 blocked; 1,400..1,450 op 3's
+
+
+def test_calibrated_shares_count_from_the_arrivals_given():
+    from chakra_tools.feed.info import NodeInfo
+    from chakra_tools.replay.calibrate import calibrated_ns
+
+    def info(i, start, us):
+        return NodeInfo(i, f"coll{i}", int(NodeType.COMM_COLL_NODE), us, False, 0, 0, 0, 64, None, None, None,
+                        "", None, T0 + start)
+
+    a, b = info(1, 100, 900), info(2, 700, 400)
+    assert calibrated_ns([a, b]) == [300_000, 400_000]  # from the last start, 700
+    assert calibrated_ns([a, b], starts_ns=[None, (T0 + 300) * 1000]) == [700_000, 800_000]  # from 300
