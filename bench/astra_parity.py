@@ -36,9 +36,9 @@ def comp(i, us, deps=()):
     return Node(i, f"comp{i}", T.COMP_NODE, tuple(deps), duration_micros=us, attrs=make_attrs(is_cpu_op=False))
 
 
-def allreduce(i, size, deps=()):
-    return Node(i, f"ar{i}", T.COMM_COLL_NODE, tuple(deps),
-                attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=size, is_cpu_op=False))
+def allreduce(i, size, deps=(), kind=CommType.ALL_REDUCE):
+    return Node(i, f"coll{i}", T.COMM_COLL_NODE, tuple(deps),
+                attrs=make_attrs(comm_type=kind, comm_size=size, is_cpu_op=False))
 
 
 def mem(i, kind, size, deps=()):
@@ -46,10 +46,10 @@ def mem(i, kind, size, deps=()):
                 attrs=make_attrs(tensor_size=size, is_cpu_op=False))
 
 
-def skewed(n, offsets_us, size=MIB):
-    """Rank r computes offsets_us[r] µs, then one all-reduce of `size` bytes."""
-    return {r: [comp(1, offsets_us[r]), allreduce(2, size, (1,))] if offsets_us[r] else [allreduce(2, size)]
-            for r in range(n)}
+def skewed(n, offsets_us, size=MIB, kind=CommType.ALL_REDUCE):
+    """Rank r computes offsets_us[r] µs, then one collective (all-reduce) of `size` bytes."""
+    return {r: [comp(1, offsets_us[r]), allreduce(2, size, (1,), kind)] if offsets_us[r]
+            else [allreduce(2, size, (), kind)] for r in range(n)}
 
 
 def memory_chain(n, with_allreduce=True):
@@ -111,6 +111,18 @@ CASES = [  # name, ranks, network dims, system, memory
     ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR, symmetric", skewed(8, [0] * 8), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR baseline, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(opt="baseline"), NO_MEMORY),
+    ("8-rank ring all-gather, skew 5 us steps", skewed(8, [5 * r for r in range(8)], kind=CommType.ALL_GATHER),
+     RING8, system(), NO_MEMORY),
+    ("8-rank ring reduce-scatter, skew 5 us steps",
+     skewed(8, [5 * r for r in range(8)], kind=CommType.REDUCE_SCATTER), RING8, system(), NO_MEMORY),
+    ("8-rank ring all-to-all, skew 5 us steps", skewed(8, [5 * r for r in range(8)], kind=CommType.ALL_TO_ALL),
+     RING8, system(), NO_MEMORY),
+    ("8-rank halvingDoubling reduce-scatter, skew",
+     skewed(8, [5 * r for r in range(8)], kind=CommType.REDUCE_SCATTER), RING8, system("halvingDoubling"), NO_MEMORY),
+    ("8-rank direct all-gather, skew", skewed(8, [5 * r for r in range(8)], kind=CommType.ALL_GATHER),
+     RING8, system("direct"), NO_MEMORY),
+    ("4x2 ring+switch all-gather, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1], kind=CommType.ALL_GATHER), GRID,
+     system(), NO_MEMORY),
     ("8-rank symmetric ring AR", skewed(8, [0] * 8, 8 * MIB), RING8, system(), NO_MEMORY),
     ("memory chain, PER_NPU 500 ns / 100 GB/s", memory_chain(8), RING8, system(), PER_NPU),
     ("memory chain, PER_NODE 2x4", memory_chain(8), RING8, system(), PER_NODE),
