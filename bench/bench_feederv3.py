@@ -15,7 +15,8 @@ generated 8-rank GPT (examples/workloads/gpt_8rank.yml, 247 nodes) drained 1,000
 process, a new feeder each time (per-file setup, as for a run of 1,024 rank files); the same
 small file once. Both sides do the same work per node: issue it in dependency order, read the
 fields a simulator reads (type, name, duration, is_cpu_op and the kind's attributes: ours via
-`ETFeeder.info`), finish it. Each measurement runs in its own process, `--runs` times; medians.
+`ETFeeder.info`, decoded as the node is read, `eager_info=True`, as the replayer opens its
+feeders), finish it. Each measurement runs in its own process, `--runs` times; medians.
 Memory is the process's peak RSS, and its growth over the process before the first file is opened
 (imports and libraries excluded), which is what the feeder itself holds.
 """
@@ -56,7 +57,7 @@ def _ours(paths: list[str], repeat: int) -> None:
     nodes = files = 0
     for _ in range(repeat):
         for p in paths:
-            f = ETFeeder(p)
+            f = ETFeeder(p, eager_info=True)  # as the replayer opens its feeders: it reads every node
             info = f.info
             for nid in f.drain():
                 info(nid)

@@ -197,7 +197,10 @@ class ETFeeder:
             raise TraceReadError(self.path, offset, f"node {nid} has unknown node type {m.type}")
         self.nodes_read += 1
         loaded, finished = self._loaded, self._finished
-        if nid in loaded or nid in finished:
+        bits = finished._bits
+        seen = (nid < BITMAP_LIMIT and (nid >> 3) < len(bits) and bits[nid >> 3] >> (nid & 7) & 1
+                or nid >= BITMAP_LIMIT and nid in finished)  # inlined `nid in finished`
+        if nid in loaded or seen:
             self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
             return
         data = m.data_deps if self._use_data else ()
@@ -212,7 +215,7 @@ class ETFeeder:
         loaded[nid] = rec
         self._unfinished += 1
         if deps:
-            bits, nbits = finished._bits, len(finished._bits) << 3
+            nbits = len(bits) << 3
             waiting = 0
             for d in deps:  # inlined `d in finished`: this loop runs for every edge of the file
                 if d < nbits and bits[d >> 3] >> (d & 7) & 1 or d >= BITMAP_LIMIT and d in finished:

@@ -16,8 +16,6 @@ from chakra_tools.core.model import IS_CPU_OP_DEFAULT, SCALAR_KINDS, NodeType
 
 _COMM_COLL = int(NodeType.COMM_COLL_NODE)
 _INT_KINDS = frozenset(k for k in SCALAR_KINDS if "int" in k or "fixed" in k)
-_INT_ATTRS = {"num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst",
-              "comm_tag", "comm_priority", "duration_ns", "tid", "stream"}
 
 
 class NodeInfo(NamedTuple):
@@ -49,9 +47,14 @@ class NodeInfo(NamedTuple):
 _new = tuple.__new__
 
 
+#: the integer contract attributes NodeInfo carries, each with its place in `node_info`'s list
+_INT_SLOT = {"num_ops": 0, "tensor_size": 1, "comm_type": 2, "comm_size": 3, "comm_src": 4, "comm_dst": 5,
+             "comm_tag": 6, "duration_ns": 7, "tid": 8, "stream": 9}
+
+
 def node_info(m) -> NodeInfo:
     """The `NodeInfo` of a protobuf `Node` message (no copy of the other attributes)."""
-    vals: dict | None = None
+    vals: list | None = None
     is_cpu = IS_CPU_OP_DEFAULT
     pg = ""
     involved = None
@@ -60,12 +63,14 @@ def node_info(m) -> NodeInfo:
         if name == "is_cpu_op":
             if a.WhichOneof("value") == "bool_val":
                 is_cpu = a.bool_val
-        elif name in _INT_ATTRS:
+            continue
+        slot = _INT_SLOT.get(name)
+        if slot is not None:
             kind = a.WhichOneof("value")
             if kind in _INT_KINDS:
                 if vals is None:
-                    vals = {}
-                vals[name] = getattr(a, kind)
+                    vals = [None] * 10
+                vals[slot] = getattr(a, kind)
         elif name == "pg_name":
             if a.WhichOneof("value") == "string_val":
                 pg = a.string_val
@@ -77,11 +82,9 @@ def node_info(m) -> NodeInfo:
         return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, 0, 0,
                                0 if t == _COMM_COLL else None, 0, None, None, None, pg, involved,
                                m.start_time_micros, None, None, None))
-    ct = vals.get("comm_type")
+    num_ops, size, ct, comm_size, src, dst, tag, dur_ns, tid, stream = vals
     if ct is None and t == _COMM_COLL:
         ct = 0
-    return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, vals.get("num_ops", 0),
-                           vals.get("tensor_size", 0), ct, vals.get("comm_size", 0),
-                           vals.get("comm_src"), vals.get("comm_dst"), vals.get("comm_tag"), pg,
-                           involved, m.start_time_micros, vals.get("duration_ns"), vals.get("tid"),
-                           vals.get("stream")))
+    return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, num_ops or 0, size or 0, ct,
+                           comm_size or 0, src, dst, tag, pg, involved, m.start_time_micros, dur_ns, tid,
+                           stream))
