@@ -199,6 +199,14 @@ def requested_processes(argv: list[str]) -> int | None:
     return None
 
 
+def least_ranks(cmd: Command) -> int:
+    """The ranks a launcher command surely starts: its process count (per node: at least), except
+    for accelerate, whose --num_processes may start one plain process (fewer_ranks_warning)."""
+    if cmd.mode != "launcher" or Path(cmd.argv[0]).name == "accelerate":
+        return 1
+    return requested_processes(cmd.argv) or 1
+
+
 def fewer_ranks_warning(argv: list[str], world_size: int) -> str | None:
     """A launcher that started fewer ranks than its command asked for (accelerate launch --cpu,
     or on a machine without GPUs, runs one plain process): the capture is the run as it was,
@@ -359,7 +367,7 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     records, warnings = manifest.read_status_files(run)
     doc = manifest.build(run, command=list(words), cwd=os.getcwd(), cfg=cfg, started=started,
                          finished=_iso(), exit_code=code, interrupted=interrupted,
-                         records=records, warnings=warnings)
+                         records=records, warnings=warnings, least_world=least_ranks(cmd))
     doc["argv"] = cmd.argv
     if cmd.mode == "launcher" and (fewer := fewer_ranks_warning(cmd.argv, doc["world_size"])):
         doc["warnings"].append(fewer)

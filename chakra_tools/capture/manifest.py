@@ -125,9 +125,12 @@ def common_steps(ranks: list[dict[str, Any]]) -> list[int]:
 
 def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureConfig,
           started: str, finished: str, exit_code: int, interrupted: bool,
-          records: dict[int, dict[str, Any]], warnings: list[str]) -> dict[str, Any]:
-    """The manifest document (see docs/capture.md for each field)."""
-    world = max([r.get("world_size") or 1 for r in records.values()] + [1])
+          records: dict[int, dict[str, Any]], warnings: list[str],
+          least_world: int = 1) -> dict[str, Any]:
+    """The manifest document (see docs/capture.md for each field). `least_world`: the ranks the
+    command is known to start (torchrun's --nproc-per-node): those that left no record are
+    `missing` even when no rank recorded the world size."""
+    world = max([r.get("world_size") or 1 for r in records.values()] + [least_world, 1])
     ranks = [rank_entry(r, records.get(r), run_dir) for r in range(world)]
     status = run_status(ranks, exit_code, interrupted)
     backends = [r["backend"] for r in records.values() if r.get("backend")]

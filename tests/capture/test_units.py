@@ -178,3 +178,20 @@ def test_a_run_whose_ranks_were_not_all_captured_is_not_ok(tmp_path):
                     exit_code=0, interrupted=False, records={0: record}, warnings=[])
     assert [r["status"] for r in doc["ranks"]] == ["ok", "missing"]
     assert doc["status"] == "rank-failed"
+
+
+def test_ranks_the_launcher_starts_are_expected_even_when_none_recorded(tmp_path):
+    """torchrun --nproc-per-node 2 whose ranks all left no record: both are missing (the run
+    does not shrink to the one rank nobody captured)."""
+    from chakra_tools.capture import manifest as man
+
+    cmd = launch.Command([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "t.py"], "launcher", "t")
+    assert launch.least_ranks(cmd) == 2
+    assert launch.least_ranks(launch.Command(["accelerate", "launch", "--num_processes", "2", "t.py"],
+                                             "launcher", "t")) == 1
+    assert launch.least_ranks(launch.Command(["python", "t.py"], "direct", "t")) == 1
+    cfg = protocol.CaptureConfig(out_dir=str(tmp_path), parent_pid=1, mode="launcher")
+    doc = man.build(tmp_path, command=["torchrun"], cwd=str(tmp_path), cfg=cfg, started="", finished="",
+                    exit_code=0, interrupted=False, records={}, warnings=[], least_world=launch.least_ranks(cmd))
+    assert doc["world_size"] == 2 and [r["status"] for r in doc["ranks"]] == ["missing", "missing"]
+    assert doc["status"] == "rank-failed"
