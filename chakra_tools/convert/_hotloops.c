@@ -1,12 +1,13 @@
 /* The compiled hot loops of a conversion; each has a Python twin that is the reference (the tests
- * compare them) and that runs where this file was not built.
+ * compare them) and that runs where this file was not built. convert/hotloops.py picks one or
+ * the other, once, and hands what a compiled function declines to its twin.
  *
  * Why C: after msgspec has parsed the files, a conversion was a handful of Python loops of a few
  * microseconds per node each. These are the largest of them that are plain data shuffling (the
  * decisions stay in Python):
  *
  *     host_ops(nodes, needs_args, typed_op, host_op_type, no_attrs, io_decode) -> list[HostOp]
- *         (hostet._typed_ops) msgspec's `_Node` structs -> HostOps. The Python loop spent most
+ *         (hotloops.host_ops) msgspec's `_Node` structs -> HostOps. The Python loop spent most
  *         of its time decoding each node's attribute list (ten small objects) only to read
  *         `rf_id` and `tid`; here a small scanner reads those two from the list's raw JSON.
  *         `needs_args(name)` says what else is read: nothing (0), the inputs and outputs
@@ -16,27 +17,27 @@
  *         64); `typed_op` decodes it fully or raises the error the caller handles.
  *
  *     to_nodes(recs, with_durations, node_type, attr_type, kinds, cpu, to_node) -> list[Node]
- *         (graphcheck.to_nodes) build records -> frozen Node tuples, for the records of compute
+ *         (hotloops.to_nodes) build records -> frozen Node tuples, for the records of compute
  *         nodes whose attributes are all of `kinds`; `to_node(rec, with_durations)` makes the
  *         others (communication nodes, which go through make_attrs).
  *
  *     mentions(raws, wanted) -> {(tid, sid): [op index, ...]}
- *         (readers._InputsText) which ops' raw inputs mention `[tid,sid,` (or `[tid, sid,`) of
+ *         (hotloops.inputs_search) which ops' raw inputs mention `[tid,sid,` (or `[tid, sid,`) of
  *         the tensors collectives wrote: one pass over every op's inputs for all of them, where
  *         Python searches each call's window of 8,192 ops with bytes.find.
  *
  *     emit_host_ops(ops, i, special, kernels, op_event, costs, chain, op_node, recs, ...) -> int
- *         (build.Builder._emit_host) the records of the host ops that launched nothing, one
+ *         (hotloops.emit_plain_ops; build.Builder._emit_host) the records of the host ops that launched nothing, one
  *         after another from ops[i] until one is special (a call's member, process-group
  *         setup) or launched device work; returns where it stopped, for Python to go on.
  *
  *     device_events(trace_events, lanes, event_type), nest(host, runtime, parent, ...)
- *         (kineto._from_typed, kineto._nest) msgspec's Kineto events -> Events in their lanes,
+ *         (hotloops.device_events, hotloops.nest) msgspec's Kineto events -> Events in their lanes,
  *         then each host event's enclosing host event and children's time, and each runtime
  *         call's host event, by time containment per thread.
  *
  *     tensor_bytes(value) -> int | None
- *         (tensors.tensor_bytes) the bytes of the tensors in a recorded value, for every costed
+ *         (hotloops.tensor_bytes) the bytes of the tensors in a recorded value, for every costed
  *         op; None where Python must do it (a non-integer item size, an overflow).
  *
  * Objects are read and filled in through their slots (the member descriptors of __slots__ and
@@ -1186,8 +1187,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_hotloops",
-    "Compiled hot loops of a conversion (see hostet._typed_ops and graphcheck.to_nodes, the "
-    "reference).",
+    "Compiled hot loops of a conversion (convert/hotloops.py picks them or their Python twins, "
+    "the reference).",
     -1, methods,
 };
 

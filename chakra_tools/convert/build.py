@@ -38,7 +38,8 @@ from chakra_tools.core.model import NodeType
 from .comms import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
 from .devcomm import is_comm_kernel, kernel_kind, says_comm
 from .cost import REGISTRY as COST_REGISTRY, op_cost
-from .hostet import NATIVE, HostOp, HostTrace
+from . import hotloops
+from .hostet import HostOp, HostTrace
 from .kineto import DeviceTrace, Event
 from .link import Link, runtime_calls_by_op
 from .readers import waited_calls
@@ -83,7 +84,13 @@ class BuildResult:
 
 
 class Builder:
-    """Turns (host trace, device trace, link) into node records; one method per step."""
+    """Turns (host trace, device trace, link) into node records; one method per step.
+
+    `hotloops.emit_plain_ops` emits runs of plain host ops (no call's member, nothing
+    launched) into `recs`, `chain` and `op_node`, as `_emit_host` would: the records it makes
+    are `REC`s of type `COMP`."""
+
+    REC, COMP = Rec, _COMP
 
     def __init__(self, host: HostTrace, dev: DeviceTrace | None, lk: Link | None, rank: int,
                  calls: list[CommCall], waits: list[WaitMark], consumers: dict[int, int], *,
@@ -106,14 +113,13 @@ class Builder:
         calls = self.calls
         self.member = {m: c for c in calls for m in c.members}
         self.costs = self._costs()
-        special, emit_host = self.member.keys() | {self.host.pg_init_id}, self._emit_host
+        self.special = special = self.member.keys() | {self.host.pg_init_id}
+        emit_host, emit_plain = self._emit_host, hotloops.emit_plain_ops
         ops, i, end = self.host.ops, 0, len(self.host.ops)
         while i < end:
-            if NATIVE is not None:  # the ops that launched nothing, in C, up to the next other one
-                i = NATIVE.emit_host_ops(ops, i, special, self.kernels, self.op_event, self.costs,
-                                         self.chain, self.op_node, self.recs, Rec, _COMP)
-                if i == end:
-                    break
+            i = emit_plain(self, i)  # the ops that launched nothing, up to the next other one
+            if i == end:
+                break
             op = ops[i]
             i += 1
             if op.id in special:  # a call's member, or process-group setup

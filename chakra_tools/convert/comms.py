@@ -38,7 +38,8 @@ from chakra_tools.core.model import CommType
 from .devcomm import LIBRARIES, LIBRARY_PREFIXES, group_name, input_index, kernel_kind, library_kind
 from .hostet import HostOp
 from .schema import KINETO_COMM_ARGS
-from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors, tensor_bytes
+from .hotloops import tensor_bytes
+from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors
 
 COMM_TYPES = {
     "all_reduce": CommType.ALL_REDUCE, "reduce": CommType.REDUCE,

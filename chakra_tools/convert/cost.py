@@ -16,7 +16,8 @@ from chakra_tools.core.errors import InputError
 
 from .hostet import HostOp
 from .schema import INT64_MAX
-from .tensors import is_shape, shape_numel, tensor_bytes, shapes_bytes
+from .hotloops import tensor_bytes
+from .tensors import is_shape, shape_numel, shapes_bytes
 
 FlopFn = Callable[[list, list], int]
 REGISTRY: dict[str, FlopFn] = {}

@@ -7,13 +7,11 @@ would replay 0 as 1 ns), and its exact length is kept in the `duration_ns` attri
 
 from __future__ import annotations
 
-from chakra_tools.core import native
 from chakra_tools.core.cycles import find_cycle as core_find_cycle
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.model import Attr, Node, make_attrs
 
-#: the compiled loops (_hotloops.c), or None: then `_to_node` makes every Node
-NATIVE = native.load("chakra_tools.convert._hotloops")
+from . import hotloops
 
 
 def micros(us: float) -> int:
@@ -98,9 +96,7 @@ _CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
 def to_nodes(recs: list, *, with_durations: bool) -> list[Node]:
     """Frozen core Nodes from the records: the hot loop of a conversion, one pass per node
     (compute records in `_hotloops.c` where it is built, the others by `_to_node`)."""
-    if NATIVE is not None:
-        return NATIVE.to_nodes(recs, with_durations, Node, Attr, _KINDS, _CPU, _to_node)
-    return [_to_node(r, with_durations) for r in recs]
+    return hotloops.to_nodes(recs, with_durations, Node, Attr, _KINDS, _CPU, _to_node)
 
 
 def _to_node(r, with_durations: bool) -> Node:

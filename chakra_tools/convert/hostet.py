@@ -16,10 +16,9 @@ from typing import Any, Callable, Union
 
 import msgspec
 
-from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
-from . import schema
+from . import hotloops, schema
 
 ROOT_MARK = "[pytorch|profiler|execution_"
 PG_INIT = "## process_group:init ##"
@@ -225,8 +224,6 @@ class _IO(msgspec.Struct, gc=False):
     types: list[Any] = []
 
 
-#: the compiled loops (_hotloops.c), or None: then `_typed_ops` makes every HostOp
-NATIVE = native.load("chakra_tools.convert._hotloops")
 _TRACE = msgspec.json.Decoder(_Trace)
 _ATTRS = msgspec.json.Decoder(list[_Attr])
 _IO_DECODER = msgspec.json.Decoder(_IO)
@@ -256,11 +253,8 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
     if schema.startswith("1.0.1") or any(isinstance(n.inputs, list) for n in doc.nodes[:1]):
         return None
     try:
-        if NATIVE is not None:
-            ops = NATIVE.host_ops(doc.nodes, needs_args, _typed_op, HostOp, _NO_ATTRS,
-                                  _IO_DECODER.decode)
-        else:
-            ops = _typed_ops(doc.nodes, needs_args)
+        ops = hotloops.host_ops(doc.nodes, needs_args, _typed_op, HostOp, _NO_ATTRS,
+                                _IO_DECODER.decode)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, IndexError):
         return None  # inputs that are not {values, shapes, types}: the plain path reports it
     except InputError as e:
@@ -272,20 +266,6 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
 #: False), they are (INPUTS: costed compute ops), or they and its attributes are (ALL:
 #: communication, annotations, markers; attributes are read for those only)
 INPUTS, ALL = 1, 2
-
-
-def _typed_ops(nodes: list[_Node], needs_args) -> list[HostOp]:
-    """One HostOp per node (what `_hotloops.c` does in C, calling `_typed_op` for ALL ops)."""
-    wanted: dict[str, int] = {}
-    ops = []
-    append = ops.append
-    for n in nodes:
-        name = n.name
-        want = wanted.get(name)
-        if want is None:
-            want = wanted[name] = needs_args(name)
-        append(_typed_op(n, want))
-    return ops
 
 
 def _typed_op(n: _Node, want: int) -> HostOp:

@@ -21,14 +21,10 @@ from typing import Any, Union
 
 import msgspec
 
-from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
-from . import schema
+from . import hotloops, schema
 from .schema import KINETO_COMM_ARGS
-
-#: the compiled loops (_hotloops.c), or None: then `_lane_events` and `_nest` do it all
-NATIVE = native.load("chakra_tools.convert._hotloops")
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "Operator", "operator"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "hip_driver"})
@@ -149,34 +145,7 @@ def _checked_args(args: dict, place: schema.Place) -> dict:
 
 def _nest(dt: DeviceTrace) -> None:
     """Set each host event's parent and children time, and each runtime call's host event."""
-    if NATIVE is not None and NATIVE.nest(dt.host, dt.runtime, dt.runtime_parent, Event, EPS):
-        return
-    by_tid: dict[Any, list[tuple[float, float, int, int]]] = {}
-    for e in dt.host:
-        by_tid.setdefault(e.tid, []).append((e.ts, -e.dur, 0, e.idx))
-    for e in dt.runtime:
-        by_tid.setdefault(e.tid, []).append((e.ts, -e.dur, 1, e.idx))
-    host = dt.host
-    for items in by_tid.values():
-        items.sort()
-        stack: list[Event] = []
-        ends: list[float] = []  # stack[i]'s end plus the tolerance
-        for ts, neg_dur, kind, idx in items:
-            end = ts - neg_dur
-            while ends and end > ends[-1]:
-                stack.pop()
-                ends.pop()
-            if kind == 1:
-                if stack:
-                    dt.runtime_parent[idx] = stack[-1].idx
-                continue
-            ev = host[idx]
-            if stack:
-                top = stack[-1]
-                ev.parent = top.idx
-                top.child_us += ev.dur
-            stack.append(ev)
-            ends.append(end + EPS)
+    hotloops.nest(dt.host, dt.runtime, dt.runtime_parent, Event, EPS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,37 +218,8 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
 def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
     dt = DeviceTrace(path, dist_info=schema.dist_info(doc.distributedInfo, path))
     lanes = _lanes(dt, full_args)
-    if NATIVE is not None:
-        whole_args = NATIVE.device_events(doc.traceEvents, lanes, Event)
-    else:
-        whole_args = _lane_events(doc.traceEvents, lanes)
+    whole_args = hotloops.device_events(doc.traceEvents, lanes, Event, _KEY_ARGS, _whole_args)
     return dt if _decode_whole_args(dt, data, whole_args) else None
-
-
-def _lane_events(raw: list[_RawEvent], lanes: dict) -> list[int]:
-    """Each complete event of a known category, as an Event in its lane (what `_hotloops.c`
-    `device_events` does in C). Returns the positions in traceEvents of the events whose args
-    are decoded whole (their `args` holds that position until then)."""
-    new = Event.__new__
-    whole_args: list[int] = []
-    for pos, e in enumerate(raw):
-        if e.ph != "X":
-            continue
-        lane = lanes.get(e.cat)
-        if lane is None:
-            continue
-        events, keys, whole = lane
-        ev = new(Event)
-        ev.idx, ev.name, ev.cat, ev.tid = len(events), e.name, e.cat, e.tid
-        ev.ts, ev.dur = e.ts, e.dur or 0.0
-        ev.parent, ev.child_us = -1, 0.0
-        if whole or _whole_args(e.name):
-            ev.args = pos  # replaced by _decode_whole_args
-            whole_args.append(pos)
-        else:
-            ev.args = _KEY_ARGS[keys](e.args)
-        events.append(ev)
-    return whole_args
 
 
 def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bool:

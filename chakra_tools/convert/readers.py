@@ -13,10 +13,10 @@ input value (not a shape that looks alike).
 from __future__ import annotations
 
 import bisect
-from itertools import accumulate
 
 from .comms import _C10D_ARGS, CommCall, WaitMark, op_kind
-from .hostet import NATIVE, HostOp, HostTrace, decode_inputs
+from . import hotloops
+from .hostet import HostOp, HostTrace, decode_inputs
 from .tensors import iter_tensors
 
 #: how many ops after a call its consumer is looked for in (a few training steps of a small model)
@@ -40,7 +40,8 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
     ids = [op.id for op in ops]
     written = [(c, written_tensors(c, by_id)) for c in calls]
     wanted = set().union(*(keys for _, keys in written))
-    text = _InputsText(ops, wanted) if ops and ops[0].raw_inputs is not None else None
+    text = (hotloops.inputs_search([op.raw_inputs for op in ops], wanted)
+            if ops and ops[0].raw_inputs is not None else None)
     out = {}
     for c, keys in written:
         if not keys:
@@ -53,44 +54,6 @@ def first_readers(host: HostTrace, calls: list[CommCall]) -> dict[int, int]:
         if reader is not None:
             out[c.root] = reader
     return out
-
-
-class _InputsText:
-    """Where the ops' raw inputs mention `[tid,sid,` of a tensor (compact or with a space).
-
-    Compiled (`_hotloops.c` `mentions`): one pass over every op's inputs finds where each of the
-    `wanted` tensors is mentioned. Python: the inputs joined into one text, searched with
-    bytes.find for each call's tensors within its window.
-    """
-
-    def __init__(self, ops: list[HostOp], wanted: set[tuple[int, int]]):
-        raws = [op.raw_inputs for op in ops]
-        self.index: dict | None = NATIVE.mentions(raws, wanted) if NATIVE is not None else None
-        if self.index is not None:
-            return
-        self.data = b"\n".join(raws)  # type: ignore[arg-type]
-        self.starts = list(accumulate((len(r) + 1 for r in raws[:-1]), initial=0))
-
-    def ops_mentioning(self, keys: set[tuple[int, int]], start: int, end: int) -> list[int]:
-        """Indices in [start, end) of the ops whose inputs hold `[tid,sid,` of a key, ascending."""
-        if start >= end:
-            return []
-        found: set[int] = set()
-        if self.index is not None:
-            for key in keys:
-                at = self.index.get(key, ())
-                found.update(at[bisect.bisect_left(at, start):bisect.bisect_left(at, end)])
-            return sorted(found)
-        data, starts = self.data, self.starts
-        lo = starts[start]
-        hi = starts[end] if end < len(starts) else len(data)
-        for tid, sid in keys:
-            for pattern in (b"[%d,%d," % (tid, sid), b"[%d, %d," % (tid, sid)):  # compact or not
-                pos = data.find(pattern, lo, hi)
-                while pos >= 0:
-                    found.add(bisect.bisect_right(starts, pos) - 1)
-                    pos = data.find(pattern, pos + len(pattern), hi)
-        return sorted(found)
 
 
 def written_tensors(call: CommCall, by_id: dict[int, HostOp]) -> set[tuple[int, int]]:

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from chakra_tools.core import native
-
-#: the compiled loops (_hotloops.c), or None: `tensor_bytes` in Python
-NATIVE = native.load("chakra_tools.convert._hotloops")
+from . import hotloops
 
 ELEM_BYTES = {
     "float": 4, "double": 8, "c10::half": 2, "half": 2, "c10::bfloat16": 2, "bfloat16": 2,
@@ -44,29 +41,6 @@ def iter_tensors(v: Any) -> Iterator[list]:
         else:
             for x in v:
                 yield from iter_tensors(x)
-
-
-def tensor_bytes(v: Any) -> int:
-    """Total bytes of the tensors in a value (numel x itemsize each). It runs for every costed
-    op: in C where `_hotloops.c` is built, else as a plain recursion (generators, as in
-    `iter_tensors`, cost a few microseconds each)."""
-    if NATIVE is not None:
-        total = NATIVE.tensor_bytes(v)
-        if total is not None:
-            return total
-    return _python_tensor_bytes(v)
-
-
-def _python_tensor_bytes(v: Any) -> int:
-    if type(v) is not list:
-        return 0
-    if is_tensor(v):
-        return v[3] * v[4]
-    total = 0
-    for x in v:
-        if type(x) is list:
-            total += _python_tensor_bytes(x)
-    return total
 
 
 def tensor_numel(v: Any) -> int:
@@ -127,7 +101,7 @@ def shapes_bytes(shape: Any, type_name: str) -> int:
 def arg_bytes(values: list, shapes: list, types: list, index: int) -> int:
     """Bytes of argument `index`: from its values when recorded, else from shape and type."""
     if index < len(values):
-        b = tensor_bytes(values[index])
+        b = hotloops.tensor_bytes(values[index])
         if b or is_tensor(values[index]):
             return b
     if index < len(shapes) and index < len(types):

@@ -1,6 +1,6 @@
 """The compiled loops of a conversion (_hotloops.c) against their Python twins.
 
-`host_ops` must make the same HostOps as `hostet._typed_ops`, and `to_nodes` the same Nodes as
+`host_ops` must make the same HostOps as its Python twin (convert/hotloops.py), and `to_nodes` the same Nodes as
 `graphcheck._to_node`, on real traces (captures made by the test session, Chakra's 1.0.2 trace)
 and on made-up inputs that send nodes back to Python: odd attribute lists, odd durations.
 """
@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from chakra_tools.convert import graphcheck, hostet
+from chakra_tools.convert import graphcheck, hostet, hotloops
 from chakra_tools.convert.build import Builder, Rec
 from chakra_tools.convert.comms import find_calls
 from chakra_tools.convert.jsonio import decode_typed, read_bytes
@@ -23,7 +23,7 @@ from chakra_tools.convert.readers import first_readers
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import NodeType
 
-NATIVE = hostet.NATIVE
+NATIVE = hotloops.COMPILED
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="_hotloops.c not built")
 
 
@@ -37,7 +37,13 @@ def _both(nodes, needs=needs_args):
     """Each side's ops, or the InputError it raised (a value out of type or range)."""
     return (_outcome(lambda: NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp,
                                              hostet._NO_ATTRS, hostet._IO_DECODER.decode)),
-            _outcome(lambda: hostet._typed_ops(nodes, needs)))
+            _outcome(lambda: _twin_host_ops(nodes, needs)))
+
+
+def _twin_host_ops(nodes, needs):
+    with hotloops.python_twins():
+        return hotloops.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
+                                 hostet._IO_DECODER.decode)
 
 
 def _outcome(make):
@@ -111,7 +117,7 @@ def test_inputs_python_refuses_raise_the_same_from_c():
     nodes = _doc(json.dumps({"schema": "1.1.1", "nodes": [node]}).encode()).nodes
     for needs in LEVELS[2:]:
         with pytest.raises(msgspec.ValidationError):
-            hostet._typed_ops(nodes, needs)
+            _twin_host_ops(nodes, needs)
         with pytest.raises(msgspec.ValidationError):
             NATIVE.host_ops(nodes, needs, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
                             hostet._IO_DECODER.decode)
@@ -121,7 +127,7 @@ def test_an_attribute_list_python_refuses_raises_the_same_from_c():
     doc = {"schema": "1.1.1", "nodes": [_node('[{"name": 5, "value": 1}]')]}
     nodes = _doc(json.dumps(doc).encode()).nodes
     with pytest.raises(msgspec.ValidationError):
-        hostet._typed_ops(nodes, lambda name: False)
+        _twin_host_ops(nodes, lambda name: False)
     with pytest.raises(msgspec.ValidationError):
         NATIVE.host_ops(nodes, lambda name: False, hostet._typed_op, hostet.HostOp, hostet._NO_ATTRS,
                         hostet._IO_DECODER.decode)
@@ -238,13 +244,11 @@ from chakra_tools.convert import readers  # noqa: E402
 
 def _mentioning_both(ops, wanted, windows):
     """ops_mentioning of every window, through the compiled index and through bytes.find."""
-    compiled = readers._InputsText(ops, wanted)
-    assert compiled.index is not None
-    saved, readers.NATIVE = readers.NATIVE, None
-    try:
-        python = readers._InputsText(ops, wanted)
-    finally:
-        readers.NATIVE = saved
+    raws = [op.raw_inputs for op in ops]
+    compiled = hotloops.inputs_search(raws, wanted)
+    assert isinstance(compiled, hotloops._IndexSearch)
+    with hotloops.python_twins():
+        python = hotloops.inputs_search(raws, wanted)
     hits = 0
     for keys, start, end in windows:
         found = compiled.ops_mentioning(keys, start, end)
@@ -287,7 +291,7 @@ def test_mentions_equal_python_on_odd_texts(wanted):
 
 def _mentioning_both_or_python(ops, wanted, windows):
     if any(abs(a) >= 1 << 59 for a, _ in wanted):  # the compiled index declines: Python searches
-        assert readers._InputsText(ops, wanted).index is None
+        assert isinstance(hotloops.inputs_search([op.raw_inputs for op in ops], wanted), hotloops._TextSearch)
         return
     assert _mentioning_both(ops, wanted, windows) > 0
 
@@ -307,11 +311,8 @@ def _device_facts(dt):
 
 def _device_both(data: bytes, full_args: bool):
     compiled = kineto.parse_device_bytes(data, "x", full_args=full_args)
-    saved, kineto.NATIVE = kineto.NATIVE, None
-    try:
+    with hotloops.python_twins():
         python = kineto.parse_device_bytes(data, "x", full_args=full_args)
-    finally:
-        kineto.NATIVE = saved
     return _device_facts(compiled), _device_facts(python)
 
 
@@ -351,7 +352,7 @@ def test_nesting_equals_python_on_made_up_timelines():
 def test_nesting_declines_what_it_cannot_order():
     bad = kineto.Event(0, "a", "", 0, 0.0, 1.0, {})
     bad.ts = "0"  # not a float: the compiled nesting leaves it to Python, changing nothing
-    assert kineto.NATIVE.nest([bad], [], {}, kineto.Event, kineto.EPS) is False
+    assert NATIVE.nest([bad], [], {}, kineto.Event, kineto.EPS) is False
     assert (bad.parent, bad.child_us) == (-1, 0.0)
 
 
@@ -366,9 +367,9 @@ def _convert_in_process(run, out, pure: bool):
     env.pop("CHAKRA_TOOLS_PURE_PYTHON", None)
     if pure:
         env["CHAKRA_TOOLS_PURE_PYTHON"] = "1"
-    code = ("import sys; from chakra_tools.convert import hostet; from chakra_tools.core import etio;"
+    code = ("import sys; from chakra_tools.convert import hotloops;"
             "from chakra_tools.convert.run import convert_run;"
-            "assert (hostet.NATIVE is None) == (etio.NATIVE is None) == bool(sys.argv[3]);"
+            "assert (hotloops.COMPILED is None) == bool(sys.argv[3]);"
             "convert_run(sys.argv[1], sys.argv[2], executor='serial')")
     proc = subprocess.run([sys.executable, "-c", code, str(run), str(out), "1" if pure else ""],
                           env=env, capture_output=True, text=True, timeout=300)
@@ -387,8 +388,6 @@ def test_conversions_write_the_same_bytes_with_and_without_the_compiled_loops(
 
 # -- tensor_bytes -------------------------------------------------------------------------------
 
-from chakra_tools.convert import tensors  # noqa: E402
-
 TENSOR = st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 9),
                    st.integers(-5, 1 << 62), st.one_of(st.integers(-2, 1 << 40), st.floats(0, 8)),
                    st.sampled_from(["cpu", "cuda:0"])).map(list)
@@ -400,13 +399,13 @@ VALUES = st.recursive(st.one_of(TENSOR, st.integers(), st.text(max_size=3), st.n
 @given(VALUES)
 def test_tensor_bytes_equals_python(v):
     compiled = NATIVE.tensor_bytes(v)
-    python = tensors._python_tensor_bytes(v)
+    python = hotloops._tensor_bytes(v)
     assert compiled is None or (compiled == python and type(compiled) is int)
-    assert tensors.tensor_bytes(v) == python
+    assert hotloops.tensor_bytes(v) == python
 
 
 def test_tensor_bytes_in_c_on_real_values(collectives_run):
     host = read_host(collectives_run / "rank-0.host.json.gz")
     values = [op.in_values for op in host.ops if op.in_values] + [op.out_values for op in host.ops]
     assert sum(NATIVE.tensor_bytes(v) is not None for v in values) == len(values)
-    assert [NATIVE.tensor_bytes(v) for v in values] == [tensors._python_tensor_bytes(v) for v in values]
+    assert [NATIVE.tensor_bytes(v) for v in values] == [hotloops._tensor_bytes(v) for v in values]
