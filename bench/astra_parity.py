@@ -107,6 +107,13 @@ CASES = [  # name, ranks, network dims, system, memory
     ("8-rank halvingDoubling AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("halvingDoubling"), NO_MEMORY),
     ("8-rank doubleBinaryTree AR, skew", skewed(8, [5 * r for r in range(8)]), RING8, system("doubleBinaryTree"), NO_MEMORY),
     ("8-rank doubleBinaryTree AR, no skew", skewed(8, [0] * 8), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("4-rank doubleBinaryTree, two ARs of one chunk", {r: [allreduce(1, MIB), comp(2, 3 * r, (1,)), allreduce(3, MIB, (2,))]
+                                                      for r in range(4)}, RING4, system("doubleBinaryTree", splits=1),
+     NO_MEMORY),
+    ("8-rank doubleBinaryTree, three ARs of 3 chunks", {r: [allreduce(1, MIB), allreduce(2, 2 * MIB, (1,)),
+                                                           comp(3, 2 * r, (2,)), allreduce(4, MIB, (3,))]
+                                                       for r in range(8)}, RING8, system("doubleBinaryTree", splits=3),
+     NO_MEMORY),
     ("4-rank doubleBinaryTree AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("doubleBinaryTree"), NO_MEMORY),
     ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR, symmetric", skewed(8, [0] * 8), GRID, system(), NO_MEMORY),

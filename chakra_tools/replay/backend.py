@@ -75,6 +75,9 @@ class AnalyticalBackend:
         self._coll_cache: dict = {}
         self._p2p_cache: dict = {}
         self._ports: dict[int, int] = {}
+        self._tree_streams: dict[tuple[int, ...], int] = {}  # group -> chunks through its trees so far
+        self._has_trees = "doubleBinaryTree" in {self.system.algorithm(C.ALL_REDUCE, d)
+                                                 for d in range(len(self.network.dims))}
         if self.roofline is None:
             self.roofline = self.system.roofline
 
@@ -164,18 +167,29 @@ class AnalyticalBackend:
         through its phases as its peers' messages come in and may also leave early. Equal
         arrivals give `arrival + collective_ns` for everyone."""
         last = max(arrivals_ns)
-        together = min(arrivals_ns) == last and not self._uses_tree(comm_type, ranks, involved_dim)
-        if together or len(ranks) <= 1 or self.scales.comm != 1.0:
+        tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
+        if (min(arrivals_ns) == last and not tree) or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
+        turn = self._tree_turn(comm_type, size, tuple(ranks)) if tree else 0
         key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None,
-               tuple(t - last for t in arrivals_ns))
+               tuple(t - last for t in arrivals_ns), turn)
         offsets = self._coll_cache.get(key)
         if offsets is None:
-            offsets = self._coll_cache[key] = self._staggered(comm_type, size, key[2], key[3], key[4])
+            offsets = self._coll_cache[key] = self._staggered(comm_type, size, *key[2:])
         return [last + o for o in offsets]
 
+    def _tree_turn(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> int:
+        """Which of its two trees the group's next double-binary-tree chunk takes (0: RootMax):
+        ASTRA-sim alternates them by a counter that runs on from one collective to the next (a
+        collective of one chunk uses the other tree than the one before it)."""
+        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        chunks = self.chunking(size // len(ranks) if div == 0 else size, coll)[1]
+        done = self._tree_streams.get(ranks, 0)
+        self._tree_streams[ranks] = done + chunks
+        return done % 2
+
     def _staggered(self, comm_type: int, size: int, ranks: tuple[int, ...],
-                   involved: tuple[bool, ...] | None, starts: tuple[int, ...]) -> list[int]:
+                   involved: tuple[bool, ...] | None, starts: tuple[int, ...], turn: int = 0) -> list[int]:
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
         if div == 0:
             size //= len(ranks)
@@ -195,7 +209,7 @@ class AnalyticalBackend:
             kind, d, n = plan[p]
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
-            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind), c)
+            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind), c + turn)
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
             if p + 1 < len(plan):

@@ -109,11 +109,12 @@ def test_double_binary_tree_per_rank_by_hand():
     Rank 3, 10 µs late, is the top: it posts its receive at 10,000, before its child's message
     arrives, so its lateness changes nothing.
     """
-    be = backend("doubleBinaryTree")
-    want = [24_045, 18_653, 24_045, 12_272]
-    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == want
-    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == want
-    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == max(want)
+    want = [24_045, 18_653, 24_045, 12_272]  # each backend's first collective: the RootMax tree
+    assert backend("doubleBinaryTree").collective_finish_ns(
+        CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == want
+    assert backend("doubleBinaryTree").collective_finish_ns(
+        CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, ARRIVALS) == want
+    assert backend("doubleBinaryTree").collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3]) == max(want)
 
 
 KINDS = (CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.ALL_GATHER, CommType.ALL_TO_ALL)
@@ -150,3 +151,15 @@ def test_skewed_two_dimensional_collective_ends_no_later_than_together():
     got = be.collective_finish_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8)), None, arrivals)
     assert max(got) <= together and min(got) < together
     assert all(g >= a for g, a in zip(got, arrivals))
+
+
+def test_double_binary_tree_alternates_its_trees_across_collectives():
+    """ASTRA-sim's tree counter runs on from one collective to the next: with one chunk each, the
+    second all-reduce of a group takes the RootMin tree (top 0, its child 2 over the leaves 1 and
+    3), the mirror of the first's: the same times, by position in the other tree."""
+    be = backend("doubleBinaryTree")
+    first = be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4)
+    second = be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4)
+    assert first == [24_045, 18_653, 24_045, 12_272]
+    assert second == [12_272, 24_045, 18_653, 24_045]
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == first
