@@ -234,6 +234,8 @@ class Builder:
             rec.attrs["stream"] = int(rec.stream)
         elif not nccl:
             self._worker_lane(rec, op, ev)
+            if call.backend is None or call.backend not in self.lk.op_event:
+                rec.attrs["launch_only"] = True  # its backend op is not in the window: no end known
             called = self._dispatched_at(call)
             if called is not None and called < ts - EPS_US:
                 rec.attrs["call_start_us"] = int(called)

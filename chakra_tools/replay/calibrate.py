@@ -78,9 +78,29 @@ def calibrated_ns(infos: Sequence[NodeInfo], ends_ns: Sequence[int | None] | Non
     completion and its arrival where known better than its recorded end and start (recorded.py),
     else None."""
     none = [None] * len(infos)
-    spans = [interval_ns(i, e, s) for i, e, s in zip(infos, ends_ns or none, starts_ns or none)]
+    ends = list(ends_ns or none)
+    unknown = [e is not None and e < 0 for e in ends]  # recorded.UNKNOWN_END: its launch alone
+    spans = [interval_ns(i, None if u else e, s) for i, e, s, u in zip(infos, ends, starts_ns or none, unknown)]
+    if any(unknown) and not all(unknown) and None not in spans:
+        return _shares_of_the_known(spans, unknown) or measured_ns(infos)
     shares = None if None in spans else after_last_arrival_ns(spans)
     return shares if shares is not None else measured_ns(infos)
+
+
+def _shares_of_the_known(spans: Sequence[tuple[int, int]], unknown: Sequence[bool]) -> list[int] | None:
+    """Shares after the last arrival (every member's arrival counts) of the members whose end is
+    known; a member recorded as its launch alone gets the shortest of them (it did not finish
+    after its peers had all finished). None where a known end precedes the last arrival.
+
+    >>> _shares_of_the_known([(100, 31_000), (50, 60)], [False, True])  # 2nd: launch only
+    [30900, 30900]
+    """
+    last = max(s for s, _ in spans)
+    known = [e - last for (_, e), u in zip(spans, unknown) if not u]
+    if min(known) < -_SLACK_NS:
+        return None
+    floor = max(0, min(known))
+    return [floor if u else max(0, e - last) for (_, e), u in zip(spans, unknown)]
 
 
 def measured_ns(infos: Sequence[NodeInfo], ends_ns=None, starts_ns=None) -> list[int] | None:

@@ -65,6 +65,9 @@ from .result import union
 _COMM = frozenset((int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE),
                    int(NodeType.COMM_RECV_NODE)))
 _COMP = int(NodeType.COMP_NODE)
+#: `comm_end_ns` of a call recorded as its launch alone (its backend op fell outside the window
+#: or was lost) that no op in the window waited for: its completion is not known
+UNKNOWN_END = -1
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     ends, blocked = {}, []
     arrived = {nid: start for (start, _), nid, _ in comms}
     for (start, end), nid, deps in comms:
+        if end is None:  # its launch alone was recorded: done when an op that needs it began
+            ends[nid] = waiters.get(nid, UNKNOWN_END)
+            continue
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
         if not _independent_starts_inside(host, starts, (start, done), nid) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
@@ -117,7 +123,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
         retimed[nid] = max(0, retimed[nid] - device_wait)
     if host and window_end_ns is not None and not on_device:
         last_start, last, own, _ = host[-1]
-        done = max([last_start + own, *ends.values()])
+        done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
     return RankTimeline(retimed, ends, arrived)
 
@@ -186,8 +192,8 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
             arrival = int(called.value) * 1000 if called is not None and 0 < called.value < node.start_time_micros \
                 else start
             worker = node.attrs.get("stream")
-            comms.append(((arrival, start + node_ns(node)), node.id, node.deps,
-                          (start, None if worker is None else worker.value)))
+            end = None if node.attrs.get("launch_only") is not None else start + node_ns(node)
+            comms.append(((arrival, end), node.id, node.deps, (start, None if worker is None else worker.value)))
     host.sort(key=lambda h: (h[0], h[1]))
     comm_start = {nid: start for _, nid, _, (start, _) in comms}  # the work began: nothing waited before
     comms = _arrivals(comms)
@@ -212,7 +218,7 @@ def _arrivals(comms: list) -> list:
     for (arrival, end), nid, deps, (start, worker) in sorted(comms, key=lambda c: c[3][0]):
         if worker is not None:
             arrival = min(start, max(arrival, free.get(worker, arrival)))
-            free[worker] = end
+            free[worker] = end if end is not None else arrival
         out.append(((arrival, end), nid, deps))
     return out
 

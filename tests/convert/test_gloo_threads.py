@@ -248,3 +248,18 @@ def test_a_collective_whose_worker_took_it_up_late_keeps_when_its_rank_called_it
     at_once = [{**e, "ts": 1010} if e["name"] == "gloo:barrier" else e for e in events]
     coll = next(n for n in _convert(tmp_path, nodes, at_once) if n.type is NodeType.COMM_COLL_NODE)
     assert "call_start_us" not in coll.attrs  # taken up as it was called: nothing to add
+
+
+def test_an_async_call_whose_backend_op_is_not_in_the_trace_says_it_is_its_launch_alone(tmp_path):
+    """DDP's last bucket in the last captured step (fidelity_fuzz seed 218): the call (3-4) is
+    recorded, gloo's backend op is not; the node's span is the launch, so it says so."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_reduce", True), 2), _node(4, "c10d::allreduce_", 3, [[BUCKET]])]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(3, nodes[2]["name"], 10, 80),
+              _event(4, "c10d::allreduce_", 12, 70)]
+    coll = next(n for n in _convert(tmp_path, nodes, events) if n.type is NodeType.COMM_COLL_NODE)
+    assert coll.attrs["launch_only"].value is True and coll.duration_micros == 80
+    nodes.append(_node(5, "gloo:all_reduce", 4, [BUCKET]))
+    events.append(_event(5, "gloo:all_reduce", 40, 500, tid=200))
+    coll = next(n for n in _convert(tmp_path, nodes, events) if n.type is NodeType.COMM_COLL_NODE)
+    assert "launch_only" not in coll.attrs

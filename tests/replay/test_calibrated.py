@@ -277,3 +277,17 @@ def test_calibrated_shares_count_from_the_arrivals_given():
     a, b = info(1, 100, 900), info(2, 700, 400)
     assert calibrated_ns([a, b]) == [300_000, 400_000]  # from the last start, 700
     assert calibrated_ns([a, b], starts_ns=[None, (T0 + 300) * 1000]) == [700_000, 800_000]  # from 300
+
+
+def test_a_call_recorded_as_its_launch_alone_lasts_as_long_as_its_peers_say():
+    """Seed 218 (-37.5%): rank 0's bucket all-reduce took 31 ms (a stalled peer), rank 1's
+    record holds only its launch (80 µs, backend op lost). Its end is unknown, not 80 µs: the
+    share is rank 0's, where before every member got the 80 µs (the shortest recorded)."""
+    from chakra_tools.replay.recorded import UNKNOWN_END
+
+    launch = coll(2, 64, deps=(1,), start=T0 + 100, us=80)
+    launch = launch._replace(attrs={**launch.attrs, **make_attrs(launch_only=True)})
+    t = read_timeline([host(1, 0, 100), launch, host(3, 190, 10, deps=(1,))])
+    assert t.comm_end_ns == {2: UNKNOWN_END}
+    waited = read_timeline([host(1, 0, 100), launch, host(3, 5000, 10, deps=(1, 2))])
+    assert waited.comm_end_ns == {2: (T0 + 5000) * 1000}  # the op that needed it says when
