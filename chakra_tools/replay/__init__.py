@@ -6,7 +6,7 @@
     print(result.table())
 
 engine.py (the kernel, its resources and the per-kind handlers), timing.py (where durations
-come from: `Modelled`, `Captured`), backend.py (compute, memory, network cost),
+come from: `Modelled`, `Staggered`, `Captured`), backend.py (compute, memory, network cost),
 collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
 (statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps),
 calibrate.py (communication from a capture's recorded times, waiting removed: `--comm
@@ -21,9 +21,10 @@ from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, Replayer, Resour
                      parse_limits, replay, run_replay)
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
-from .timing import Captured, Modelled
+from .timing import Captured, Modelled, Staggered
 
 __all__ = ["AnalyticalBackend", "Scales", "Dim", "MemoryConfig", "NetworkConfig", "SystemConfig",
            "default_network", "load_memory", "load_network", "load_system", "DEFAULT_LIMITS",
            "AS_CAPTURED", "CaptureModes", "run_replay", "Replayer", "Resources", "open_rankset",
-           "parse_limits", "replay", "compare_with_manifest", "ReplayResult", "Captured", "Modelled"]
+           "parse_limits", "replay", "compare_with_manifest", "ReplayResult", "Captured", "Modelled",
+           "Staggered"]

@@ -42,7 +42,7 @@ from chakra_tools.feed.protocol import Backend
 
 from .calibrate import COMM_MODES
 from .result import ReplayResult
-from .timing import Captured, Modelled
+from .timing import Captured, Modelled, Staggered
 
 #: ASTRA-sim's per-rank limits; 0 = unlimited
 DEFAULT_LIMITS = {"host": 1, "compute": 1, "comm": 1, "recv": 0, "mem": 0, "other": 0}
@@ -178,30 +178,13 @@ class _Posted(NamedTuple):
     arrival_ns: int | None = None  # an eager send: when its data reaches the receiver
 
 
-class Staggered(Modelled):
-    """The model, with each member of a collective going through its phases from its own arrival
-    (ASTRA-sim's behaviour: its messages flow as its peers arrive; `backend.collective_finish_ns`).
-    A backend without that method, or `Modelled` itself, starts every member at the last arrival
-    (what `--collective-start last` asks for: docs/replay.md §2)."""
-
-    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
-        finish = getattr(self.backend, "collective_finish_ns", None)
-        if finish is None:
-            return super().collective_ns(members, group, size)
-        first = members[0][2]
-        arrival = {m[0]: m[4] for m in members}
-        now = max(arrival.values())
-        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival[r] for r in group])
-        end_of = dict(zip(group, ends))
-        return [end_of[m[0]] - now for m in members]
-
-
 class Replayer:
     """Replay a rank set; `run()` returns a `ReplayResult`.
 
     `feeders` maps rank -> ETFeeder; `timing` is a timing policy (timing.py: `Modelled`,
-    `Captured`) or a plain backend (feed.Backend), which means `Modelled(backend)`; `groups` maps
-    pg_name -> global ranks (comm_group.json); `resources` says what each rank runs nodes on.
+    `Staggered`, `Captured`) or a plain backend (feed.Backend), which means `Staggered(backend)`;
+    `groups` maps pg_name -> global ranks (comm_group.json); `resources` says what each rank runs
+    nodes on.
     """
 
     def __init__(self, feeders: Mapping[int, ETFeeder], timing: Modelled | Backend, *,

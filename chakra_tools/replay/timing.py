@@ -6,14 +6,19 @@ serves a what-if on a modelled system and a capture replayed on the system it ra
 without a branch on either:
 
 - `Modelled(backend)`: every duration from the backend (compute: the recorded duration or a
-  roofline; communication: the network model). Every rank starts at 0.
+  roofline; communication: the network model). Every rank starts at 0, and every member of a
+  collective goes through it from the last one's arrival (`--collective-start last`).
+- `Staggered(backend)`: the same, but each member of a collective goes through its phases from
+  its own arrival, as in ASTRA-sim (a rank that arrived early may leave early); what
+  `Replayer(feeders, backend)` and a replay on the model use by default.
 - `Captured(backend, ...)`: the capture's own record where it has one, the backend elsewhere:
   host ops re-timed from the recorded timeline (recorded.py) or kept with the untraced time
   between them; communication calibrated from the recorded times with the waiting taken out
   (calibrate.py); ranks started at their recorded offsets. `CaptureModes.timing` builds one.
 
 A *member* below is one rank's part in a collective or a send/receive: a tuple whose first three
-fields are (rank, node id, `NodeInfo`).
+fields are (rank, node id, `NodeInfo`); a collective's member has its event and its arrival (ns)
+after them.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from .calibrate import COMM_MODES, RECORDED, recorded_ns
 
 class Modelled:
     """Every duration from `backend` (feed.Backend): the trace's recorded compute times (or a
-    roofline) and the network model. What `Replayer(feeders, backend)` uses."""
+    roofline) and the network model; a collective's members all start at the last arrival."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
@@ -63,6 +68,24 @@ class Modelled:
 
     def describe(self) -> dict:
         return self.backend.describe()
+
+
+class Staggered(Modelled):
+    """The model, with each member of a collective going through its phases from its own arrival
+    (ASTRA-sim's behaviour: its messages flow as its peers arrive; `backend.collective_finish_ns`).
+    A backend without that method, or `Modelled` itself, starts every member at the last arrival
+    (what `--collective-start last` asks for: docs/replay.md §2)."""
+
+    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
+        finish = getattr(self.backend, "collective_finish_ns", None)
+        if finish is None:
+            return super().collective_ns(members, group, size)
+        first = members[0][2]
+        arrival = {m[0]: m[4] for m in members}
+        now = max(arrival.values())
+        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival[r] for r in group])
+        end_of = dict(zip(group, ends))
+        return [end_of[m[0]] - now for m in members]
 
 
 class Captured(Modelled):
