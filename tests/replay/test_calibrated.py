@@ -290,4 +290,6 @@ def test_a_call_recorded_as_its_launch_alone_lasts_as_long_as_its_peers_say():
     t = read_timeline([host(1, 0, 100), launch, host(3, 190, 10, deps=(1,))])
     assert t.comm_end_ns == {2: UNKNOWN_END}
     waited = read_timeline([host(1, 0, 100), launch, host(3, 5000, 10, deps=(1, 2))])
-    assert waited.comm_end_ns == {2: (T0 + 5000) * 1000}  # the op that needed it says when
+    assert waited.comm_end_ns == {2: (T0 + 5000) * 1000}  # the next op needed it: it says when
+    later = read_timeline([host(1, 0, 100), launch, host(3, 190, 10, deps=(1,)), host(4, 5000, 10, deps=(2, 3))])
+    assert later.comm_end_ns == {2: UNKNOWN_END}  # op 3 ran in between: done some time before op 4
