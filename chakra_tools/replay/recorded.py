@@ -108,9 +108,10 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     for (start, end), nid, deps in comms:
         if end is None:  # its launch alone was recorded: done when the next op needed it, if it did
             waiter = waiters.get(nid)
-            ends[nid] = waiter if waiter is not None and not _host_starts_inside(starts, (start, waiter)) \
-                else UNKNOWN_END
-            continue
+            if waiter is None or _host_starts_inside(starts, (start, waiter)):
+                ends[nid] = UNKNOWN_END
+                continue
+            end = waiter
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
         if not _independent_starts_inside(host, starts, (start, done), nid) and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
