@@ -291,5 +291,6 @@ def test_a_call_recorded_as_its_launch_alone_lasts_as_long_as_its_peers_say():
     assert t.comm_end_ns == {2: UNKNOWN_END}
     waited = read_timeline([host(1, 0, 100), launch, host(3, 5000, 10, deps=(1, 2))])
     assert waited.comm_end_ns == {2: (T0 + 5000) * 1000}  # the next op needed it: it says when
+    assert waited.host_ns == {1: 100_000, 3: 10_000}  # and the rank waited for it, no op's time
     later = read_timeline([host(1, 0, 100), launch, host(3, 190, 10, deps=(1,)), host(4, 5000, 10, deps=(2, 3))])
     assert later.comm_end_ns == {2: UNKNOWN_END}  # op 3 ran in between: done some time before op 4
