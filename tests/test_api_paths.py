@@ -224,19 +224,14 @@ def test_convert_a_run_folder(captured, converted, tmp_path):
 
 @pytest.mark.slow
 def test_replay_as_captured_and_the_report(captured, converted, tmp_path):
-    from chakra_tools.replay import AS_CAPTURED, open_rankset, run_replay
-    from chakra_tools.replay.backend import SystemSpec
-    from chakra_tools.replay.fidelity import measured_of
+    from chakra_tools.replay import AS_CAPTURED, replay_rankset
     from chakra_tools.visualize.report import write_report
     from chakra_tools.visualize.sources import load_events
 
     manifest = captured / "manifest.json"
     cli(replay_cli.app, converted, "--as-captured", "--manifest", manifest, "--out", tmp_path / "cli.json",
         "--timeline", tmp_path / "cli-timeline.json.gz")
-    feeders, groups = open_rankset(converted)
-    result = run_replay(converted, feeders, SystemSpec().backend(max(feeders) + 1, str(converted)),
-                        groups=groups, modes=AS_CAPTURED)
-    result.compare(manifest=manifest, measured=measured_of(feeders))
+    result = replay_rankset(converted, modes=AS_CAPTURED, manifest=manifest)
     result.write(tmp_path / "api.json")
     result.timeline().write(tmp_path / "api-timeline.json.gz")
     assert (tmp_path / "api.json").read_bytes() == (tmp_path / "cli.json").read_bytes()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
@@ -72,27 +72,20 @@ def replay(
 
         trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
     """
-    from chakra_tools.replay import open_rankset, parse_limits
-    from chakra_tools.replay.backend import Scales, SystemSpec
-    from chakra_tools.replay.engine import AS_CAPTURED, CaptureModes, run_replay
-    from chakra_tools.replay.fidelity import measured_of
+    from chakra_tools.replay import (AS_CAPTURED, CaptureModes, RanksetRefused, SystemSpec, parse_limits,
+                                     replay_rankset)
 
-    base = AS_CAPTURED if as_captured else CaptureModes()
-    modes = CaptureModes(comm or base.comm, host_time or ("gaps" if host_gaps else base.host_time),
-                         align or base.align, lanes or base.lanes, collective_start).check()
-    try:
-        scales = Scales.parse(scale)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--scale") from None
-    spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, scales, roofline,
+    modes = (AS_CAPTURED if as_captured else CaptureModes()).merged_with(
+        comm=comm, host_time=host_time or ("gaps" if host_gaps else None), align=align, lanes=lanes,
+        coll_start=collective_start)
+    spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, _scales(scale), roofline,
                       exact_memory)
-    if validate:
-        from .validate import validate_first
-        validate_first(rankset, comm_group)
-    feeders, groups = open_rankset(rankset, comm_group, resolve=_resolve(resolve), window=window)
-    result = run_replay(rankset, feeders, spec.backend(max(feeders) + 1, str(rankset)), groups=groups,
-                        modes=modes, limits=parse_limits(limits), memory_on_comm=_memory_slot(memory_slot))
-    result.compare(manifest=manifest, measured=measured_of(feeders))
+    try:
+        result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes, limits=parse_limits(limits),
+                                memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),
+                                window=window, manifest=manifest, validate=validate, on_warning=_warn)
+    except RanksetRefused as e:
+        _refused(e)
     if out:
         result.write(out)
     if timeline:
@@ -119,11 +112,36 @@ def _print(result, as_json: bool) -> None:
     if result.fidelity:
         typer.echo(format_comparison(result.fidelity))
     for d in result.diagnostics:
-        typer.echo(f"warning: {d}", err=True)
+        _warn(d)
+
+
+def _warn(diagnostic) -> None:
+    typer.echo(f"warning: {diagnostic}", err=True)
+
+
+#: a refused rank set's findings printed (trace-validate prints them all)
+SHOWN_ERRORS = 10
+
+
+def _refused(e) -> NoReturn:
+    """A rank set validation refused: its first findings, then how to see all or replay anyway."""
+    for d in e.report.errors[:SHOWN_ERRORS]:
+        typer.echo(f"error: {d}", err=True)
+    typer.echo(f"{e} (trace-validate lists them all; --no-validate replays anyway)", err=True)
+    raise typer.Exit(1)
 
 
 #: above this many events the JSON is written compactly (json's indenting encoder is pure Python)
 PRETTY_LIMIT = 20_000
+
+
+def _scales(text: Optional[str]):
+    from chakra_tools.replay import Scales
+
+    try:
+        return Scales.parse(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--scale") from None
 
 
 def _memory_slot(text: str) -> bool:

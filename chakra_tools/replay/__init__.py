@@ -5,6 +5,14 @@
     result = replay("out/trace", backend)
     print(result.table())
 
+What `trace-replay` does (validate, replay on the system its options name, compare with the
+measured step) is one call; `--out` and `--timeline` are the result's two writers:
+
+    from chakra_tools.replay import AS_CAPTURED, SystemSpec, replay_rankset
+    result = replay_rankset("out/ddp", SystemSpec(network="net.yml"),
+                            modes=AS_CAPTURED, manifest="traces/ddp/manifest.json")
+    result.write("result.json"); result.timeline().write("timeline.json.gz")
+
 engine.py (the kernel, its resources and the per-kind handlers), timing.py (where durations
 come from: `Modelled`, `Staggered`, `Captured`), backend.py (compute, memory, network cost),
 collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
@@ -14,17 +22,17 @@ calibrated`), recorded.py (host time and completions from a capture's timeline: 
 timeline`).
 """
 
-from .backend import AnalyticalBackend, Scales
+from .backend import AnalyticalBackend, Scales, SystemSpec
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
-from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, Replayer, Resources, open_rankset,
-                     parse_limits, replay, run_replay)
+from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, RanksetRefused, Replayer, Resources,
+                     open_rankset, parse_limits, replay, replay_rankset, run_replay)
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered
 
-__all__ = ["AnalyticalBackend", "Scales", "Dim", "MemoryConfig", "NetworkConfig", "SystemConfig",
-           "default_network", "load_memory", "load_network", "load_system", "DEFAULT_LIMITS",
-           "AS_CAPTURED", "CaptureModes", "run_replay", "Replayer", "Resources", "open_rankset",
-           "parse_limits", "replay", "compare_with_manifest", "ReplayResult", "Captured", "Modelled",
-           "Staggered"]
+__all__ = ["AnalyticalBackend", "Scales", "SystemSpec", "Dim", "MemoryConfig", "NetworkConfig",
+           "SystemConfig", "default_network", "load_memory", "load_network", "load_system",
+           "DEFAULT_LIMITS", "AS_CAPTURED", "CaptureModes", "replay_rankset", "RanksetRefused",
+           "run_replay", "Replayer", "Resources", "open_rankset", "parse_limits", "replay",
+           "compare_with_manifest", "ReplayResult", "Captured", "Modelled", "Staggered"]

@@ -27,11 +27,11 @@ every rank is blocked on.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
 from chakra_tools.core.lanes import COMM, COMPUTE, HOST, LANES, MEM, OTHER
 from chakra_tools.core.lanes import lane_of as core_lane_of
@@ -40,7 +40,9 @@ from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
+from .backend import SystemSpec
 from .calibrate import COMM_MODES
+from .fidelity import measured_of
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered
 
@@ -535,6 +537,15 @@ class CaptureModes:
                 raise InputError(f"{name} {value!r}: use " + " or ".join(choices))
         return self
 
+    def merged_with(self, **chosen: str | None) -> "CaptureModes":
+        """These modes with each one `chosen` in its place (None or "": keep this one's), checked:
+        `trace-replay --as-captured --comm model` is `AS_CAPTURED.merged_with(comm="model")`.
+
+        >>> AS_CAPTURED.merged_with(comm="model", align=None)
+        CaptureModes(comm='model', host_time='timeline', align='recorded', lanes='stream', coll_start='arrival')
+        """
+        return replace(self, **{name: mode for name, mode in chosen.items() if mode}).check()
+
     @property
     def modelled(self) -> bool:
         return (self.comm, self.host_time, self.align) == ("model", "ops", "start")
@@ -582,3 +593,59 @@ def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None 
     feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
     return run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                       record_events=record_events)
+
+
+class RanksetRefused(ChakraToolsError):
+    """The rank set has validation errors and was not replayed: its replay would be silently
+    wrong (0-byte collectives, unknown groups) or never finish (collectives waiting for ranks
+    that are not there). `report` is the validation (core.validate.ValidationReport), the first
+    `SHOWN_PER_CODE` findings of each kind. Exit 1, as trace-validate's when it finds errors."""
+
+    exit_code = 1
+
+    def __init__(self, path: str | Path, report):
+        super().__init__(f"{path}: {report.error_count} validation error(s): not replayed")
+        self.report = report
+
+
+#: how many findings of each kind a refused rank set's report keeps
+SHOWN_PER_CODE = 10
+
+
+def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
+                   comm_group: str | Path | None = None, modes: CaptureModes = CaptureModes(),
+                   limits: Mapping[str, int] | None = None, memory_on_comm: bool = True,
+                   resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
+                   manifest: str | Path | None = None, validate: bool = True,
+                   on_warning: Callable[[Diagnostic], None] | None = None,
+                   record_events: bool = True) -> ReplayResult:
+    """What `trace-replay` does, in one call: validate the rank set at `path` (refused with
+    `RanksetRefused` on errors; `on_warning` hears, before the replay starts, what it cannot run:
+    a group that names ranks not given), replay it on the system `spec` describes (None:
+    `SystemSpec()`, one switch of every rank) under `modes` (`CaptureModes.merged_with`),
+    `limits` and `memory_on_comm` (see `run_replay`), and compare it with the capture's
+    `manifest`, else with the measured windows its rank files carry (`result.fidelity`).
+    `--out` and `--timeline` are then `result.write(path)` and `result.timeline().write(path)`.
+    """
+    if validate:
+        _refuse_invalid(path, comm_group, on_warning)
+    feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
+    backend = (spec or SystemSpec()).backend(max(feeders) + 1, str(path))
+    result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
+                        record_events=record_events, memory_on_comm=memory_on_comm)
+    result.compare(manifest=manifest, measured=measured_of(feeders))
+    return result
+
+
+def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
+                    on_warning: Callable[[Diagnostic], None] | None) -> None:
+    """Raise `RanksetRefused` if the rank set has validation errors; hand each partial-group
+    finding (a group naming absent ranks: the replay would wait for them) to `on_warning`."""
+    from chakra_tools.core.validate import validate_path
+
+    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE)
+    for d in report.diagnostics:
+        if d.code == "partial-group" and on_warning is not None:
+            on_warning(d)
+    if report.errors:
+        raise RanksetRefused(path, report)

@@ -99,11 +99,10 @@ def test_deadlock_exits_3_with_the_blocked_nodes(tmp_path):
 
 
 def test_the_command_is_one_call_of_the_api(shared_fixtures, tmp_path):
-    """What `trace-replay --out` writes, the public API writes too: options -> SystemSpec,
-    run_replay, compare, write; and the document reads back typed."""
+    """What `trace-replay --out` writes, the public API writes too: options -> SystemSpec and
+    modes, replay_rankset, write; and the document reads back typed."""
     from chakra_tools.core.replaydoc import read_replay_result
-    from chakra_tools.replay import AS_CAPTURED, open_rankset, run_replay
-    from chakra_tools.replay.backend import Scales, SystemSpec
+    from chakra_tools.replay import AS_CAPTURED, Scales, SystemSpec, replay_rankset
 
     a = shared_fixtures / "astra-sim"
     net, sysj = a / "configs/Ring_4npus.yml", a / "configs/Ring_4chunks.json"
@@ -111,12 +110,8 @@ def test_the_command_is_one_call_of_the_api(shared_fixtures, tmp_path):
     res = runner.invoke(app, [str(a / "all_reduce_4npus_1MB"), "--network", str(net), "--system", str(sysj),
                               "--scale", "comm=2", "--as-captured", "--out", str(cli_out)])
     assert res.exit_code == 0, res.output
-    path = a / "all_reduce_4npus_1MB"
-    feeders, groups = open_rankset(path)
     spec = SystemSpec(net, sysj, scales=Scales(comm=2.0))
-    result = run_replay(path, feeders, spec.backend(len(feeders)), groups=groups, modes=AS_CAPTURED)
-    result.compare(measured={})
-    result.write(api_out)
+    replay_rankset(a / "all_reduce_4npus_1MB", spec, modes=AS_CAPTURED).write(api_out)
     assert api_out.read_text() == cli_out.read_text()
     doc = read_replay_result(api_out)
     assert doc.makespan_ns == 86_000 and {e.work for e in doc.events} == {"comm"}
