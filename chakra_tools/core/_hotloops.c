@@ -18,6 +18,9 @@
  *         change nothing but the count of consecutive ids: ids first+count, first+count+1, ...;
  *         no control dependencies; data dependencies on earlier nodes of the run; not a
  *         communication node; every contract attribute of its contract kind.
+ *
+ *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
+ *         (twin: none claimed, the feeder's reference decode) see its section below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -504,6 +507,494 @@ static PyObject *plain_run(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(i - (start < 0 ? n : start));
 }
 
+/* ---- decode_node: one Node message -> what the feeder keeps of it (feed/feeder.py) -----------
+ *
+ *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
+ *         (twin: hotloops._decode_node_twin claims no node; the feeder's reference path,
+ *         pb.Node.FromString + feed/info.node_info, decodes every one). Reads the wire format
+ *         directly, without building protobuf objects: the id, the dependencies the feeder resolves
+ *         (data then control, each id once, in order) and `info_type(...)` (feed/info.NodeInfo,
+ *         its 18 fields as node_info fills them). Returns None (punts) where the reference might
+ *         differ or must word an error: a malformed message, a string that is not UTF-8, a field
+ *         Node does not have or with another wire type (the legacy check sees those), a type out
+ *         of 0..max_type, a group, over 64 dependencies of a kind, a list value given twice.
+ */
+
+#define MAX_DEPS 64
+#define N_SLOTS 10
+
+typedef const unsigned char *Ptr;
+
+static inline int rd_varint(Ptr *p, Ptr end, uint64_t *v)
+{
+    uint64_t r = 0;
+    Ptr q = *p;
+    for (int s = 0; q < end; s += 7) {
+        unsigned b = *q++;
+        if (s == 63 && b > 1)
+            return PUNT;
+        r |= (uint64_t)(b & 0x7F) << s;
+        if (b < 0x80) {
+            *v = r;
+            *p = q;
+            return 0;
+        }
+        if (s == 63)
+            return PUNT;
+    }
+    return PUNT;
+}
+
+static inline uint64_t rd_le(Ptr p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The value of a field of wire type `wt` at *p: a varint or fixed number in *v, or a
+ * length-delimited span in *s and *n; moves *p past it. Groups (3, 4) and bad wire types punt. */
+static inline int rd_value(Ptr *p, Ptr end, int wt, uint64_t *v, Ptr *s, Py_ssize_t *n)
+{
+    switch (wt) {
+    case 0:
+        return rd_varint(p, end, v);
+    case 1:
+    case 5: {
+        int w = wt == 1 ? 8 : 4;
+        if (end - *p < w)
+            return PUNT;
+        *v = rd_le(*p, w);
+        *p += w;
+        return 0;
+    }
+    case 2: {
+        uint64_t len;
+        if (rd_varint(p, end, &len) || len > (uint64_t)(end - *p))
+            return PUNT;
+        *s = *p;
+        *n = (Py_ssize_t)len;
+        *p += len;
+        return 0;
+    }
+    default:
+        return PUNT;
+    }
+}
+
+/* A proto3 string: valid UTF-8 (the protobuf parser refuses anything else). */
+static int utf8_ok(Ptr s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] >= 0x80) {
+            PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+            if (u == NULL) {
+                PyErr_Clear();
+                return 0;
+            }
+            Py_DECREF(u);
+            return 1;
+        }
+    }
+    return 1;
+}
+
+/* The wire type of a scalar kind by its AttributeProto field number (3, 5, ..., 31). */
+static int scalar_wt(int field)
+{
+    switch (field) {
+    case 3: case 21: case 25: return 1;       /* double, fixed64, sfixed64 */
+    case 5: case 19: case 23: return 5;       /* float, fixed32, sfixed32 */
+    case 29: case 31: return 2;               /* string, bytes */
+    default: return 0;                        /* the varint kinds and bool */
+    }
+}
+
+/* A message whose field `field` is repeated of wire type `wt` (a list kind's `values` with
+ * wt = its scalar's, or IOInfo's three string fields with field 0 = any): well formed; strings
+ * valid UTF-8; other fields skipped. */
+static int check_repeated(Ptr p, Ptr end, int field, int wt)
+{
+    while (p < end) {
+        uint64_t key, v;
+        Ptr s = NULL;
+        Py_ssize_t n = 0;
+        if (rd_varint(&p, end, &key))
+            return PUNT;
+        int f = (int)(key >> 3), w = (int)(key & 7);
+        if (key >> 3 == 0 || rd_value(&p, end, w, &v, &s, &n))
+            return PUNT;
+        if (field == 0 ? f >= 1 && f <= 3 : f == field) {
+            if (wt == 2 || field == 0) {
+                if (w != 2 || (field == 0 && !utf8_ok(s, n)))
+                    return PUNT;
+            } else if (w == 2) { /* packed */
+                if (wt == 0) {
+                    Ptr q = s, qe = s + n;
+                    while (q < qe)
+                        if (rd_varint(&q, qe, &v))
+                            return PUNT;
+                } else if (n % (wt == 1 ? 8 : 4))
+                    return PUNT;
+            } else if (w != wt)
+                return PUNT;
+        }
+    }
+    return 0;
+}
+
+/* A string-list attribute's values are strings: checked like IOInfo's but on field 1 only. */
+static int check_list(Ptr s, Py_ssize_t n, int list_field)
+{
+    int scalar = list_field - 1;
+    if (scalar == 29) { /* string_list */
+        Ptr p = s, end = s + n;
+        while (p < end) {
+            uint64_t key, v;
+            Ptr t = NULL;
+            Py_ssize_t m = 0;
+            if (rd_varint(&p, end, &key) || key >> 3 == 0 || rd_value(&p, end, (int)(key & 7), &v, &t, &m))
+                return PUNT;
+            if (key >> 3 == 1 && ((key & 7) != 2 || !utf8_ok(t, m)))
+                return PUNT;
+        }
+        return 0;
+    }
+    return check_repeated(s, s + n, 1, scalar_wt(scalar));
+}
+
+typedef struct {
+    Ptr name;
+    Py_ssize_t name_len;
+    int kind;        /* the value's field number, 0 if none */
+    uint64_t v;      /* a scalar value (raw: varint or little-endian bits) */
+    Ptr s;           /* a length-delimited value */
+    Py_ssize_t n;
+} Attr;
+
+static int read_attr(Ptr p, Ptr end, Attr *a)
+{
+    int kinds = 0, list_seen = 0;
+    memset(a, 0, sizeof *a);
+    a->name = (Ptr) "";
+    while (p < end) {
+        uint64_t key, v = 0;
+        Ptr s = NULL;
+        Py_ssize_t n = 0;
+        if (rd_varint(&p, end, &key))
+            return PUNT;
+        int f = (int)(key >> 3), w = (int)(key & 7);
+        if (f == 0 || rd_value(&p, end, w, &v, &s, &n))
+            return PUNT;
+        if (f == 1 || f == 2) { /* name, doc_string */
+            if (w != 2 || !utf8_ok(s, n))
+                return PUNT;
+            if (f == 1) {
+                a->name = s;
+                a->name_len = n;
+            }
+        } else if (f >= 3 && f <= 32) {
+            int list = f % 2 == 0;
+            if (w != (list ? 2 : scalar_wt(f)))
+                return PUNT;
+            if (list) {
+                if (check_list(s, n, f))
+                    return PUNT;
+                list_seen = 1;
+            } else if (f == 29 && !utf8_ok(s, n))
+                return PUNT;
+            if (++kinds > 1 && list_seen) /* a list merged or replaced: the reference says */
+                return PUNT;
+            a->kind = f;
+            a->v = v;
+            a->s = s;
+            a->n = n;
+        }
+        /* other fields: unknown to AttributeProto, skipped as protobuf keeps them aside */
+    }
+    return 0;
+}
+
+static inline int name_is(const Attr *a, const char *lit, Py_ssize_t n)
+{
+    return a->name_len == n && memcmp(a->name, lit, n) == 0;
+}
+
+/* The NodeInfo slot of an integer contract attribute (feed/info._INT_SLOT), or -1. */
+static int int_slot(const Attr *a)
+{
+    static const char *names[N_SLOTS] = {"num_ops", "tensor_size", "comm_type", "comm_size", "comm_src",
+                                         "comm_dst", "comm_tag", "duration_ns", "tid", "stream"};
+    for (int i = 0; i < N_SLOTS; i++)
+        if (name_is(a, names[i], (Py_ssize_t)strlen(names[i])))
+            return i;
+    return -1;
+}
+
+/* An integer kind's value as Python reads it, or NULL with nothing set if not an integer kind. */
+static PyObject *int_value(int kind, uint64_t v)
+{
+    switch (kind) {
+    case 7:  return PyLong_FromLong((int32_t)(uint32_t)v);                         /* int32 */
+    case 9:  return PyLong_FromLongLong((int64_t)v);                               /* int64 */
+    case 11: return PyLong_FromUnsignedLong((uint32_t)v);                          /* uint32 */
+    case 13: return PyLong_FromUnsignedLongLong(v);                                /* uint64 */
+    case 15: { uint32_t u = (uint32_t)v;                                           /* sint32 */
+               return PyLong_FromLong((int32_t)((u >> 1) ^ (0u - (u & 1)))); }
+    case 17: return PyLong_FromLongLong((int64_t)((v >> 1) ^ (0ull - (v & 1))));   /* sint64 */
+    case 19: return PyLong_FromUnsignedLong((uint32_t)v);                          /* fixed32 */
+    case 21: return PyLong_FromUnsignedLongLong(v);                                /* fixed64 */
+    case 23: return PyLong_FromLong((int32_t)(uint32_t)v);                         /* sfixed32 */
+    case 25: return PyLong_FromLongLong((int64_t)v);                               /* sfixed64 */
+    default: return NULL;
+    }
+}
+
+static inline int is_int_kind(int kind)
+{
+    return kind >= 7 && kind <= 25 && kind % 2 == 1;
+}
+
+static int add_ids(Ptr s, Py_ssize_t n, int wt, uint64_t v, uint64_t *ids, int *count)
+{
+    if (wt == 0) {
+        if (*count >= MAX_DEPS)
+            return PUNT;
+        ids[(*count)++] = v;
+        return 0;
+    }
+    if (wt != 2)
+        return PUNT;
+    Ptr q = s, end = s + n;
+    while (q < end) {
+        if (*count >= MAX_DEPS || rd_varint(&q, end, &v))
+            return PUNT;
+        ids[(*count)++] = v;
+    }
+    return 0;
+}
+
+static int info_type_ok(PyTypeObject *t)
+{
+    static PyTypeObject *checked = NULL;
+    if (t == checked)
+        return 1;
+    if (!PyType_Check(t) || !PyType_IsSubtype(t, &PyTuple_Type) || t->tp_basicsize != PyTuple_Type.tp_basicsize)
+        return 0;
+    PyObject *fields = PyObject_GetAttrString((PyObject *)t, "_fields");
+    if (fields == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t n = PyObject_Length(fields);
+    Py_DECREF(fields);
+    if (n != 18) {
+        PyErr_Clear();
+        return 0;
+    }
+    checked = t;
+    return 1;
+}
+
+static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !info_type_ok((PyTypeObject *)args[3]))
+        Py_RETURN_NONE;
+    int use_data = PyObject_IsTrue(args[1]), use_ctrl = PyObject_IsTrue(args[2]);
+    long max_type = PyLong_AsLong(args[4]), comm_coll = PyLong_AsLong(args[5]);
+    if (use_data < 0 || use_ctrl < 0 || PyErr_Occurred())
+        return NULL;
+    Ptr p = (Ptr)PyBytes_AS_STRING(args[0]), end = p + PyBytes_GET_SIZE(args[0]);
+
+    uint64_t id = 0, start = 0, dur = 0, data[MAX_DEPS], ctrl[MAX_DEPS];
+    int64_t type = 0;
+    int n_data = 0, n_ctrl = 0, is_cpu = 0;
+    Ptr name = (Ptr) "", pg = NULL, involved = NULL;
+    Py_ssize_t name_len = 0, pg_len = 0, involved_len = 0;
+    int slot_kind[N_SLOTS] = {0};
+    uint64_t slot_v[N_SLOTS];
+
+    while (p < end) {
+        uint64_t key, v = 0;
+        Ptr s = NULL;
+        Py_ssize_t n = 0;
+        if (rd_varint(&p, end, &key))
+            Py_RETURN_NONE;
+        int f = (int)(key >> 3), w = (int)(key & 7);
+        if (f == 0 || rd_value(&p, end, w, &v, &s, &n))
+            Py_RETURN_NONE;
+        switch (f) {
+        case 1: case 3: case 6: case 7:
+            if (w != 0)
+                Py_RETURN_NONE;
+            if (f == 1) id = v;
+            else if (f == 3) type = (int32_t)(uint32_t)v;
+            else if (f == 6) start = v;
+            else dur = v;
+            break;
+        case 2:
+            if (w != 2 || !utf8_ok(s, n))
+                Py_RETURN_NONE;
+            name = s;
+            name_len = n;
+            break;
+        case 4: case 5:
+            if (add_ids(s, n, w, v, f == 5 ? data : ctrl, f == 5 ? &n_data : &n_ctrl))
+                Py_RETURN_NONE;
+            break;
+        case 8: case 9:
+            if (w != 2 || check_repeated(s, s + n, 0, 2))
+                Py_RETURN_NONE;
+            break;
+        case 10: {
+            Attr a;
+            if (w != 2 || read_attr(s, s + n, &a))
+                Py_RETURN_NONE;
+            int slot;
+            if (name_is(&a, "is_cpu_op", 9)) {
+                if (a.kind == 27)
+                    is_cpu = a.v != 0;
+            } else if ((slot = int_slot(&a)) >= 0) {
+                if (is_int_kind(a.kind)) {
+                    slot_kind[slot] = a.kind;
+                    slot_v[slot] = a.v;
+                }
+            } else if (name_is(&a, "pg_name", 7)) {
+                if (a.kind == 29) {
+                    pg = a.s;
+                    pg_len = a.n;
+                }
+            } else if (name_is(&a, "involved_dim", 12) && a.kind == 28) {
+                involved = a.s;
+                involved_len = a.n;
+            }
+            break;
+        }
+        default: /* a field today's Node lacks: the legacy check and the reference decide */
+            Py_RETURN_NONE;
+        }
+    }
+    if (type < 0 || type > max_type)
+        Py_RETURN_NONE;
+
+    /* deps: data then control (as the feeder resolves them), each id once, first place kept */
+    uint64_t deps[2 * MAX_DEPS];
+    int n_deps = 0;
+    for (int k = 0; k < 2; k++) {
+        const uint64_t *ids = k == 0 ? data : ctrl;
+        int count = k == 0 ? (use_data ? n_data : 0) : (use_ctrl ? n_ctrl : 0);
+        for (int i = 0; i < count; i++) {
+            int dup = 0;
+            for (int j = 0; j < n_deps && !dup; j++)
+                dup = deps[j] == ids[i];
+            if (!dup)
+                deps[n_deps++] = ids[i];
+        }
+    }
+
+    /* the involved_dim values: a BoolList's field 1, packed or not */
+    PyObject *items[18] = {NULL};
+    PyObject *dep_tuple = NULL, *nid = NULL, *out = NULL, *info = NULL;
+    Py_ssize_t n_inv = 0;
+    unsigned char inv[256];
+    if (involved != NULL) {
+        Ptr q = involved, qe = involved + involved_len;
+        while (q < qe) {
+            uint64_t key, v = 0;
+            Ptr s = NULL;
+            Py_ssize_t n = 0;
+            if (rd_varint(&q, qe, &key) || rd_value(&q, qe, (int)(key & 7), &v, &s, &n))
+                Py_RETURN_NONE;
+            if (key >> 3 != 1)
+                continue;
+            if ((key & 7) == 0) {
+                if (n_inv >= 256)
+                    Py_RETURN_NONE;
+                inv[n_inv++] = v != 0;
+            } else {
+                Ptr r = s, re = s + n;
+                while (r < re) {
+                    if (n_inv >= 256 || rd_varint(&r, re, &v))
+                        Py_RETURN_NONE;
+                    inv[n_inv++] = v != 0;
+                }
+            }
+        }
+    }
+
+    dep_tuple = PyTuple_New(n_deps);
+    if (dep_tuple == NULL)
+        goto fail;
+    for (int i = 0; i < n_deps; i++) {
+        PyObject *d = PyLong_FromUnsignedLongLong(deps[i]);
+        if (d == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(dep_tuple, i, d);
+    }
+    nid = PyLong_FromUnsignedLongLong(id);
+    items[0] = nid;
+    Py_XINCREF(nid);
+    items[1] = PyUnicode_DecodeUTF8((const char *)name, name_len, "strict");
+    items[2] = PyLong_FromLongLong(type);
+    items[3] = PyLong_FromUnsignedLongLong(dur);
+    items[4] = PyBool_FromLong(is_cpu);
+    for (int i = 0; i < N_SLOTS; i++) {
+        /* NodeInfo's order: num_ops, tensor_size, comm_type, comm_size, comm_src, comm_dst, comm_tag
+         * at 5..11; duration_ns, tid, stream at 15..17 */
+        int at = i < 7 ? 5 + i : 8 + i;
+        PyObject *val;
+        if (slot_kind[i])
+            val = int_value(slot_kind[i], slot_v[i]);
+        else if (i == 0 || i == 1 || i == 3 || (i == 2 && type == comm_coll))
+            val = PyLong_FromLong(0);  /* num_ops, tensor_size, comm_size: 0; a COMM_COLL's comm_type: 0 */
+        else {
+            val = Py_None;
+            Py_INCREF(val);
+        }
+        items[at] = val;
+    }
+    items[12] = pg ? PyUnicode_DecodeUTF8((const char *)pg, pg_len, "strict") : PyUnicode_New(0, 0);
+    if (involved != NULL) {
+        items[13] = PyTuple_New(n_inv);
+        if (items[13] != NULL)
+            for (Py_ssize_t i = 0; i < n_inv; i++) {
+                PyObject *b = inv[i] ? Py_True : Py_False;
+                Py_INCREF(b);
+                PyTuple_SET_ITEM(items[13], i, b);
+            }
+    } else {
+        items[13] = Py_None;
+        Py_INCREF(Py_None);
+    }
+    items[14] = PyLong_FromUnsignedLongLong(start);
+    for (int i = 0; i < 18; i++)
+        if (items[i] == NULL)
+            goto fail;
+    PyTypeObject *t = (PyTypeObject *)args[3];
+    info = t->tp_alloc(t, 18);
+    if (info == NULL)
+        goto fail;
+    for (int i = 0; i < 18; i++) {
+        PyTuple_SET_ITEM(info, i, items[i]);
+        items[i] = NULL;
+    }
+    out = PyTuple_New(3);
+    if (out == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(out, 0, nid);
+    PyTuple_SET_ITEM(out, 1, dep_tuple);
+    PyTuple_SET_ITEM(out, 2, info);
+    return out;
+fail:
+    for (int i = 0; i < 18; i++)
+        Py_XDECREF(items[i]);
+    Py_XDECREF(dep_tuple);
+    Py_XDECREF(nid);
+    Py_XDECREF(info);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_frames", encode_frames, METH_VARARGS,
      "encode_frames(nodes, start) -> (bytes, next): length-prefixed Node messages for\n"
@@ -512,6 +1003,9 @@ static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(nodes, start, first, count, contract, comm_types) -> how many nodes from start on\n"
      "the validator has nothing to say about (consecutive ids from first + count)."},
+    {"decode_node", (PyCFunction)(void (*)(void))decode_node, METH_FASTCALL,
+     "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
+     "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},
     {NULL, NULL, 0, NULL},
 };
 

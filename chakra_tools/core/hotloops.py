@@ -1,7 +1,8 @@
 """The core's compiled loops (`_hotloops.c`) or their Python twins, picked once, here.
 
 The writer (`etio.TraceWriter.write_all`) and the validator (`validate.scan_rank`) call
-`encode_frames` and `plain_run` and read as one algorithm; whether C or Python answers is decided
+`encode_frames` and `plain_run`, the feeder (`feed.ETFeeder`) calls `decode_node`, and each reads
+as one algorithm; whether C or Python answers is decided
 at import (the Python twins where the extension is not built or CHAKRA_TOOLS_PURE_PYTHON is set;
 `core.native`) or, for a block of code, by `python_twins()`, which the tests that compare the two
 paths use. Python is the reference: the C functions do the common case and leave the rest to it.
@@ -40,23 +41,34 @@ def _plain_run_twin(nodes: Sequence[Node], start: int, first: int, count: int) -
     return 0
 
 
+def _decode_node_twin(msg: bytes, use_data: bool, use_ctrl: bool, info_type: type, max_type: int,
+                      comm_coll: int) -> None:
+    """Decodes no node: then the feeder's reference (protobuf and `feed.info.node_info`) reads every one."""
+    return None
+
+
 #: encode_frames(nodes, start) -> (frames, next): see `encoder.encode_frames`
 #: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
 #: first + count, first + count + 1, ... and nothing the validator would report (the run of
 #: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
-_TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin}
+#: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
+#: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
+_TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
+          "decode_node": _decode_node_twin}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
-                                            "plain_run": _plain_run_compiled}
+                                            "plain_run": _plain_run_compiled,
+                                            "decode_node": COMPILED.decode_node}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
+decode_node = _PICKED["decode_node"]
 
 
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run
+    global encode_frames, plain_run, decode_node
     try:
-        encode_frames, plain_run = _TWINS["encode_frames"], _TWINS["plain_run"]
+        encode_frames, plain_run, decode_node = (_TWINS[k] for k in ("encode_frames", "plain_run", "decode_node"))
         yield
     finally:
-        encode_frames, plain_run = _PICKED["encode_frames"], _PICKED["plain_run"]
+        encode_frames, plain_run, decode_node = (_PICKED[k] for k in ("encode_frames", "plain_run", "decode_node"))

@@ -50,9 +50,12 @@ from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 
-from .info import NodeInfo, node_info
+from chakra_tools.core import hotloops
 
-_MAX_TYPE = max(NodeType)
+from .info import NodeInfo, node_entry, node_info
+
+_MAX_TYPE = int(max(NodeType))
+_COMM_COLL = int(NodeType.COMM_COLL_NODE)
 
 DEFAULT_WINDOW = 1 << 16
 #: ids below this are remembered in a bitmap (1 bit each); larger ids in a set.
@@ -119,7 +122,8 @@ class ETFeeder:
         self.path = str(path)
         self.rank = rank
         self.window = max(1, window)
-        self._eager_info = eager_info  # decode NodeInfo while loading (a replayer reads every node)
+        self._eager_info = eager_info  # keep NodeInfo from loading (a replayer reads every node)
+        self._decode_node = hotloops.decode_node  # C or its twin, as picked now (python_twins())
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self._use_data = "data" in resolve
         self._use_ctrl = "ctrl" in resolve
@@ -182,19 +186,26 @@ class ETFeeder:
             self._close()
             raise
 
-    def _load(self, offset: int, msg: bytes) -> None:
-        sniff = self.nodes_read < LEGACY_SNIFF
+    def _decode(self, offset: int, msg: bytes) -> tuple[int, tuple[int, ...], NodeInfo]:
+        """The reference decode (protobuf, `node_entry`): every node `decode_node` leaves to it,
+        and the one that words the error of a node that does not decode."""
         try:
             m = pb.Node.FromString(msg)
         except DecodeError as e:
-            if sniff:
+            if self.nodes_read < LEGACY_SNIFF:
                 self._refuse_legacy(offset, msg)
             raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}") from None
-        if sniff and len(UnknownFieldSet(m)):  # a legacy node always leaves fields today's schema lacks
-            self._refuse_legacy(offset, msg)
-        nid = m.id
+        if self.nodes_read < LEGACY_SNIFF and len(UnknownFieldSet(m)):
+            self._refuse_legacy(offset, msg)  # a legacy node always leaves fields today's schema lacks
         if not 0 <= m.type <= _MAX_TYPE:  # as Graph.read refuses it: no simulator can run it
-            raise TraceReadError(self.path, offset, f"node {nid} has unknown node type {m.type}")
+            raise TraceReadError(self.path, offset, f"node {m.id} has unknown node type {m.type}")
+        return node_entry(m, self._use_data, self._use_ctrl)
+
+    def _load(self, offset: int, msg: bytes) -> None:
+        # the compiled decode, or None where the reference must read it (it never reads a node
+        # with a field today's Node lacks, so the legacy check sees all of those)
+        got = self._decode_node(msg, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL)
+        nid, deps, info = got if got is not None else self._decode(offset, msg)
         self.nodes_read += 1
         loaded, finished = self._loaded, self._finished
         bits = finished._bits
@@ -203,15 +214,9 @@ class ETFeeder:
         if nid in loaded or seen:
             self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
             return
-        data = m.data_deps if self._use_data else ()
-        ctrl = m.ctrl_deps if self._use_ctrl else ()
-        if ctrl:
-            deps = tuple(dict.fromkeys((*data, *ctrl)))
-        else:
-            deps = tuple(dict.fromkeys(data)) if len(data) > 1 else tuple(data)
         rec = _Loaded(msg, deps)
         if self._eager_info:
-            rec.info = node_info(m)
+            rec.info = info
         loaded[nid] = rec
         self._unfinished += 1
         if deps:

@@ -88,3 +88,16 @@ def node_info(m) -> NodeInfo:
     return _new(NodeInfo, (m.id, m.name, t, m.duration_micros, is_cpu, num_ops or 0, size or 0, ct,
                            comm_size or 0, src, dst, tag, pg, involved, m.start_time_micros, dur_ns, tid,
                            stream))
+
+
+def node_entry(m, use_data: bool, use_ctrl: bool) -> tuple[int, tuple[int, ...], NodeInfo]:
+    """What the feeder keeps of a protobuf `Node`: its id, the dependencies it resolves (data then
+    control, per `use_*`, each id once, first place kept) and its `NodeInfo`. The reference that
+    `core/_hotloops.c`'s `decode_node` reads straight off the wire (tests/feed/test_decode_node.py)."""
+    data = m.data_deps if use_data else ()
+    ctrl = m.ctrl_deps if use_ctrl else ()
+    if ctrl:
+        deps = tuple(dict.fromkeys((*data, *ctrl)))
+    else:
+        deps = tuple(dict.fromkeys(data)) if len(data) > 1 else tuple(data)
+    return m.id, deps, node_info(m)
