@@ -971,6 +971,7 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (int i = 0; i < 18; i++)
         if (items[i] == NULL)
             goto fail;
+    int items13_tracked = n_inv > 0;
     PyTypeObject *t = (PyTypeObject *)args[3];
     info = t->tp_alloc(t, 18);
     if (info == NULL)
@@ -979,6 +980,13 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyTuple_SET_ITEM(info, i, items[i]);
         items[i] = NULL;
     }
+    /* Nothing in them can refer back to a container: untracked now, the cyclic collector need not
+     * walk a feeder's window of them again and again (as it untracks plain tuples of numbers) */
+    PyObject_GC_UnTrack(info);
+    if (items13_tracked)
+        PyObject_GC_UnTrack(PyTuple_GET_ITEM(info, 13));
+    if (n_deps)
+        PyObject_GC_UnTrack(dep_tuple);
     out = PyTuple_New(3);
     if (out == NULL)
         goto fail;

@@ -101,12 +101,12 @@ class _Loaded:
 
     __slots__ = ("raw", "info", "deps", "waiting", "children", "state")
 
-    def __init__(self, raw: bytes, deps: tuple[int, ...]):
+    def __init__(self, raw: bytes, deps: tuple[int, ...], info: NodeInfo | None):
         self.raw = raw
-        self.info: NodeInfo | None = None  # decoded on first use
+        self.info = info  # None: decoded on first use
         self.deps = deps
         self.waiting = 0
-        self.children: list[int] = []
+        self.children: list[int] | None = None  # made for the first child (most nodes have none)
         self.state = 0  # 0 blocked, 1 issuable, 2 in flight
 
 
@@ -209,33 +209,35 @@ class ETFeeder:
         self.nodes_read += 1
         loaded, finished = self._loaded, self._finished
         bits = finished._bits
-        seen = (nid < BITMAP_LIMIT and (nid >> 3) < len(bits) and bits[nid >> 3] >> (nid & 7) & 1
-                or nid >= BITMAP_LIMIT and nid in finished)  # inlined `nid in finished`
-        if nid in loaded or seen:
+        if nid in loaded or (nid < BITMAP_LIMIT and (nid >> 3) < len(bits) and bits[nid >> 3] >> (nid & 7) & 1
+                             or nid >= BITMAP_LIMIT and nid in finished):  # inlined `nid in finished`
             self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
             return
-        rec = _Loaded(msg, deps)
-        if self._eager_info:
-            rec.info = info
+        rec = _Loaded(msg, deps, info if self._eager_info else None)
         loaded[nid] = rec
         self._unfinished += 1
         if deps:
             nbits = len(bits) << 3
             waiting = 0
-            for d in deps:  # inlined `d in finished`: this loop runs for every edge of the file
-                if d < nbits and bits[d >> 3] >> (d & 7) & 1 or d >= BITMAP_LIMIT and d in finished:
-                    continue
-                waiting += 1
-                parent = loaded.get(d)
+            for d in deps:  # this loop runs for every edge of the file: a loaded parent first (the
+                parent = loaded.get(d)  # common case), then an inlined `d in finished`
                 if parent is not None:
-                    parent.children.append(nid)
-                else:
+                    waiting += 1
+                    if parent.children is None:
+                        parent.children = [nid]
+                    else:
+                        parent.children.append(nid)
+                elif not (d < nbits and bits[d >> 3] >> (d & 7) & 1 or d >= BITMAP_LIMIT and d in finished):
+                    waiting += 1
                     self._unseen.setdefault(d, []).append(nid)
             rec.waiting = waiting
         if self._unseen:
             waiters = self._unseen.pop(nid, None)
             if waiters:
-                rec.children.extend(waiters)
+                if rec.children is None:
+                    rec.children = waiters
+                else:
+                    rec.children.extend(waiters)
         if rec.waiting == 0:
             rec.state = 1
             heapq.heappush(self._ready, nid)
