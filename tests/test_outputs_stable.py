@@ -26,7 +26,7 @@ from chakra_tools.core import hotloops
 SCRIPT = r"""
 import json, sys
 from chakra_tools.core import hotloops
-from chakra_tools.convert import hostet
+from chakra_tools.convert import hotloops as convert_loops
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.validate import validate_path
 from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
@@ -35,7 +35,7 @@ from chakra_tools.replay import AS_CAPTURED, open_rankset, run_replay
 from chakra_tools.replay.backend import SystemSpec
 
 fx, pure = sys.argv[1], bool(sys.argv[2])
-assert (hotloops.COMPILED is None) == (hostet.NATIVE is None) == pure, "the facades did not pick as asked"
+assert (hotloops.COMPILED is None) == (convert_loops.COMPILED is None) == pure, "the facades did not pick as asked"
 pairs = {"param": ("param/linear_1gpu_host_et.json.gz", "param/linear_1gpu_kineto.json.gz"),
          "hta": ("hta/simple_add_host_et.json.gz", "hta/simple_add_kineto.json.gz")}
 for name, (host, device) in pairs.items():

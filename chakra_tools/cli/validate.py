@@ -72,25 +72,3 @@ def _print_report(path: Path, report) -> None:
     verdict = "OK" if not errors else "FAILED"
     typer.echo(f"{path}: {len(report.ranks)} rank(s), {report.nodes} nodes: "
                f"{errors} error(s), {warnings} warning(s) — {verdict}")
-
-
-def validate_first(rankset: Path, comm_group: Optional[Path], show: int = 10) -> None:
-    """Before a replay: refuse a rank set with errors (exit 1, the first `show` findings
-    printed), and say on stderr what a replay cannot run (ranks a group names that are absent).
-
-    A replay of such a set would be silently wrong (0-byte collectives, unknown groups) or never
-    finish (collectives waiting for ranks that are not there)."""
-    from chakra_tools.core.validate import validate_path
-
-    report = validate_path(rankset, comm_group, examples_per_code=show)
-    for d in report.diagnostics:
-        if d.code == "partial-group":
-            typer.echo(f"warning: {d}", err=True)
-    errors = report.errors
-    if not errors:
-        return
-    for d in errors[:show]:
-        typer.echo(f"error: {d}", err=True)
-    typer.echo(f"{rankset}: {report.error_count} validation error(s): not replayed "
-               "(trace-validate lists them all; --no-validate replays anyway)", err=True)
-    raise typer.Exit(1)

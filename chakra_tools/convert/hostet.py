@@ -224,9 +224,6 @@ class _IO(msgspec.Struct, gc=False):
     types: list[Any] = []
 
 
-#: the compiled loops as convert/hotloops.py picked them; only tests/test_outputs_stable.py
-#: still reads this name (to go once it reads `hotloops.COMPILED`)
-NATIVE = hotloops.COMPILED
 _TRACE = msgspec.json.Decoder(_Trace)
 _ATTRS = msgspec.json.Decoder(list[_Attr])
 _IO_DECODER = msgspec.json.Decoder(_IO)

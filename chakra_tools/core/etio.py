@@ -34,9 +34,6 @@ from .model import CONTRACT, EMPTY_ATTRS, INTEGER_KINDS, Attr, IOInfo, Metadata,
 from .schema import et_def_pb2 as pb
 
 GZIP_MAGIC = b"\x1f\x8b"
-#: the compiled module or None (hotloops.COMPILED), for the tests that ask whether it is built
-NATIVE = hotloops.COMPILED
-
 
 def _field_number(kind: str) -> int:
     return pb.AttributeProto.DESCRIPTOR.fields_by_name[kind].number

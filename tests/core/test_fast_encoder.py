@@ -36,19 +36,21 @@ import shutil
 import pytest
 from hypothesis import strategies as st
 
+from chakra_tools.core import hotloops
+
 from chakra_tools.core import etio
 from chakra_tools.core.errors import TraceWriteError
 from chakra_tools.core.etio import TraceWriter, iter_nodes
 
 from et_strategies import node_lists
 
-native = pytest.mark.skipif(etio.NATIVE is None, reason="compiled encoder not built")
+native = pytest.mark.skipif(hotloops.COMPILED is None, reason="compiled encoder not built")
 
 
 def test_the_compiled_encoder_is_built_where_a_compiler_is():
     if os.environ.get("CHAKRA_TOOLS_PURE_PYTHON") or not shutil.which("cc"):
         pytest.skip("pure Python asked for, or no C compiler")
-    assert etio.NATIVE is not None, "chakra_tools/core/_hotloops.c did not build (pip install -e .)"
+    assert hotloops.COMPILED is not None, "chakra_tools/core/_hotloops.c did not build (pip install -e .)"
 
 
 def python_frames(nodes) -> bytes:
@@ -59,7 +61,7 @@ def native_frames(nodes) -> bytes:
     """What TraceWriter.write_all emits: compiled chunks, punted nodes by Python."""
     out, i = [], 0
     while i < len(nodes):
-        data, j = etio.NATIVE.encode_frames(nodes, i)
+        data, j = hotloops.COMPILED.encode_frames(nodes, i)
         if j == i:
             data, j = python_frames(nodes[i:i + 1]), i + 1
         out.append(data)
@@ -89,7 +91,7 @@ COMMON = st.builds(
 @given(st.lists(COMMON, max_size=20))
 def test_common_nodes_are_encoded_in_c(nodes):
     """The kinds a conversion writes never go back to Python (that is the point of the C code)."""
-    data, stop = etio.NATIVE.encode_frames(nodes, 0)
+    data, stop = hotloops.COMPILED.encode_frames(nodes, 0)
     assert stop == len(nodes)
     assert data == python_frames(nodes)
 
@@ -98,7 +100,7 @@ def test_common_nodes_are_encoded_in_c(nodes):
 def test_chunks_of_a_large_list_join_up(tmp_path):
     nodes = [Node(i, "op" * 60, NodeType.COMP_NODE, (i - 1,) if i > 1 else (), (), i * 10, 3,
                   {"is_cpu_op": Attr("bool_val", True)}) for i in range(1, 60_001)]
-    first, stop = etio.NATIVE.encode_frames(nodes, 0)
+    first, stop = hotloops.COMPILED.encode_frames(nodes, 0)
     assert 0 < stop < len(nodes)  # over 4 MiB: it stopped for a chunk boundary
     path = tmp_path / "t.0.et"
     assert etio.write_trace(path, nodes) == len(nodes)
