@@ -20,7 +20,8 @@
  *         communication node; every contract attribute of its contract kind.
  *
  *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
- *         (twin: none claimed, the feeder's reference decode) see its section below.
+ *     load_node(window, msg) -> id | None
+ *         (twins: none claimed, the feeder's reference decode and load) see their sections below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -797,15 +798,26 @@ static int info_type_ok(PyTypeObject *t)
     return 1;
 }
 
-static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* What a feeder's decode needs to know: its `resolve`, NodeInfo and the node types. */
+typedef struct {
+    int use_data, use_ctrl;
+    PyTypeObject *info_type;
+    long max_type, comm_coll;
+} Spec;
+
+typedef struct {
+    uint64_t id, ids[2 * MAX_DEPS]; /* the id and the dependencies as numbers */
+    int n_ids;
+    PyObject *nid, *deps, *info;
+} Decoded;
+
+/* One Node message into *d (new references in d->nid, d->deps, d->info): 0, PUNT (nothing
+ * set), or FAIL (a Python exception). */
+static int decode(PyObject *msg, const Spec *sp, Decoded *d)
 {
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !info_type_ok((PyTypeObject *)args[3]))
-        Py_RETURN_NONE;
-    int use_data = PyObject_IsTrue(args[1]), use_ctrl = PyObject_IsTrue(args[2]);
-    long max_type = PyLong_AsLong(args[4]), comm_coll = PyLong_AsLong(args[5]);
-    if (use_data < 0 || use_ctrl < 0 || PyErr_Occurred())
-        return NULL;
-    Ptr p = (Ptr)PyBytes_AS_STRING(args[0]), end = p + PyBytes_GET_SIZE(args[0]);
+    Ptr p = (Ptr)PyBytes_AS_STRING(msg), end = p + PyBytes_GET_SIZE(msg);
+    int use_data = sp->use_data, use_ctrl = sp->use_ctrl;
+    long max_type = sp->max_type, comm_coll = sp->comm_coll;
 
     uint64_t id = 0, start = 0, dur = 0, data[MAX_DEPS], ctrl[MAX_DEPS];
     int64_t type = 0;
@@ -820,14 +832,14 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
         Ptr s = NULL;
         Py_ssize_t n = 0;
         if (rd_varint(&p, end, &key))
-            Py_RETURN_NONE;
+            return PUNT;
         int f = (int)(key >> 3), w = (int)(key & 7);
         if (f == 0 || rd_value(&p, end, w, &v, &s, &n))
-            Py_RETURN_NONE;
+            return PUNT;
         switch (f) {
         case 1: case 3: case 6: case 7:
             if (w != 0)
-                Py_RETURN_NONE;
+                return PUNT;
             if (f == 1) id = v;
             else if (f == 3) type = (int32_t)(uint32_t)v;
             else if (f == 6) start = v;
@@ -835,22 +847,22 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         case 2:
             if (w != 2 || !utf8_ok(s, n))
-                Py_RETURN_NONE;
+                return PUNT;
             name = s;
             name_len = n;
             break;
         case 4: case 5:
             if (add_ids(s, n, w, v, f == 5 ? data : ctrl, f == 5 ? &n_data : &n_ctrl))
-                Py_RETURN_NONE;
+                return PUNT;
             break;
         case 8: case 9:
             if (w != 2 || check_repeated(s, s + n, 0, 2))
-                Py_RETURN_NONE;
+                return PUNT;
             break;
         case 10: {
             Attr a;
             if (w != 2 || read_attr(s, s + n, &a))
-                Py_RETURN_NONE;
+                return PUNT;
             int slot;
             if (name_is(&a, "is_cpu_op", 9)) {
                 if (a.kind == 27)
@@ -872,14 +884,14 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         }
         default: /* a field today's Node lacks: the legacy check and the reference decide */
-            Py_RETURN_NONE;
+            return PUNT;
         }
     }
     if (type < 0 || type > max_type)
-        Py_RETURN_NONE;
+        return PUNT;
 
     /* deps: data then control (as the feeder resolves them), each id once, first place kept */
-    uint64_t deps[2 * MAX_DEPS];
+    uint64_t *deps = d->ids;
     int n_deps = 0;
     for (int k = 0; k < 2; k++) {
         const uint64_t *ids = k == 0 ? data : ctrl;
@@ -895,7 +907,7 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
 
     /* the involved_dim values: a BoolList's field 1, packed or not */
     PyObject *items[18] = {NULL};
-    PyObject *dep_tuple = NULL, *nid = NULL, *out = NULL, *info = NULL;
+    PyObject *dep_tuple = NULL, *nid = NULL, *info = NULL;
     Py_ssize_t n_inv = 0;
     unsigned char inv[256];
     if (involved != NULL) {
@@ -905,18 +917,18 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
             Ptr s = NULL;
             Py_ssize_t n = 0;
             if (rd_varint(&q, qe, &key) || rd_value(&q, qe, (int)(key & 7), &v, &s, &n))
-                Py_RETURN_NONE;
+                return PUNT;
             if (key >> 3 != 1)
                 continue;
             if ((key & 7) == 0) {
                 if (n_inv >= 256)
-                    Py_RETURN_NONE;
+                    return PUNT;
                 inv[n_inv++] = v != 0;
             } else {
                 Ptr r = s, re = s + n;
                 while (r < re) {
                     if (n_inv >= 256 || rd_varint(&r, re, &v))
-                        Py_RETURN_NONE;
+                        return PUNT;
                     inv[n_inv++] = v != 0;
                 }
             }
@@ -972,7 +984,7 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (items[i] == NULL)
             goto fail;
     int items13_tracked = n_inv > 0;
-    PyTypeObject *t = (PyTypeObject *)args[3];
+    PyTypeObject *t = sp->info_type;
     info = t->tp_alloc(t, 18);
     if (info == NULL)
         goto fail;
@@ -987,20 +999,230 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyObject_GC_UnTrack(PyTuple_GET_ITEM(info, 13));
     if (n_deps)
         PyObject_GC_UnTrack(dep_tuple);
-    out = PyTuple_New(3);
-    if (out == NULL)
-        goto fail;
-    PyTuple_SET_ITEM(out, 0, nid);
-    PyTuple_SET_ITEM(out, 1, dep_tuple);
-    PyTuple_SET_ITEM(out, 2, info);
-    return out;
+    d->id = id;
+    d->n_ids = n_deps;
+    d->nid = nid;
+    d->deps = dep_tuple;
+    d->info = info;
+    return 0;
 fail:
     for (int i = 0; i < 18; i++)
         Py_XDECREF(items[i]);
     Py_XDECREF(dep_tuple);
     Py_XDECREF(nid);
     Py_XDECREF(info);
-    return NULL;
+    return FAIL;
+}
+
+static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !info_type_ok((PyTypeObject *)args[3]))
+        Py_RETURN_NONE;
+    Spec sp = {PyObject_IsTrue(args[1]), PyObject_IsTrue(args[2]), (PyTypeObject *)args[3],
+               PyLong_AsLong(args[4]), PyLong_AsLong(args[5])};
+    if (sp.use_data < 0 || sp.use_ctrl < 0 || PyErr_Occurred())
+        return NULL;
+    Decoded d;
+    int r = decode(args[0], &sp, &d);
+    if (r == FAIL)
+        return NULL;
+    if (r == PUNT)
+        Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(3);
+    if (out == NULL) {
+        Py_DECREF(d.nid);
+        Py_DECREF(d.deps);
+        Py_DECREF(d.info);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, d.nid);
+    PyTuple_SET_ITEM(out, 1, d.deps);
+    PyTuple_SET_ITEM(out, 2, d.info);
+    return out;
+}
+
+/* ---- load_node: decode_node and the feeder's window bookkeeping (feed/feeder.py `_load`) -------
+ *
+ *     load_node(window, msg) -> id | None
+ *         (twin: hotloops._load_node_twin loads no node; ETFeeder._load, the reference, does)
+ *         window = (loaded, finished bits, unseen, ready, heappush, record type, eager,
+ *                   use_data, use_ctrl, info_type, max_type, comm_coll, bitmap_limit): the
+ *         feeder's own containers, changed here as `_load` changes them: the node's record (its
+ *         slots raw, info, deps, waiting, children, state) into `loaded`, linked to its loaded
+ *         parents' children or to `unseen`, given the children that waited for it, pushed on
+ *         `ready` if nothing holds it. Returns None, having changed nothing, where decode_node
+ *         would, and for an id (the node's or a dependency's) at or above bitmap_limit or one
+ *         already loaded or finished: the reference loads those.
+ */
+#include <structmember.h>
+
+enum { R_RAW, R_INFO, R_DEPS, R_WAITING, R_CHILDREN, R_STATE, N_RECORD_SLOTS };
+static const char *const RECORD_NAMES[N_RECORD_SLOTS] = {"raw", "info", "deps", "waiting", "children", "state"};
+static PyTypeObject *record_type = NULL; /* the class record_off is for (a new reference) */
+static Py_ssize_t record_off[N_RECORD_SLOTS];
+
+#define RSLOT(obj, i) (*(PyObject **)((char *)(obj) + record_off[i]))
+
+/* The record class's slot offsets, looked up once per class; 0, or PUNT if it lacks one. */
+static int record_slots(PyTypeObject *t)
+{
+    if (t == record_type)
+        return 0;
+    if (!PyType_Check(t))
+        return PUNT;
+    Py_ssize_t off[N_RECORD_SLOTS];
+    for (int i = 0; i < N_RECORD_SLOTS; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)t, RECORD_NAMES[i]);
+        PyErr_Clear();
+        int ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_XDECREF(d);
+        if (!ok)
+            return PUNT;
+    }
+    memcpy(record_off, off, sizeof off);
+    Py_XSETREF(record_type, (PyTypeObject *)Py_NewRef(t));
+    return 0;
+}
+
+static inline void set_rslot(PyObject *rec, int i, PyObject *value) /* steals value */
+{
+    Py_XSETREF(RSLOT(rec, i), value);
+}
+
+static inline int finished_bit(PyObject *bits, uint64_t i)
+{
+    return (Py_ssize_t)(i >> 3) < PyByteArray_GET_SIZE(bits) &&
+           (((unsigned char *)PyByteArray_AS_STRING(bits))[i >> 3] >> (i & 7) & 1);
+}
+
+/* nid appended to `lists[key]`, a new list if absent (dict.setdefault(key, []).append(nid)) */
+static int append_to(PyObject *lists, PyObject *key, PyObject *nid)
+{
+    PyObject *l = PyDict_GetItemWithError(lists, key);
+    if (l == NULL) {
+        if (PyErr_Occurred() || (l = PyList_New(0)) == NULL)
+            return FAIL;
+        int r = PyDict_SetItem(lists, key, l);
+        Py_DECREF(l); /* the dict holds it */
+        if (r < 0)
+            return FAIL;
+    }
+    return PyList_Append(l, nid) < 0 ? FAIL : 0;
+}
+
+/* the record's children: nid added (the list is made for the first child) */
+static int add_child(PyObject *rec, PyObject *nid)
+{
+    PyObject *ch = RSLOT(rec, R_CHILDREN);
+    if (ch != NULL && PyList_Check(ch))
+        return PyList_Append(ch, nid) < 0 ? FAIL : 0;
+    if ((ch = PyList_New(1)) == NULL)
+        return FAIL;
+    PyList_SET_ITEM(ch, 0, Py_NewRef(nid));
+    set_rslot(rec, R_CHILDREN, ch);
+    return 0;
+}
+
+static int link_node(PyObject *const *w, PyObject *msg, Decoded *d, PyObject *rec)
+{
+    PyObject *loaded = w[0], *bits = w[1], *unseen = w[2], *nid = d->nid;
+    set_rslot(rec, R_RAW, Py_NewRef(msg));
+    set_rslot(rec, R_INFO, Py_NewRef(PyObject_IsTrue(w[6]) ? d->info : Py_None));
+    set_rslot(rec, R_DEPS, Py_NewRef(d->deps));
+    set_rslot(rec, R_CHILDREN, Py_NewRef(Py_None));
+    if (PyDict_SetItem(loaded, nid, rec) < 0)
+        return FAIL;
+    long waiting = 0;
+    for (int i = 0; i < d->n_ids; i++) {
+        PyObject *dep = PyTuple_GET_ITEM(d->deps, i);
+        PyObject *parent = PyDict_GetItemWithError(loaded, dep);
+        if (parent != NULL) {
+            waiting++;
+            if (add_child(parent, nid))
+                return FAIL;
+        } else if (PyErr_Occurred())
+            return FAIL;
+        else if (!finished_bit(bits, d->ids[i])) {
+            waiting++;
+            if (append_to(unseen, dep, nid))
+                return FAIL;
+        }
+    }
+    if (PyDict_GET_SIZE(unseen)) { /* the nodes read earlier that wait for this one */
+        PyObject *waiters = PyDict_GetItemWithError(unseen, nid);
+        if (waiters != NULL) {
+            Py_INCREF(waiters);
+            int r = PyDict_DelItem(unseen, nid);
+            PyObject *ch = RSLOT(rec, R_CHILDREN);
+            if (r == 0 && PyList_GET_SIZE(waiters)) {
+                if (ch == Py_None) {
+                    set_rslot(rec, R_CHILDREN, waiters);
+                    waiters = NULL;
+                } else
+                    r = PyList_SetSlice(ch, PyList_GET_SIZE(ch), PyList_GET_SIZE(ch), waiters);
+            }
+            Py_XDECREF(waiters);
+            if (r < 0)
+                return FAIL;
+        } else if (PyErr_Occurred())
+            return FAIL;
+    }
+    PyObject *count = PyLong_FromLong(waiting);
+    if (count == NULL)
+        return FAIL;
+    set_rslot(rec, R_WAITING, count);
+    set_rslot(rec, R_STATE, PyLong_FromLong(waiting == 0)); /* 1 issuable, 0 blocked: small ints */
+    if (waiting == 0) {
+        PyObject *r = PyObject_CallFunctionObjArgs(w[4], w[3], nid, NULL); /* heappush(ready, nid) */
+        if (r == NULL)
+            return FAIL;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 13 || !PyBytes_Check(args[1]))
+        Py_RETURN_NONE;
+    PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
+    PyTypeObject *rtype = (PyTypeObject *)w[5];
+    if (!PyDict_CheckExact(w[0]) || !PyByteArray_Check(w[1]) || !PyDict_CheckExact(w[2]) || !PyList_CheckExact(w[3]) ||
+        !info_type_ok((PyTypeObject *)w[9]) || record_slots(rtype))
+        Py_RETURN_NONE;
+    Spec sp = {PyObject_IsTrue(w[7]), PyObject_IsTrue(w[8]), (PyTypeObject *)w[9], PyLong_AsLong(w[10]),
+               PyLong_AsLong(w[11])};
+    uint64_t limit = PyLong_AsUnsignedLongLong(w[12]);
+    if (sp.use_data < 0 || sp.use_ctrl < 0 || PyErr_Occurred())
+        return NULL;
+    Decoded d;
+    int r = decode(args[1], &sp, &d);
+    if (r == FAIL)
+        return NULL;
+    if (r == PUNT)
+        Py_RETURN_NONE;
+    int punt = d.id >= limit || finished_bit(w[1], d.id);
+    for (int i = 0; i < d.n_ids && !punt; i++)
+        punt = d.ids[i] >= limit;
+    if (!punt && (punt = PyDict_Contains(w[0], d.nid)) < 0)
+        r = FAIL;
+    PyObject *rec = NULL;
+    if (!punt && r == 0) {
+        rec = rtype->tp_alloc(rtype, 0);
+        r = rec == NULL || link_node(w, args[1], &d, rec) ? FAIL : 0;
+    }
+    Py_XDECREF(rec);
+    Py_DECREF(d.deps);
+    Py_DECREF(d.info);
+    if (r == 0 && !punt)
+        return d.nid;
+    Py_DECREF(d.nid);
+    if (r == FAIL)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -1014,6 +1236,9 @@ static PyMethodDef methods[] = {
     {"decode_node", (PyCFunction)(void (*)(void))decode_node, METH_FASTCALL,
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
      "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},
+    {"load_node", (PyCFunction)(void (*)(void))load_node, METH_FASTCALL,
+     "load_node(window, msg) -> id or None: decode_node, then the node into the feeder's window as\n"
+     "ETFeeder._load puts it there (None: nothing changed, the reference loads it)."},
     {NULL, NULL, 0, NULL},
 };
 

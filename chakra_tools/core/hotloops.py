@@ -47,28 +47,37 @@ def _decode_node_twin(msg: bytes, use_data: bool, use_ctrl: bool, info_type: typ
     return None
 
 
+def _load_node_twin(window: tuple, msg: bytes) -> None:
+    """Loads no node: then the feeder's reference (`ETFeeder._load`) loads every one."""
+    return None
+
+
 #: encode_frames(nodes, start) -> (frames, next): see `encoder.encode_frames`
 #: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
 #: first + count, first + count + 1, ... and nothing the validator would report (the run of
 #: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
 #: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
+#: load_node(window, msg) -> id: decode_node, then the node put into the feeder's window as
+#: `feed.ETFeeder._load` puts it; or None, nothing changed: "load this one yourself"
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
-          "decode_node": _decode_node_twin}
+          "decode_node": _decode_node_twin, "load_node": _load_node_twin}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
-                                            "decode_node": COMPILED.decode_node}
+                                            "decode_node": COMPILED.decode_node,
+                                            "load_node": COMPILED.load_node}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
 decode_node = _PICKED["decode_node"]
+load_node = _PICKED["load_node"]
 
 
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, decode_node
+    global encode_frames, plain_run, decode_node, load_node
     try:
-        encode_frames, plain_run, decode_node = (_TWINS[k] for k in ("encode_frames", "plain_run", "decode_node"))
+        encode_frames, plain_run, decode_node, load_node = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        encode_frames, plain_run, decode_node = (_PICKED[k] for k in ("encode_frames", "plain_run", "decode_node"))
+        encode_frames, plain_run, decode_node, load_node = (_PICKED[k] for k in _TWINS)

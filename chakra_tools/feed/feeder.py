@@ -124,6 +124,7 @@ class ETFeeder:
         self.window = max(1, window)
         self._eager_info = eager_info  # keep NodeInfo from loading (a replayer reads every node)
         self._decode_node = hotloops.decode_node  # C or its twin, as picked now (python_twins())
+        self._load_node = hotloops.load_node
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self._use_data = "data" in resolve
         self._use_ctrl = "ctrl" in resolve
@@ -135,6 +136,10 @@ class ETFeeder:
         self._unfinished = 0  # loaded and not finished
         self.nodes_read = 0
         self.nodes_finished = 0
+        #: what `load_node` changes as `_load` would (the containers themselves: never replaced)
+        self._window = (self._loaded, self._finished._bits, self._unseen, self._ready, heapq.heappush, _Loaded,
+                        eager_info, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL,
+                        BITMAP_LIMIT)
         self._stream = open_binary(path)
         self._frames: Iterator[tuple[int, bytes]] | None = iter_frames(self._stream, self.path)
         self.metadata = self._read_metadata()
@@ -202,6 +207,10 @@ class ETFeeder:
         return node_entry(m, self._use_data, self._use_ctrl)
 
     def _load(self, offset: int, msg: bytes) -> None:
+        if self._load_node(self._window, msg) is not None:  # compiled: decoded and linked, as below
+            self.nodes_read += 1
+            self._unfinished += 1
+            return
         # the compiled decode, or None where the reference must read it (it never reads a node
         # with a field today's Node lacks, so the legacy check sees all of those)
         got = self._decode_node(msg, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL)
