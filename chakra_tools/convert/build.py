@@ -239,6 +239,11 @@ class Builder:
             called = self._dispatched_at(call)
             if called is not None and called < ts - EPS_US:
                 rec.attrs["call_start_us"] = int(called)
+            returned = self.lk.op_event.get(op.id)
+            if returned is not None and returned is not ev and returned.end > ts + EPS_US:
+                # the call returned here: an op of the call before it (funcol's
+                # `_wrap_tensor_autograd`) did not wait for it, whatever edge it has
+                rec.attrs["call_end_us"] = int(returned.end)
         blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
                                  or self._returned_after(call, op, ev))
         self._chain(rec, op.tid, blocking=blocking)

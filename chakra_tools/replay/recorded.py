@@ -191,14 +191,17 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
             if device_wait is not None:
                 host_blocked[node.id] = int(device_wait.value)
         elif node.type in _COMM and node_ns(node) > 0:
-            called = node.attrs.get("call_start_us")
+            called, returned = node.attrs.get("call_start_us"), node.attrs.get("call_end_us")
             arrival = int(called.value) * 1000 if called is not None and 0 < called.value < node.start_time_micros \
                 else start
             worker = node.attrs.get("stream")
             end = None if node.attrs.get("launch_only") is not None else start + node_ns(node)
-            comms.append(((arrival, end), node.id, node.deps, (start, None if worker is None else worker.value)))
+            waits_from = max(start, int(returned.value) * 1000) if returned is not None else start
+            comms.append(((arrival, end), node.id, node.deps,
+                          (start, waits_from, None if worker is None else worker.value)))
     host.sort(key=lambda h: (h[0], h[1]))
-    comm_start = {nid: start for _, nid, _, (start, _) in comms}  # the work began: nothing waited before
+    # no op waited for a call before its work began, or inside the call (before it returned)
+    comm_start = {nid: waits_from for _, nid, _, (_, waits_from, _) in comms}
     comms = _arrivals(comms)
     waiters: dict[int, int] = {}
     marked: dict[int, int] = {}  # comm id -> start of the wait mark that depends on it
@@ -218,7 +221,7 @@ def _arrivals(comms: list) -> list:
     (one lane per worker), a wake-up is the call's. (start, end), id, deps per call."""
     free: dict = {}  # worker -> end of the last call it ran
     out = []
-    for (arrival, end), nid, deps, (start, worker) in sorted(comms, key=lambda c: c[3][0]):
+    for (arrival, end), nid, deps, (start, _, worker) in sorted(comms, key=lambda c: c[3][0]):
         if worker is not None:
             arrival = min(start, max(arrival, free.get(worker, arrival)))
             free[worker] = end if end is not None else arrival

@@ -263,3 +263,21 @@ def test_an_async_call_whose_backend_op_is_not_in_the_trace_says_it_is_its_launc
     events.append(_event(5, "gloo:all_reduce", 40, 500, tid=200))
     coll = next(n for n in _convert(tmp_path, nodes, events) if n.type is NodeType.COMM_COLL_NODE)
     assert "launch_only" not in coll.attrs
+
+
+def test_a_call_says_when_it_returned_when_that_was_after_its_backend_op_began(tmp_path):
+    """funcol.all_gather_tensor: its annotation (3) returns at 230 after wrapping the result
+    (`_wrap_tensor_autograd`, 6, chained after the call), the worker's op (5) began at 40: the
+    node says the call returned at 230 (`call_end_us`), so the wrapper is not what waited."""
+    ann = format_annotation({"op": "all_gather", "api": "funcol.all_gather_tensor", "pg": "0",
+                             "pg_ranks": [0, 1], "async": True, "seq": 0, "in_bytes": 64, "out_bytes": 128,
+                             "dtype": "float32", "elem_bytes": 4, "rank": 0})
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, ann, 2), _node(4, "c10d::allgather_into_tensor_coalesced_", 3, [[BUCKET]]),
+             _node(5, "gloo:all_gather", 4, [BUCKET]), _node(6, "_c10d_functional::_wrap_tensor_autograd", 3)]
+    events = [_event(2, "ProfilerStep#3", 0, 5000), _event(3, ann, 10, 220),
+              _event(4, "c10d::allgather_into_tensor_coalesced_", 15, 100),
+              _event(5, "gloo:all_gather", 40, 3000, tid=200),
+              _event(6, "_c10d_functional::_wrap_tensor_autograd", 150, 60)]
+    coll = next(n for n in _convert(tmp_path, nodes, events) if n.type is NodeType.COMM_COLL_NODE)
+    assert (coll.start_time_micros, coll.attrs["call_end_us"].value, coll.attrs["call_start_us"].value) == (40, 230, 15)

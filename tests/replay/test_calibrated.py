@@ -294,3 +294,15 @@ def test_a_call_recorded_as_its_launch_alone_lasts_as_long_as_its_peers_say():
     assert waited.host_ns == {1: 100_000, 3: 10_000}  # and the rank waited for it, no op's time
     later = read_timeline([host(1, 0, 100), launch, host(3, 190, 10, deps=(1,)), host(4, 5000, 10, deps=(2, 3))])
     assert later.comm_end_ns == {2: UNKNOWN_END}  # op 3 ran in between: done some time before op 4
+
+
+def test_an_op_inside_the_call_is_not_what_waited_for_it():
+    """Seed 315 (+10.4%): funcol's all-gather, taken up by gloo's worker at 400, returned to the
+    script at 460 (`call_end_us`) after `_wrap_tensor_autograd` (3, 402..452, chained after the
+    call); the script then waited inside `wait()` until 3,400. The wrapper did not wait: the call
+    completed at its end, not at 402, and 460..3,400 is the wait the replay re-creates."""
+    gather = _called(coll(2, 64, deps=(1,), start=T0 + 400, us=3000), 200, worker=7)
+    gather = gather._replace(attrs={**gather.attrs, **make_attrs(call_end_us=T0 + 460)})
+    t = read_timeline([host(1, 0, 100), gather, host(3, 402, 50, deps=(2,)), host(4, 3450, 5, deps=(3,))])
+    assert t.comm_end_ns == {2: (T0 + 3400) * 1000}
+    assert t.host_ns == {1: 200_000, 3: 50_000, 4: 5_000}
