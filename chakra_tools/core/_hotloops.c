@@ -21,7 +21,8 @@
  *
  *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
  *     load_node(window, msg) -> id | None
- *         (twins: none claimed, the feeder's reference decode and load) see their sections below.
+ *     finish_node(window, nid) -> freed | None
+ *         (twins: none claimed, the feeder's reference decode, load and finish) see their sections below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1225,6 +1226,80 @@ static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/*     finish_node(window, nid) -> freed | None
+ *         (twin: hotloops._finish_node_twin finishes no node; ETFeeder._finish_record, the
+ *         reference, does) an in-flight node out of `loaded`, its bit set in the finished bitmap,
+ *         its children's counts lowered, those at zero and blocked made issuable (pushed on
+ *         `ready`): the list of those, in the order of the children. None, having changed
+ *         nothing, for a node not loaded or not in flight (the reference raises) or whose bit lies
+ *         past the bitmap's end or at or above bitmap_limit (the reference grows it or uses a set).
+ */
+static PyObject *finish_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 13 || !PyLong_CheckExact(args[1]))
+        Py_RETURN_NONE;
+    PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
+    PyObject *loaded = w[0], *bits = w[1], *nid = args[1];
+    if (!PyDict_CheckExact(loaded) || !PyByteArray_Check(bits) || record_slots((PyTypeObject *)w[5]))
+        Py_RETURN_NONE;
+    int overflow = 0;
+    long long id = PyLong_AsLongLongAndOverflow(nid, &overflow);
+    uint64_t limit = PyLong_AsUnsignedLongLong(w[12]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (overflow || id < 0 || (uint64_t)id >= limit || (id >> 3) >= PyByteArray_GET_SIZE(bits))
+        Py_RETURN_NONE;
+    PyObject *rec = PyDict_GetItemWithError(loaded, nid);
+    if (rec == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (Py_TYPE(rec) != record_type || RSLOT(rec, R_STATE) == NULL || PyLong_AsLong(RSLOT(rec, R_STATE)) != 2) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(rec);
+    PyObject *freed = PyList_New(0);
+    if (freed == NULL || PyDict_DelItem(loaded, nid) < 0)
+        goto fail;
+    ((unsigned char *)PyByteArray_AS_STRING(bits))[id >> 3] |= (unsigned char)(1u << (id & 7));
+    PyObject *children = RSLOT(rec, R_CHILDREN);
+    if (children != NULL && PyList_Check(children)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children); i++) {
+            PyObject *c = PyList_GET_ITEM(children, i);
+            PyObject *child = PyDict_GetItemWithError(loaded, c);
+            if (child == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetObject(PyExc_KeyError, c);
+                goto fail;
+            }
+            long waiting = PyLong_AsLong(RSLOT(child, R_WAITING)) - 1;
+            if (waiting == -2 && PyErr_Occurred())
+                goto fail;
+            PyObject *count = PyLong_FromLong(waiting);
+            if (count == NULL)
+                goto fail;
+            set_rslot(child, R_WAITING, count);
+            if (waiting == 0 && PyLong_AsLong(RSLOT(child, R_STATE)) == 0) {
+                set_rslot(child, R_STATE, PyLong_FromLong(1));
+                PyObject *r = PyObject_CallFunctionObjArgs(w[4], w[3], c, NULL); /* heappush(ready, c) */
+                if (r == NULL || PyList_Append(freed, c) < 0) {
+                    Py_XDECREF(r);
+                    goto fail;
+                }
+                Py_DECREF(r);
+            }
+        }
+    }
+    Py_DECREF(rec);
+    return freed;
+fail:
+    Py_DECREF(rec);
+    Py_XDECREF(freed);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_frames", encode_frames, METH_VARARGS,
      "encode_frames(nodes, start) -> (bytes, next): length-prefixed Node messages for\n"
@@ -1239,6 +1314,9 @@ static PyMethodDef methods[] = {
     {"load_node", (PyCFunction)(void (*)(void))load_node, METH_FASTCALL,
      "load_node(window, msg) -> id or None: decode_node, then the node into the feeder's window as\n"
      "ETFeeder._load puts it there (None: nothing changed, the reference loads it)."},
+    {"finish_node", (PyCFunction)(void (*)(void))finish_node, METH_FASTCALL,
+     "finish_node(window, nid) -> the children freed, or None: an in-flight node finished in the feeder's\n"
+     "window as ETFeeder._finish_record does (None: nothing changed, the reference does it)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -52,6 +52,11 @@ def _load_node_twin(window: tuple, msg: bytes) -> None:
     return None
 
 
+def _finish_node_twin(window: tuple, nid: int) -> None:
+    """Finishes no node: then the feeder's reference (`ETFeeder._finish_record`) finishes every one."""
+    return None
+
+
 #: encode_frames(nodes, start) -> (frames, next): see `encoder.encode_frames`
 #: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
 #: first + count, first + count + 1, ... and nothing the validator would report (the run of
@@ -60,24 +65,28 @@ def _load_node_twin(window: tuple, msg: bytes) -> None:
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
 #: load_node(window, msg) -> id: decode_node, then the node put into the feeder's window as
 #: `feed.ETFeeder._load` puts it; or None, nothing changed: "load this one yourself"
+#: finish_node(window, nid) -> the children it freed, the node finished in the feeder's window as
+#: `feed.ETFeeder._finish_record` finishes it; or None, nothing changed: "finish it yourself"
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
-          "decode_node": _decode_node_twin, "load_node": _load_node_twin}
+          "decode_node": _decode_node_twin, "load_node": _load_node_twin, "finish_node": _finish_node_twin}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "decode_node": COMPILED.decode_node,
-                                            "load_node": COMPILED.load_node}
+                                            "load_node": COMPILED.load_node,
+                                            "finish_node": COMPILED.finish_node}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
 decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
+finish_node = _PICKED["finish_node"]
 
 
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, decode_node, load_node
+    global encode_frames, plain_run, decode_node, load_node, finish_node
     try:
-        encode_frames, plain_run, decode_node, load_node = (_TWINS[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, finish_node = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        encode_frames, plain_run, decode_node, load_node = (_PICKED[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, finish_node = (_PICKED[k] for k in _TWINS)

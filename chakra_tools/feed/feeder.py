@@ -125,6 +125,7 @@ class ETFeeder:
         self._eager_info = eager_info  # keep NodeInfo from loading (a replayer reads every node)
         self._decode_node = hotloops.decode_node  # C or its twin, as picked now (python_twins())
         self._load_node = hotloops.load_node
+        self._finish_node = hotloops.finish_node
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self._use_data = "data" in resolve
         self._use_ctrl = "ctrl" in resolve
@@ -207,10 +208,15 @@ class ETFeeder:
         return node_entry(m, self._use_data, self._use_ctrl)
 
     def _load(self, offset: int, msg: bytes) -> None:
-        if self._load_node(self._window, msg) is not None:  # compiled: decoded and linked, as below
+        if self._load_node(self._window, msg) is None:  # compiled: decoded and linked, as below
+            self._load_reference(offset, msg)
+        else:
             self.nodes_read += 1
             self._unfinished += 1
-            return
+
+    def _load_reference(self, offset: int, msg: bytes) -> None:
+        """The reference of `load_node`: the node into the window, linked to its parents (or to
+        `_unseen`), and to the children that waited for it; issuable if nothing holds it."""
         # the compiled decode, or None where the reference must read it (it never reads a node
         # with a field today's Node lacks, so the legacy check sees all of those)
         got = self._decode_node(msg, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL)
@@ -261,13 +267,17 @@ class ETFeeder:
 
     def _fill(self) -> None:
         """Read ahead until the window is full; further only while nothing can move."""
-        frames, load = self._frames, self._load
+        frames, load, load_node, window = self._frames, self._load_reference, self._load_node, self._window
         while frames is not None and self._unfinished < self.window:
             nxt = next(frames, None)  # `_read_one`, inlined: this loop runs once per node
             if nxt is None:
                 self._close()
                 break
-            load(*nxt)
+            if load_node(window, nxt[1]) is None:  # `_load`, inlined
+                load(*nxt)
+            else:
+                self.nodes_read += 1
+                self._unfinished += 1
         while not self._ready and not self._in_flight and self._read_one():
             pass
 
@@ -322,31 +332,34 @@ class ETFeeder:
 
     def finish(self, nid: int) -> list[int]:
         """Mark a taken node finished; returns the children that became issuable."""
+        freed = self._finish_node(self._window, nid)  # compiled, as `_finish_record` below
+        if freed is None:
+            freed = self._finish_record(nid)
+        self._in_flight -= 1
+        self._unfinished -= 1
+        self.nodes_finished += 1
+        if self._unfinished < self.window or not self._ready:
+            self._fill()
+        return freed
+
+    def _finish_record(self, nid: int) -> list[int]:
+        """The reference of `finish_node`: the node out of the window, its bit set, the children
+        it frees made issuable (returned)."""
         loaded = self._loaded
         rec = loaded.get(nid)
         if rec is None or rec.state != 2:
             raise ValueError(f"{self._where()}node {nid} is not in flight")
         del loaded[nid]
-        bits = self._finished._bits
-        if nid < BITMAP_LIMIT and (nid >> 3) < len(bits):  # inlined FinishedIds.add: hot path
-            bits[nid >> 3] |= 1 << (nid & 7)
-        else:
-            self._finished.add(nid)
-        self._in_flight -= 1
-        self._unfinished -= 1
-        self.nodes_finished += 1
+        self._finished.add(nid)
         freed = []
-        ready = self._ready
         if rec.children:
             for c in rec.children:
                 child = loaded[c]
                 child.waiting -= 1
                 if child.waiting == 0 and child.state == 0:
                     child.state = 1
-                    heapq.heappush(ready, c)
+                    heapq.heappush(self._ready, c)
                     freed.append(c)
-        if self._unfinished < self.window or not ready:
-            self._fill()
         return freed
 
     def _release(self, nid: int) -> bool:
