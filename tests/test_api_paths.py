@@ -65,6 +65,24 @@ def test_convert_a_pytorch_pair(shared_fixtures, tmp_path):
     assert sorted(p.name for p in report.files) == sorted(files_of(tmp_path / "api"))
 
 
+def test_convert_json_and_for_exact_are_the_apis(shared_fixtures, tmp_path):
+    """`--json` prints `ConvertReport.to_dict()`; `--for exact` is `consumer_options("exact")`."""
+    from chakra_tools.convert.run import consumer_options, convert, inputs_from_files
+
+    host = shared_fixtures / "param/linear_1gpu_host_et.json.gz"
+    device = shared_fixtures / "param/linear_1gpu_kineto.json.gz"
+    out = cli(convert_cli.app, "pytorch", "--host", host, "--device", device, "-o", tmp_path / "cli",
+              "--executor", "serial", "--for", "exact", "--json")
+    report = convert(inputs_from_files([str(host)], [str(device)], []), tmp_path / "cli", executor="serial",
+                     **consumer_options("exact"))
+    def untimed(doc):  # parse_s, build_s: how long each run took
+        doc["ranks"] = {r: {k: v for k, v in st.items() if not k.endswith("_s")} for r, st in doc["ranks"].items()}
+        return doc
+
+    assert untimed(json.loads(out)) == untimed(json.loads(json.dumps(report.to_dict())))
+    assert report.to_dict()["files"] and report.out == tmp_path / "cli"
+
+
 def test_convert_a_text_workload(shared_fixtures, tmp_path):
     from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
     from chakra_tools.frontends.builder import write_rankset

@@ -61,33 +61,30 @@ def pytorch(
 
         trace-convert --host rank0.et.json --device rank0.kineto.json --rank 0 -o out
     """
-    from chakra_tools.convert.run import DEFAULT_CONSUMER, convert, inputs_from_files, inputs_from_run
+    from chakra_tools.convert.run import consumer_options, convert, default_out, inputs_from_files, inputs_from_run
     from chakra_tools.core.errors import InputError
 
-    from chakra_tools.core.consumers import ADAPTERS
-
-    if target is not None and target != "exact" and target not in ADAPTERS:
-        raise typer.BadParameter(f"unknown consumer {target!r} (known: exact, {', '.join(sorted(ADAPTERS))})",
-                                 param_hint="--for")
+    try:
+        consumer = consumer_options(target)
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="--for") from None
     if run is not None and (host or device):
         raise InputError("give a RUN_FOLDER or --host/--device traces, not both")
     if run is None and not (host or device):
         raise InputError("nothing to convert: give a RUN_FOLDER or --host H [--device D] ...")
     inputs = (inputs_from_run(run) if run is not None
               else inputs_from_files([str(p) for p in host], [str(p) for p in device], list(rank)))
-    out_dir = out or ((run / "chakra") if run is not None else Path("chakra"))
+    out_dir = out or default_out(run)
     bar = _bar(len(inputs.ranks), enabled=not quiet and not as_json)
     try:
         report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,
                          scheduler=scheduler, check=check, force=force, metadata_nodes=metadata_nodes,
-                         target=None if target == "exact" else target,
-                         adapt=None if target == "exact" else DEFAULT_CONSUMER,
-                         on_rank_done=lambda r: bar.update(1) if bar else None)
+                         **consumer, on_rank_done=lambda r: bar.update(1) if bar else None)
     finally:
         if bar:
             bar.close()
     if as_json:
-        print_json(_report_doc(report, out_dir))
+        print_json(report.to_dict())
     elif not quiet:
         _print_report(report, out_dir)
 
@@ -98,16 +95,6 @@ def _bar(total: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, desc="converting ranks", unit="rank", leave=False, file=sys.stderr)
-
-
-def _report_doc(report, out_dir: Path) -> dict:
-    return {
-        "out": str(out_dir), "files": [str(f) for f in report.files],
-        "ranks": {str(r): s for r, s in sorted(report.stats.items())},
-        "comm_groups": {k: list(v) for k, v in report.rankset.comm_groups.items()},
-        "counts": dict(sorted(report.diagnostics.counts.items())),
-        "diagnostics": [d.to_dict() for d in report.diagnostics],
-    }
 
 
 def _print_report(report, out_dir: Path) -> None:

@@ -65,10 +65,22 @@ class ConvertReport:
     rankset: RankSet
     diagnostics: Diagnostics
     stats: dict[int, dict]
+    out: Path | None = None  # the folder written, None when nothing was
 
     @property
     def errors(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity == "error"]
+
+    def to_dict(self) -> dict:
+        """The `trace-convert --json` document: where it wrote what, per-rank figures, groups,
+        and every finding."""
+        return {
+            "out": str(self.out), "files": [str(f) for f in self.files],
+            "ranks": {str(r): s for r, s in sorted(self.stats.items())},
+            "comm_groups": {k: list(v) for k, v in self.rankset.comm_groups.items()},
+            "counts": dict(sorted(self.diagnostics.counts.items())),
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+        }
 
 
 def inputs_from_run(folder: str | Path) -> RunInputs:
@@ -160,7 +172,8 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     if check:
         _check(rankset, diags, force, target)
     files = rankset.write(out_dir, prefix, record_world=True) if out_dir is not None else []
-    return ConvertReport(files, rankset, diags, {r.rank: r.stats for r in results})
+    return ConvertReport(files, rankset, diags, {r.rank: r.stats for r in results},
+                         None if out_dir is None else Path(out_dir))
 
 
 def _adapt(rankset: RankSet, target: str) -> None:
@@ -264,10 +277,27 @@ def _dask(specs, work, *, jobs, scheduler, done) -> list[RankResult]:
     return out
 
 
+def default_out(run: str | Path | None) -> Path:
+    """Where a conversion goes unless told: `<run folder>/chakra`, or `chakra` here."""
+    return Path(run) / "chakra" if run is not None else Path("chakra")
+
+
+def consumer_options(name: str | None) -> dict:
+    """`convert`'s `target` and `adapt` for `trace-convert --for NAME`: None (the default) adapts
+    for ASTRA-sim without validating for it, "exact" keeps every recorded kind, a consumer's
+    name adapts and validates for it."""
+    from chakra_tools.core.consumers import ADAPTERS
+
+    if name == "exact":
+        return {"target": None, "adapt": None}
+    if name is not None and name not in ADAPTERS:
+        raise InputError(f"unknown consumer {name!r} (known: exact, {', '.join(sorted(ADAPTERS))})")
+    return {"target": name, "adapt": DEFAULT_CONSUMER}
+
+
 def convert_run(folder: str | Path, out_dir: str | Path | None = None, **kw) -> ConvertReport:
     """Convert a `trace-capture` run folder into `out_dir` (default `<folder>/chakra`).
 
     Keyword arguments are those of `convert` (prefix, jobs, executor, scheduler, check, force).
     """
-    out = Path(folder) / "chakra" if out_dir is None else out_dir
-    return convert(inputs_from_run(folder), out, **kw)
+    return convert(inputs_from_run(folder), default_out(folder) if out_dir is None else out_dir, **kw)
