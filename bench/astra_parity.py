@@ -26,7 +26,7 @@ from chakra_tools.core.graph import Graph, RankSet  # noqa: E402
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs  # noqa: E402
 from chakra_tools.replay import open_rankset  # noqa: E402
 from chakra_tools.replay.backend import SystemSpec  # noqa: E402
-from chakra_tools.replay.engine import run_replay  # noqa: E402
+from chakra_tools.replay.api import run_replay  # noqa: E402
 
 T = NodeType
 MIB = 1 << 20

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, CaptureModes, default_network
-from chakra_tools.replay.engine import open_rankset, run_replay
+from chakra_tools.replay.api import open_rankset, run_replay
 from chakra_tools.replay.fidelity import compare_with_trace, measured_of
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "external"

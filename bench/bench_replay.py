@@ -112,7 +112,8 @@ def generate(kind: str, folder: Path, nodes: int) -> Path:
 def _child(prefix: str) -> None:
     """Run one replay and print its figures as JSON (in a fresh process)."""
     from chakra_tools.replay import AnalyticalBackend, load_network, load_system
-    from chakra_tools.replay.engine import Replayer, open_rankset
+    from chakra_tools.replay.api import open_rankset
+    from chakra_tools.replay.engine import Replayer
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     folder = Path(prefix).parent

@@ -13,20 +13,20 @@ measured step) is one call; `--out` and `--timeline` are the result's two writer
                             modes=AS_CAPTURED, manifest="traces/ddp/manifest.json")
     result.write("result.json"); result.timeline().write("timeline.json.gz")
 
-engine.py (the kernel, its resources and the per-kind handlers), timing.py (where durations
-come from: `Modelled`, `Staggered`, `Captured`), backend.py (compute, memory, network cost),
-collectives.py (the per-algorithm registry), config.py (ASTRA-sim's config files), result.py
-(statistics, critical path, JSON, timeline), fidelity.py (against a capture's measured steps),
-calibrate.py (communication from a capture's recorded times, waiting removed: `--comm
-calibrated`), recorded.py (host time and completions from a capture's timeline: `--host-time
-timeline`).
+api.py (opening a rank set, capture modes, `replay` and `replay_rankset`), engine.py (the kernel,
+its resources and the per-kind handlers), timing.py (where durations come from: `Modelled`,
+`Staggered`, `Captured`), backend.py (compute, memory, network cost), collectives.py (the
+per-algorithm registry), config.py (ASTRA-sim's config files), result.py (statistics, critical
+path, JSON, timeline), fidelity.py (against a capture's measured steps), calibrate.py
+(communication from a capture's recorded times, waiting removed: `--comm calibrated`), recorded.py
+(host time and completions from a capture's timeline: `--host-time timeline`).
 """
 
+from .api import AS_CAPTURED, CaptureModes, RanksetRefused, open_rankset, replay, replay_rankset, run_replay
 from .backend import AnalyticalBackend, Scales, SystemSpec
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
-from .engine import (AS_CAPTURED, DEFAULT_LIMITS, CaptureModes, RanksetRefused, Replayer, Resources,
-                     open_rankset, parse_limits, replay, replay_rankset, run_replay)
+from .engine import DEFAULT_LIMITS, Replayer, Resources, parse_limits
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered

@@ -384,7 +384,7 @@ def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> di
     CHECK_MODES, against the steps the manifest measured: {network: {mode: error}}; the error is
     the job's where the manifest has the ranks' step starts, else the step's."""
     from .config import default_network
-    from .engine import CaptureModes, replay
+    from .api import CaptureModes, replay
     from .fidelity import compare_with_manifest
 
     networks = {"default": lambda: AnalyticalBackend(default_network(cal.npus)),

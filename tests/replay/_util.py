@@ -7,7 +7,8 @@ from pathlib import Path
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
 from chakra_tools.replay import AnalyticalBackend, Dim, NetworkConfig, SystemConfig
-from chakra_tools.replay.engine import Replayer, Resources, open_rankset
+from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.engine import Replayer, Resources
 from chakra_tools.replay.timing import Captured
 
 T = NodeType

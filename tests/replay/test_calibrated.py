@@ -12,7 +12,8 @@ import pytest
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.model import Node, NodeType, make_attrs
-from chakra_tools.replay.engine import Replayer, open_rankset
+from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.engine import Replayer
 from chakra_tools.replay.recorded import read_rankset, read_timeline
 from chakra_tools.replay.timing import Captured, Modelled
 

@@ -8,7 +8,8 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
 from chakra_tools.feed import DeadlockError
 from chakra_tools.replay import AnalyticalBackend, load_memory, load_network, load_system, replay
-from chakra_tools.replay.engine import Replayer, open_rankset, parse_limits
+from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.engine import Replayer, parse_limits
 
 from _util import backend, coll, comp, events, recv, ring_net, run, send, write_rankset
 
@@ -178,7 +179,7 @@ def test_host_gaps_keep_recorded_time_between_host_ops(tmp_path):
 
 
 def _open(prefix):
-    from chakra_tools.replay.engine import open_rankset
+    from chakra_tools.replay.api import open_rankset
 
     feeders, _ = open_rankset(prefix)
     return feeders, backend(ring_net(2))
@@ -186,7 +187,8 @@ def _open(prefix):
 
 def test_recorded_alignment_starts_ranks_at_their_recorded_offsets(tmp_path):
     from chakra_tools.core.model import Node, NodeType, make_attrs
-    from chakra_tools.replay.engine import Replayer, open_rankset, recorded_starts
+    from chakra_tools.replay.api import open_rankset, recorded_starts
+    from chakra_tools.replay.engine import Replayer
     from _util import write_rankset
 
     def k(i, start, deps=()):

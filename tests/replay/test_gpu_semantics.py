@@ -203,7 +203,7 @@ def gpu_errors(shared_fixtures, unpack, tmp_path_factory):
     """name -> job error of the as-captured replay against the window the traces measured."""
     from chakra_tools.convert.run import convert as convert_pairs, inputs_from_files
     from chakra_tools.replay.fidelity import measured_of
-    from chakra_tools.replay.engine import open_rankset, run_replay
+    from chakra_tools.replay.api import open_rankset, run_replay
 
     errors = {}
     for name in ("dlrm", *GPU_PAIRS):

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
-from chakra_tools.replay.engine import Replayer, open_rankset
+from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.engine import Replayer
 
 from _util import backend, coll, comp, recv, ring_net, send, write_rankset
 

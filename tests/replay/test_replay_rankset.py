@@ -20,7 +20,7 @@ from chakra_tools.cli.replay import app
 from chakra_tools.core.errors import InputError
 from chakra_tools.feed.feeder import DeadlockError
 from chakra_tools.replay import (AS_CAPTURED, CaptureModes, RanksetRefused, Replayer, Scales, Staggered,
-                                 SystemSpec, engine, open_rankset, parse_limits, replay_rankset)
+                                 SystemSpec, api, open_rankset, parse_limits, replay_rankset)
 
 from _util import backend, coll, comp, write_rankset
 from test_replay_validates_first import unsized_all_reduce
@@ -44,7 +44,7 @@ def test_merged_with_puts_the_chosen_modes_over_these():
     assert CaptureModes().merged_with(host_time=None, align="", coll_start="last") == CaptureModes(coll_start="last")
     with pytest.raises(InputError, match="--align 'late'"):
         AS_CAPTURED.merged_with(align="late")
-    assert doctest.testmod(engine).failed == 0
+    assert doctest.testmod(api).failed == 0
 
 
 CASES = {  # command-line options -> the same as API arguments

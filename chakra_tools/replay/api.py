@@ -1,0 +1,205 @@
+"""Opening a rank set and driving a replay: what `trace-replay` and the Python API call.
+
+The kernel (engine.py: `Replayer`, `Resources`, the handlers) replays feeders under a timing
+policy; this module opens a rank set's feeders and comm groups (`open_rankset`), says which timing
+policy a set of capture modes means (`CaptureModes.timing`, `AS_CAPTURED`), and runs the whole
+command as one call: validate, replay, compare with the measured step (`replay_rankset`).
+engine.py imports nothing from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from chakra_tools.core.errors import ChakraToolsError, Diagnostic, InputError
+from chakra_tools.core.graph import find_rank_files, read_comm_groups
+from chakra_tools.feed.feeder import ETFeeder
+from chakra_tools.feed.protocol import Backend
+
+from .backend import SystemSpec
+from .calibrate import COMM_MODES
+from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
+from .fidelity import measured_of
+from .result import ReplayResult
+from .timing import Captured, Modelled, Staggered
+
+#: per-rank feeder window of a replay: every rank holds one, and a stalled replay reads further
+REPLAY_WINDOW = 8192
+
+
+def open_rankset(path: str | Path, comm_group: str | Path | None = None, *,
+                 resolve: Sequence[str] = ("data", "ctrl"),
+                 window: int = REPLAY_WINDOW) -> tuple[dict[int, ETFeeder], dict[str, tuple[int, ...]]]:
+    """One feeder per rank file of a rank set, and its comm groups (file beside the traces if any)."""
+    files = find_rank_files(path)
+    feeders = {r: ETFeeder(f, resolve=resolve, window=window, rank=r, eager_info=True)
+               for r, f in files.items()}
+    if comm_group is None:
+        beside = next(iter(files.values())).parent / "comm_group.json"
+        comm_group = beside if beside.exists() else None
+    groups = dict(read_comm_groups(comm_group)) if comm_group else {}
+    return feeders, groups
+
+
+def recorded_starts(feeders: Mapping[int, ETFeeder]) -> dict[int, int]:
+    """Each rank's offset (ns) from the earliest rank, by the first recorded start time in its
+    window: a capture's ranks begin their traced steps at different instants, and replaying them
+    from those instants reproduces the skew they had (one clock for all ranks assumed, as on one
+    host)."""
+    first = {}
+    for r, f in feeders.items():
+        times = [f.info(n).start_time_micros for n in f.loaded_ids()]
+        times = [t for t in times if t > 0]
+        if times:
+            first[r] = min(times)
+    if not first:
+        return {}
+    base = min(first.values())
+    return {r: (t - base) * 1000 for r, t in first.items()}
+
+
+@dataclass(frozen=True)
+class CaptureModes:
+    """How much of a capture's own record a replay uses (all off: a what-if on the model).
+
+    `comm`: "model" (the network model), "measured" or "calibrated" (calibrate.py);
+    `host_time`: "ops" (each host op its duration), "gaps" (and the recorded time between host
+    ops) or "timeline" (re-timed, recorded.py);
+    `align`: "start" (every rank at 0) or "recorded" (the capture's skew between ranks);
+    `lanes`: "kind" (one host thread, one compute and one comm queue per rank, as ASTRA-sim) or
+    "stream" (a lane per recorded thread and device stream; see `Resources`).
+    `coll_start` (on the model only): "arrival" (each member of a collective goes through it from
+    its own arrival, as ASTRA-sim: `Staggered`) or "last" (every member from the last arrival).
+    `AS_CAPTURED` replays a capture on the system it ran on (docs/replay.md §4).
+    """
+
+    comm: str = "model"
+    host_time: str = "ops"
+    align: str = "start"
+    lanes: str = "kind"
+    coll_start: str = "arrival"
+
+    def check(self) -> "CaptureModes":
+        for value, name, choices in ((self.comm, "--comm", COMM_MODES),
+                                     (self.host_time, "--host-time", HOST_TIMES),
+                                     (self.align, "--align", ("start", "recorded")),
+                                     (self.lanes, "--lanes", LANE_SPLITS),
+                                     (self.coll_start, "--collective-start", COLL_STARTS)):
+            if value not in choices:
+                raise InputError(f"{name} {value!r}: use " + " or ".join(choices))
+        return self
+
+    def merged_with(self, **chosen: str | None) -> "CaptureModes":
+        """These modes with each one `chosen` in its place (None or "": keep this one's), checked:
+        `trace-replay --as-captured --comm model` is `AS_CAPTURED.merged_with(comm="model")`.
+
+        >>> AS_CAPTURED.merged_with(comm="model", align=None)
+        CaptureModes(comm='model', host_time='timeline', align='recorded', lanes='stream', coll_start='arrival')
+        """
+        return replace(self, **{name: mode for name, mode in chosen.items() if mode}).check()
+
+    @property
+    def modelled(self) -> bool:
+        return (self.comm, self.host_time, self.align) == ("model", "ops", "start")
+
+    def timing(self, path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend) -> Modelled:
+        """The timing policy these modes describe for the rank set at `path` (its files are read
+        once more for the recorded timeline when a mode needs it)."""
+        from .recorded import read_rankset
+
+        self.check()
+        if self.modelled:
+            return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)
+        retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"
+        timelines = read_rankset(path) if retimed or calibrated else {}
+        return Captured(backend, comm=self.comm, host_gaps=self.host_time == "gaps",
+                        host_ns={r: t.host_ns for r, t in timelines.items()} if retimed else None,
+                        comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
+                        comm_start_ns={r: t.comm_start_ns for r, t in timelines.items()},
+                        start_ns=recorded_starts(feeders) if self.align == "recorded" else None)
+
+
+HOST_TIMES = ("ops", "gaps", "timeline")
+COLL_STARTS = ("arrival", "last")
+AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recorded", lanes="stream")
+
+
+def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
+               groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
+               limits: Mapping[str, int] | None = None, record_events: bool = True,
+               memory_on_comm: bool = True) -> ReplayResult:
+    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`);
+    `memory_on_comm`: see `Resources`."""
+    resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes,
+                          memory_on_comm=memory_on_comm)
+    return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
+                    record_events=record_events).run()
+
+
+def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None = None,
+           limits: Mapping[str, int] | None = None, record_events: bool = True,
+           resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
+           modes: CaptureModes = CaptureModes()) -> ReplayResult:
+    """Replay the rank set at `path` (folder, prefix or file) with `backend`; `modes=AS_CAPTURED`
+    to reproduce a capture's measured step (see `CaptureModes`)."""
+    feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
+    return run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
+                      record_events=record_events)
+
+
+class RanksetRefused(ChakraToolsError):
+    """The rank set has validation errors and was not replayed: its replay would be silently
+    wrong (0-byte collectives, unknown groups) or never finish (collectives waiting for ranks
+    that are not there). `report` is the validation (core.validate.ValidationReport), the first
+    `SHOWN_PER_CODE` findings of each kind. Exit 1, as trace-validate's when it finds errors."""
+
+    exit_code = 1
+
+    def __init__(self, path: str | Path, report):
+        super().__init__(f"{path}: {report.error_count} validation error(s): not replayed")
+        self.report = report
+
+
+#: how many findings of each kind a refused rank set's report keeps
+SHOWN_PER_CODE = 10
+
+
+def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
+                   comm_group: str | Path | None = None, modes: CaptureModes = CaptureModes(),
+                   limits: Mapping[str, int] | None = None, memory_on_comm: bool = True,
+                   resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
+                   manifest: str | Path | None = None, validate: bool = True,
+                   on_warning: Callable[[Diagnostic], None] | None = None,
+                   record_events: bool = True) -> ReplayResult:
+    """What `trace-replay` does, in one call: validate the rank set at `path` (refused with
+    `RanksetRefused` on errors; `on_warning` hears, before the replay starts, what it cannot run:
+    a group that names ranks not given), replay it on the system `spec` describes (None:
+    `SystemSpec()`, one switch of every rank) under `modes` (`CaptureModes.merged_with`),
+    `limits` and `memory_on_comm` (see `run_replay`), and compare it with the capture's
+    `manifest`, else with the measured windows its rank files carry (`result.fidelity`).
+    `--out` and `--timeline` are then `result.write(path)` and `result.timeline().write(path)`.
+    """
+    if validate:
+        _refuse_invalid(path, comm_group, on_warning)
+    feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
+    backend = (spec or SystemSpec()).backend(max(feeders) + 1, str(path))
+    result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
+                        record_events=record_events, memory_on_comm=memory_on_comm)
+    result.compare(manifest=manifest, measured=measured_of(feeders))
+    return result
+
+
+def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
+                    on_warning: Callable[[Diagnostic], None] | None) -> None:
+    """Raise `RanksetRefused` if the rank set has validation errors; hand each partial-group
+    finding (a group naming absent ranks: the replay would wait for them) to `on_warning`."""
+    from chakra_tools.core.validate import validate_path
+
+    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE)
+    for d in report.diagnostics:
+        if d.code == "partial-group" and on_warning is not None:
+            on_warning(d)
+    if report.errors:
+        raise RanksetRefused(path, report)
