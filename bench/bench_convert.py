@@ -72,10 +72,10 @@ OURS = textwrap.dedent("""
     from chakra_tools.convert.run import convert, inputs_from_files
     devices = [sys.argv[2]] if sys.argv[2] != "-" else []
     report = convert(inputs_from_files([sys.argv[1]], devices, []), sys.argv[3], executor="serial")
-    from chakra_tools.convert.hostet import NATIVE
+    from chakra_tools.convert.hotloops import COMPILED
     print(json.dumps({"seconds": time.perf_counter() - t, "nodes": report.stats[0]["nodes"],
                       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "compiled": NATIVE is not None}))
+                      "compiled": COMPILED is not None}))
 """)
 
 MLC = textwrap.dedent("""

@@ -20,8 +20,8 @@ def test_bench_convert_runs_and_prints_the_ratios(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    from chakra_tools.convert.hostet import NATIVE
-    assert f"compiled loops (chakra_tools/*/_hotloops.c): {'yes' if NATIVE else 'NO'}" in text
+    from chakra_tools.convert.hotloops import COMPILED
+    assert f"compiled loops (chakra_tools/*/_hotloops.c): {'yes' if COMPILED else 'NO'}" in text
     assert re.search(r"ours, pure Python .*host only: [\d.]+ s", text)
     for label in ("host + device", "host only, like for like"):
         assert re.search(rf"ratio \({re.escape(label)}\): [\d.]+x faster .* of its peak memory", text), label
