@@ -613,57 +613,61 @@ static int scalar_wt(int field)
     }
 }
 
-/* A message whose field `field` is repeated of wire type `wt` (a list kind's `values` with
- * wt = its scalar's, or IOInfo's three string fields with field 0 = any): well formed; strings
- * valid UTF-8; other fields skipped. */
-static int check_repeated(Ptr p, Ptr end, int field, int wt)
+/* One field of a message: its number, its wire type and its value (rd_value's). */
+typedef struct {
+    int f, w;
+    uint64_t v;
+    Ptr s;
+    Py_ssize_t n;
+} Field;
+
+/* The field at *p (moving past it); PUNT for a malformed one or field number 0. */
+static inline int next_field(Ptr *p, Ptr end, Field *fd)
 {
+    uint64_t key;
+    fd->v = 0;
+    fd->s = NULL;
+    fd->n = 0;
+    if (rd_varint(p, end, &key) || key >> 3 == 0 || key >> 3 > INT32_MAX)
+        return PUNT;
+    fd->f = (int)(key >> 3);
+    fd->w = (int)(key & 7);
+    return rd_value(p, end, fd->w, &fd->v, &fd->s, &fd->n);
+}
+
+/* A message whose field `field` (0: any of 1..3, IOInfo's) is repeated of wire type `wt`: well
+ * formed, packed or not; with `strings`, each value valid UTF-8; other fields skipped. */
+static int check_repeated(Ptr p, Ptr end, int field, int wt, int strings)
+{
+    Field fd;
     while (p < end) {
-        uint64_t key, v;
-        Ptr s = NULL;
-        Py_ssize_t n = 0;
-        if (rd_varint(&p, end, &key))
+        if (next_field(&p, end, &fd))
             return PUNT;
-        int f = (int)(key >> 3), w = (int)(key & 7);
-        if (key >> 3 == 0 || rd_value(&p, end, w, &v, &s, &n))
-            return PUNT;
-        if (field == 0 ? f >= 1 && f <= 3 : f == field) {
-            if (wt == 2 || field == 0) {
-                if (w != 2 || (field == 0 && !utf8_ok(s, n)))
-                    return PUNT;
-            } else if (w == 2) { /* packed */
-                if (wt == 0) {
-                    Ptr q = s, qe = s + n;
-                    while (q < qe)
-                        if (rd_varint(&q, qe, &v))
-                            return PUNT;
-                } else if (n % (wt == 1 ? 8 : 4))
-                    return PUNT;
-            } else if (w != wt)
+        if (field == 0 ? fd.f > 3 : fd.f != field)
+            continue;
+        if (wt == 2) {
+            if (fd.w != 2 || (strings && !utf8_ok(fd.s, fd.n)))
                 return PUNT;
-        }
+        } else if (fd.w == 2) { /* packed */
+            if (wt == 0) {
+                Ptr q = fd.s, qe = fd.s + fd.n;
+                uint64_t v;
+                while (q < qe)
+                    if (rd_varint(&q, qe, &v))
+                        return PUNT;
+            } else if (fd.n % (wt == 1 ? 8 : 4))
+                return PUNT;
+        } else if (fd.w != wt)
+            return PUNT;
     }
     return 0;
 }
 
-/* A string-list attribute's values are strings: checked like IOInfo's but on field 1 only. */
+/* A list kind's message (AttributeProto field `list_field`): its values as its scalar's. */
 static int check_list(Ptr s, Py_ssize_t n, int list_field)
 {
     int scalar = list_field - 1;
-    if (scalar == 29) { /* string_list */
-        Ptr p = s, end = s + n;
-        while (p < end) {
-            uint64_t key, v;
-            Ptr t = NULL;
-            Py_ssize_t m = 0;
-            if (rd_varint(&p, end, &key) || key >> 3 == 0 || rd_value(&p, end, (int)(key & 7), &v, &t, &m))
-                return PUNT;
-            if (key >> 3 == 1 && ((key & 7) != 2 || !utf8_ok(t, m)))
-                return PUNT;
-        }
-        return 0;
-    }
-    return check_repeated(s, s + n, 1, scalar_wt(scalar));
+    return check_repeated(s, s + n, 1, scalar_wt(scalar), scalar == 29 /* string_list */);
 }
 
 typedef struct {
@@ -680,38 +684,33 @@ static int read_attr(Ptr p, Ptr end, Attr *a)
     int kinds = 0, list_seen = 0;
     memset(a, 0, sizeof *a);
     a->name = (Ptr) "";
+    Field fd;
     while (p < end) {
-        uint64_t key, v = 0;
-        Ptr s = NULL;
-        Py_ssize_t n = 0;
-        if (rd_varint(&p, end, &key))
+        if (next_field(&p, end, &fd))
             return PUNT;
-        int f = (int)(key >> 3), w = (int)(key & 7);
-        if (f == 0 || rd_value(&p, end, w, &v, &s, &n))
-            return PUNT;
-        if (f == 1 || f == 2) { /* name, doc_string */
-            if (w != 2 || !utf8_ok(s, n))
+        if (fd.f == 1 || fd.f == 2) { /* name, doc_string */
+            if (fd.w != 2 || !utf8_ok(fd.s, fd.n))
                 return PUNT;
-            if (f == 1) {
-                a->name = s;
-                a->name_len = n;
+            if (fd.f == 1) {
+                a->name = fd.s;
+                a->name_len = fd.n;
             }
-        } else if (f >= 3 && f <= 32) {
-            int list = f % 2 == 0;
-            if (w != (list ? 2 : scalar_wt(f)))
+        } else if (fd.f >= 3 && fd.f <= 32) {
+            int list = fd.f % 2 == 0;
+            if (fd.w != (list ? 2 : scalar_wt(fd.f)))
                 return PUNT;
             if (list) {
-                if (check_list(s, n, f))
+                if (check_list(fd.s, fd.n, fd.f))
                     return PUNT;
                 list_seen = 1;
-            } else if (f == 29 && !utf8_ok(s, n))
+            } else if (fd.f == 29 && !utf8_ok(fd.s, fd.n))
                 return PUNT;
             if (++kinds > 1 && list_seen) /* a list merged or replaced: the reference says */
                 return PUNT;
-            a->kind = f;
-            a->v = v;
-            a->s = s;
-            a->n = n;
+            a->kind = fd.f;
+            a->v = fd.v;
+            a->s = fd.s;
+            a->n = fd.n;
         }
         /* other fields: unknown to AttributeProto, skipped as protobuf keeps them aside */
     }
@@ -828,15 +827,14 @@ static int decode(PyObject *msg, const Spec *sp, Decoded *d)
     int slot_kind[N_SLOTS] = {0};
     uint64_t slot_v[N_SLOTS];
 
+    Field fd;
     while (p < end) {
-        uint64_t key, v = 0;
-        Ptr s = NULL;
-        Py_ssize_t n = 0;
-        if (rd_varint(&p, end, &key))
+        if (next_field(&p, end, &fd))
             return PUNT;
-        int f = (int)(key >> 3), w = (int)(key & 7);
-        if (f == 0 || rd_value(&p, end, w, &v, &s, &n))
-            return PUNT;
+        int f = fd.f, w = fd.w;
+        uint64_t v = fd.v;
+        Ptr s = fd.s;
+        Py_ssize_t n = fd.n;
         switch (f) {
         case 1: case 3: case 6: case 7:
             if (w != 0)
@@ -857,7 +855,7 @@ static int decode(PyObject *msg, const Spec *sp, Decoded *d)
                 return PUNT;
             break;
         case 8: case 9:
-            if (w != 2 || check_repeated(s, s + n, 0, 2))
+            if (w != 2 || check_repeated(s, s + n, 0, 2, 1))
                 return PUNT;
             break;
         case 10: {
@@ -914,19 +912,17 @@ static int decode(PyObject *msg, const Spec *sp, Decoded *d)
     if (involved != NULL) {
         Ptr q = involved, qe = involved + involved_len;
         while (q < qe) {
-            uint64_t key, v = 0;
-            Ptr s = NULL;
-            Py_ssize_t n = 0;
-            if (rd_varint(&q, qe, &key) || rd_value(&q, qe, (int)(key & 7), &v, &s, &n))
+            uint64_t v;
+            if (next_field(&q, qe, &fd))
                 return PUNT;
-            if (key >> 3 != 1)
+            if (fd.f != 1)
                 continue;
-            if ((key & 7) == 0) {
+            if (fd.w == 0) {
                 if (n_inv >= 256)
                     return PUNT;
-                inv[n_inv++] = v != 0;
-            } else {
-                Ptr r = s, re = s + n;
+                inv[n_inv++] = fd.v != 0;
+            } else { /* packed: check_list saw every other wire type off */
+                Ptr r = fd.s, re = fd.s + fd.n;
                 while (r < re) {
                     if (n_inv >= 256 || rd_varint(&r, re, &v))
                         return PUNT;
@@ -1064,26 +1060,25 @@ static Py_ssize_t record_off[N_RECORD_SLOTS];
 
 #define RSLOT(obj, i) (*(PyObject **)((char *)(obj) + record_off[i]))
 
-/* The record class's slot offsets, looked up once per class; 0, or PUNT if it lacks one. */
+/* The record class's slot offsets, read once per class off its own member table (the one
+ * __slots__ makes); 0, or PUNT if the class itself does not define each as a slot. */
 static int record_slots(PyTypeObject *t)
 {
     if (t == record_type)
         return 0;
-    if (!PyType_Check(t))
+    if (!PyType_Check(t) || t->tp_members == NULL)
         return PUNT;
-    Py_ssize_t off[N_RECORD_SLOTS];
-    for (int i = 0; i < N_RECORD_SLOTS; i++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)t, RECORD_NAMES[i]);
-        PyErr_Clear();
-        int ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        if (ok)
-            off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_XDECREF(d);
-        if (!ok)
-            return PUNT;
+    int found = 0;
+    for (PyMemberDef *m = t->tp_members; m->name != NULL; m++)
+        for (int i = 0; i < N_RECORD_SLOTS; i++)
+            if (m->type == T_OBJECT_EX && strcmp(m->name, RECORD_NAMES[i]) == 0) {
+                record_off[i] = m->offset;
+                found |= 1 << i;
+            }
+    if (found != (1 << N_RECORD_SLOTS) - 1) {
+        Py_CLEAR(record_type); /* record_off now mixes classes: no class may use it */
+        return PUNT;
     }
-    memcpy(record_off, off, sizeof off);
     Py_XSETREF(record_type, (PyTypeObject *)Py_NewRef(t));
     return 0;
 }
