@@ -13,6 +13,13 @@ with `expand()` (the replayer does so before it declares a cross-rank deadlock).
 issuable among the nodes read so far; with the default window (64k nodes) that is the whole
 frontier of any real trace.
 
+The per-node work runs in C where the core's extension is built (`core/hotloops.py`:
+`load_node` decodes a Node message straight off the wire and links it into the window,
+`finish_node` finishes one and frees its children); `_load_reference` and `_finish_record` are the
+reference, which does every node C leaves to it (anything unusual, ids past the bitmap, repeated
+ids) and all of them under `hotloops.python_twins()` or without the extension: the same nodes,
+order, `NodeInfo`s and diagnostics (tests/feed/test_decode_node.py).
+
 Dependencies are resolved, never rewritten: `lookup(id)` returns the node exactly as recorded. A
 dependency on a node that comes later in the file (forward reference) waits for it; one on a node
 that never appears is dropped at end of file and reported in `diagnostics` ("dangling-dep"). When
