@@ -260,3 +260,21 @@ def test_a_legacy_node_is_refused_either_way(tmp_path):
                 list(ETFeeder(path).drain())
         errors.append(str(e.value))
     assert errors[0] == errors[1] and "legacy" in errors[0]
+
+
+@pytest.mark.parametrize("bad", [
+    ld(2, b"\xff") + vi(1, 9),  # a name that is not UTF-8
+    vi(1, 9) + vi(3, 99),  # an unknown node type
+    vi(1, 9) + ld(5, b"\x80"),  # a truncated dependency list
+])
+def test_a_bad_node_midway_is_reported_the_same_either_way(tmp_path, bad):
+    good = [encode_node(Node(i, f"n{i}", NodeType.COMP_NODE, (i - 1,) if i else ())) for i in range(20)]
+    path = tmp_path / "b.0.et"
+    path.write_bytes(b"".join(varint(len(m)) + m for m in good + [bad] + good[:1]))
+    errors = []
+    for twins in (False, True):
+        with hotloops.python_twins() if twins else nullcontext():
+            with pytest.raises(TraceReadError) as e:
+                list(ETFeeder(path, window=4).drain())
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
