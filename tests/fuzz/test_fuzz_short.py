@@ -28,7 +28,8 @@ def test_deep_nesting_is_written_without_recursing():
     assert data.count(b"[") + data.count(b"{") >= 2000
 
 
-def test_short_fuzz_run_has_no_failures_in_fixed_kinds():
+def test_short_fuzz_run_has_no_failures_in_fixed_kinds(shared_fixtures):
+    # the seeds are the shared fixtures: the fixture skips where ../shared is absent
     report = harness.run(SEED, PER_KIND * len(harness.KINDS), quick=True, jobs=2, timeout=30)
     print("\n" + report.text())
     assert set(report.by_kind) == set(harness.KINDS)
