@@ -98,9 +98,9 @@ def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
 def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, message bytes) for each length-delimited message of the stream.
 
-    Most Chakra nodes are shorter than 128 bytes, so their length prefix is one byte: that case is
-    decoded inline (the reader's and the feeder's hot path). A long prefix, a message across a
-    read boundary or a broken file takes the general path.
+    Most Chakra nodes are shorter than 16 KiB, so their length prefix is one byte or two: those
+    are decoded inline (the reader's and the feeder's hot path). A longer prefix, a message across
+    a read boundary or a broken file takes the general path.
     """
     buf = _read(stream, path, 0, chunk)
     pos = base = 0  # base: stream offset of buf[0]
@@ -117,6 +117,12 @@ def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CH
             yield base + pos, buf[pos + 1:pos + 1 + b]
             pos += 1 + b
             continue
+        if b >= 0x80 and pos + 1 < end and 0 < buf[pos + 1] < 0x80:  # 128 B .. 16 KiB: two bytes
+            length = (b & 0x7F) | (buf[pos + 1] << 7)
+            if pos + 2 + length <= end:
+                yield base + pos, buf[pos + 2:pos + 2 + length]
+                pos += 2 + length
+                continue
         try:
             length, body = decode_varint(buf, pos)
         except ValueError as e:
