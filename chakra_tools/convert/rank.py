@@ -54,24 +54,27 @@ class RankResult:
 
 def convert_rank(host: str | Path | None, device: str | Path | None, rank: int,
                  known_groups: dict[str, GroupInfo] | None = None, *,
-                 metadata_nodes: bool = False) -> RankResult:
+                 metadata_nodes: bool = False, steps: tuple[int, ...] = ()) -> RankResult:
     """Convert one rank's host trace (and device trace, if any) into a Graph.
 
     `metadata_nodes` writes process-group setup as a METADATA node (ASTRA-sim 2.0 aborts on
-    one) instead of a plain COMP node. Raises ChakraToolsError naming the rank and file on
-    unreadable input.
+    one) instead of a plain COMP node. `steps`: the steps the capture finished (its manifest);
+    a `ProfilerStep#N` after them, which the script's end cut short (the teardown after the last
+    step, still open when the profiler stopped), is left out with what ran in it. Raises
+    ChakraToolsError naming the rank and file on unreadable input.
     """
     try:
-        return _convert(host, device, rank, known_groups or {}, metadata_nodes)
+        return _convert(host, device, rank, known_groups or {}, metadata_nodes, steps)
     except ChakraToolsError as e:
         raise e.add_context(f"rank {rank}")
 
 
-def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: bool) -> RankResult:
+def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: bool,
+             steps: tuple[int, ...] = ()) -> RankResult:
     t0 = time.perf_counter()
     source = str(host_path or device_path)
     with gc_paused():
-        host, dev, calls, waits, consumers = _read(host_path, device_path)
+        host, dev, calls, waits, consumers = _read(host_path, device_path, steps)
         lk = link(host, dev) if dev is not None else None
         if lk is not None:
             absorb_worker_ops(calls, host.ops, lk.op_event, dev.host)
@@ -92,10 +95,13 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
     return RankResult(rank, graph, groups, world, graph.diagnostics, stats)
 
 
-def _read(host_path, device_path):
+def _read(host_path, device_path, steps: tuple[int, ...] = ()):
     """(host, device, calls, waits, consumers); the host file's bytes are dropped as soon as the
     consumers are found in them, before the device trace is read."""
     host = read_host(host_path) if host_path else None
+    if host is not None and steps:
+        host.ops = without_steps_after(host.ops, max(steps))
+        host.__dict__.pop("_by_id", None)  # by_id_cache, if taken before
     calls, waits = find_calls(host.ops) if host else ([], [])
     consumers = first_readers(host, calls) if host else {}
     if host is not None:
@@ -265,6 +271,24 @@ def comm_attrs(c: CommCall, rank: int, groups: dict[str, GroupInfo]) -> dict:
              root_rank=c.root_rank, seq=c.seq, comm_source=c.source,
              is_async=c.is_async)
     return a
+
+
+def without_steps_after(ops: list, last: int) -> list:
+    """`ops` (parents before children) less every `ProfilerStep#N` with N > `last` and what ran
+    under it.
+
+    >>> from types import SimpleNamespace as Op
+    >>> ops = [Op(id=1, name="ProfilerStep#3", parent=0), Op(id=2, name="aten::mm", parent=1),
+    ...        Op(id=3, name="ProfilerStep#4", parent=0), Op(id=4, name="c10d::barrier", parent=3)]
+    >>> [o.id for o in without_steps_after(ops, 3)]
+    [1, 2]
+    """
+    dropped: set[int] = set()
+    for op in ops:
+        if op.parent in dropped or (op.name.startswith("ProfilerStep#")
+                                    and op.name[13:].isdigit() and int(op.name[13:]) > last):
+            dropped.add(op.id)
+    return [op for op in ops if op.id not in dropped] if dropped else ops
 
 
 def _global_rank(peer: int, group: GroupInfo | None, source: str) -> int:

@@ -46,6 +46,9 @@ class RankSpec:
     rank: int
     host: str | None
     device: str | None
+    #: the steps the capture finished in its window (manifest): a step the script's end cut
+    #: short (`ProfilerStep#N` still open when the profiler stopped) is left out
+    steps: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"rank {self.rank} ({self.host or self.device})"
@@ -95,7 +98,8 @@ def inputs_from_run(folder: str | Path) -> RunInputs:
         if not r.host_trace and not r.device_trace:
             raise InputError(f"{man.source}: rank {r.rank} has no traces (status "
                              f"{r.status!r}: {r.error or 'no error recorded'})")
-        specs.append(RankSpec(r.rank, _under(folder, r.host_trace), _under(folder, r.device_trace)))
+        specs.append(RankSpec(r.rank, _under(folder, r.host_trace), _under(folder, r.device_trace),
+                              tuple(r.captured_steps or man.captured_steps or ())))
     if not specs:
         raise InputError(f"{man.source}: lists no ranks")
     groups = {g.name: GroupInfo(g.ranks or None, g.desc, len(g.ranks) or None) for g in man.process_groups}
@@ -221,7 +225,8 @@ def run_ranks(inputs: RunInputs, *, jobs: int | None = None, executor: str = "au
 
 
 def _one(spec: RankSpec, groups: dict, metadata_nodes: bool = False) -> RankResult:
-    return convert_rank(spec.host, spec.device, spec.rank, groups, metadata_nodes=metadata_nodes)
+    return convert_rank(spec.host, spec.device, spec.rank, groups, metadata_nodes=metadata_nodes,
+                        steps=spec.steps)
 
 
 def _serial(specs, work, *, jobs, scheduler, done) -> list[RankResult]:
