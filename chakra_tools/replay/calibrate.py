@@ -52,21 +52,28 @@ def shortest_ns(infos: Sequence[NodeInfo]) -> int | None:
     return min(durations) if durations else None
 
 
-def after_last_arrival_ns(spans: Sequence[tuple[int, int]]) -> list[int] | None:
+def after_last_arrival_ns(spans: Sequence[tuple[int, int]],
+                          unknown: Sequence[bool] | None = None) -> list[int] | None:
     """Per participant's recorded (start, end), its end minus the latest start: the time it
-    spent once everyone was there. None when one ended before another began (different clocks,
-    or a call that did not wait for its peers).
+    spent once everyone was there. A participant whose end is `unknown` (recorded as its launch
+    alone) gets the shortest of the known shares: it did not finish after all its peers had. None
+    when a known end precedes the last arrival (different clocks, or a call that did not wait for
+    its peers).
 
     >>> after_last_arrival_ns([(100_000, 1_000_000), (700_000, 1_050_000)])  # last arrived at 700 µs
     [300000, 350000]
     >>> print(after_last_arrival_ns([(100_000, 1_000_000), (2_000_000, 2_350_000)]))  # done before
     None
+    >>> after_last_arrival_ns([(100, 31_000), (50, 60)], [False, True])  # 2nd: launch only
+    [30900, 30900]
     """
+    unknown = unknown or [False] * len(spans)
     last = max(s for s, _ in spans)
-    shares = [e - last for _, e in spans]
-    if min(shares) < -_SLACK_NS:
+    known = [e - last for (_, e), u in zip(spans, unknown) if not u]
+    if min(known) < -_SLACK_NS:
         return None
-    return [max(0, s) for s in shares]
+    floor = max(0, min(known))
+    return [floor if u else max(0, e - last) for (_, e), u in zip(spans, unknown)]
 
 
 def calibrated_ns(infos: Sequence[NodeInfo], ends_ns: Sequence[int | None] | None = None,
@@ -81,26 +88,10 @@ def calibrated_ns(infos: Sequence[NodeInfo], ends_ns: Sequence[int | None] | Non
     ends = list(ends_ns or none)
     unknown = [e is not None and e < 0 for e in ends]  # recorded.UNKNOWN_END: its launch alone
     spans = [interval_ns(i, None if u else e, s) for i, e, s, u in zip(infos, ends, starts_ns or none, unknown)]
-    if any(unknown) and not all(unknown) and None not in spans:
-        return _shares_of_the_known(spans, unknown) or measured_ns(infos)
-    shares = None if None in spans else after_last_arrival_ns(spans)
+    if all(unknown):  # no end known: the launches' own, as for any record
+        unknown = [False] * len(infos)
+    shares = None if None in spans else after_last_arrival_ns(spans, unknown)
     return shares if shares is not None else measured_ns(infos)
-
-
-def _shares_of_the_known(spans: Sequence[tuple[int, int]], unknown: Sequence[bool]) -> list[int] | None:
-    """Shares after the last arrival (every member's arrival counts) of the members whose end is
-    known; a member recorded as its launch alone gets the shortest of them (it did not finish
-    after its peers had all finished). None where a known end precedes the last arrival.
-
-    >>> _shares_of_the_known([(100, 31_000), (50, 60)], [False, True])  # 2nd: launch only
-    [30900, 30900]
-    """
-    last = max(s for s, _ in spans)
-    known = [e - last for (_, e), u in zip(spans, unknown) if not u]
-    if min(known) < -_SLACK_NS:
-        return None
-    floor = max(0, min(known))
-    return [floor if u else max(0, e - last) for (_, e), u in zip(spans, unknown)]
 
 
 def measured_ns(infos: Sequence[NodeInfo], ends_ns=None, starts_ns=None) -> list[int] | None:
