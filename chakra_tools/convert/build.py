@@ -234,16 +234,7 @@ class Builder:
             rec.attrs["stream"] = int(rec.stream)
         elif not nccl:
             self._worker_lane(rec, op, ev)
-            if call.backend is None or call.backend not in self.lk.op_event:
-                rec.attrs["launch_only"] = True  # its backend op is not in the window: no end known
-            called = self._dispatched_at(call)
-            if called is not None and called < ts - EPS_US:
-                rec.attrs["call_start_us"] = int(called)
-            returned = self.lk.op_event.get(op.id)
-            if returned is not None and returned is not ev and returned.end > ts + EPS_US:
-                # the call returned here: an op of the call before it (funcol's
-                # `_wrap_tensor_autograd`) did not wait for it, whatever edge it has
-                rec.attrs["call_end_us"] = int(returned.end)
+            self._caller_times(rec, call, op, ev)
         blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
                                  or self._returned_after(call, op, ev))
         self._chain(rec, op.tid, blocking=blocking)
@@ -252,6 +243,22 @@ class Builder:
         other = self._emit_kernels([g for g in kernels if not is_comm_kernel(g.name)],
                                    issue if issue is not None else rec.id)
         self.kernel_nodes[op.id] = ([rec.id] if nccl else []) + other
+
+    def _caller_times(self, rec: Rec, call: CommCall, op: HostOp, ev: Event | None) -> None:
+        """What the caller's thread recorded of a gloo call beside its backend op (the node's
+        span), for the replay (recorded.py): `call_start_us`, when the rank arrived, where gloo's
+        worker took the call up later; `call_end_us`, when the call returned, where that was
+        after the backend op began (an op of the call before it, funcol's
+        `_wrap_tensor_autograd`, did not wait for it, whatever edge it has); `launch_only`, where
+        the backend op is not in the window and the span is the launch's, no end known."""
+        if call.backend is None or call.backend not in self.lk.op_event:
+            rec.attrs["launch_only"] = True
+        called = self._dispatched_at(call)
+        if called is not None and called < rec.ts - EPS_US:
+            rec.attrs["call_start_us"] = int(called)
+        returned = self.lk.op_event.get(op.id)
+        if returned is not None and returned is not ev and returned.end > rec.ts + EPS_US:
+            rec.attrs["call_end_us"] = int(returned.end)
 
     def _dispatched_at(self, call: CommCall) -> float | None:
         """When the caller entered the call's c10d op (`c10d::allreduce_`, `c10d::barrier`): the

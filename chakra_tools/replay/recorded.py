@@ -15,11 +15,12 @@ before it (a leaf op keeps its own time plus the untraced time after it, a paren
 before its first child), except the instants the rank was blocked in communication, which the
 replay re-creates from its own schedule, and on a CPU rank the untraced time after a call was
 issued or a wait ended: that goes to the next host op, since it came after them (given to the op
-before, it would hold the call back, or vanish under the re-created wait). The last host op keeps its own duration, plus, on a rank
-without device compute whose file carries its measured window (core/measured.py), the tail from
-the end of everything traced to the window's end: a parent's exclusive time after its last child
-(`aten::mul` running 8.6 ms past its last `copy_`), Python after the last call. On a GPU rank the
-window may end in a kernel, which the replay runs itself, so there it is left out.
+before, it would hold the call back, or vanish under the re-created wait). The last host op
+keeps its own duration, plus, on a rank without device compute whose file carries its measured
+window (core/measured.py), the tail from the end of everything traced to the window's end: a
+parent's exclusive time after its last child (`aten::mul` running 8.6 ms past its last
+`copy_`), Python after the last call. On a GPU rank the window may end in a kernel, which the
+replay runs itself, so there it is left out.
 
 **Completion.** When the next host op to start after a communication node depends on it (a
 synchronous gloo call; an async one whose result the next op needs), the rank did nothing traced
@@ -113,7 +114,8 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
                 continue
             end = waiter
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
-        if not _independent_starts_inside(host, starts, (start, done), nid) and _free_for(host, starts, start, nid, deps):
+        if not _independent_starts_inside(host, starts, (start, done), nid) \
+                and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
         elif nid in marked:
             blocked.append(_waited_before(host, starts, issued, start, marked[nid]))
