@@ -113,22 +113,19 @@ def array(v: Any, place: Place, key: str) -> list:
 # host trace's names (KINETO_COMM_ARGS maps Kineto's onto them)
 # --------------------------------------------------------------------------------------------
 
-def _rank_list(v: Any, place: Place, key: str) -> Any:
-    """A list of ranks, or the text of one (Kineto writes `"[0, 1]"`)."""
-    if type(v) is str:
+def _int_list(hi: int):
+    """A check of a list of integers in 0..`hi`, or the text of one (Kineto writes `"[0, 1]"`)."""
+    def check(v: Any, place: Place, key: str) -> Any:
+        if type(v) is str:
+            return v
+        for x in array(v, place, key):
+            integer(x, place, key, 0, hi)
         return v
-    for r in array(v, place, key):
-        integer(r, place, key, 0, MAX_RANK)
-    return v
+    return check
 
 
-def _sizes(v: Any, place: Place, key: str) -> Any:
-    """Split sizes: a list of counts, or the text of one."""
-    if type(v) is str:
-        return v
-    for s in array(v, place, key):
-        integer(s, place, key, 0, INT64_MAX)
-    return v
+_rank_list = _int_list(MAX_RANK)  # a process group's ranks
+_sizes = _int_list(INT64_MAX)  # split sizes: counts
 
 
 def _group_name(v: Any, place: Place, key: str) -> Any:
