@@ -138,8 +138,10 @@ _COMM_CHECKS = {
     "in_msg_nelems": lambda v, p, k: integer(v, p, k, 0, INT64_MAX),
     "out_msg_nelems": lambda v, p, k: integer(v, p, k, 0, INT64_MAX),
     "pg_size": lambda v, p, k: integer(v, p, k, 0, MAX_RANK + 1),
-    "global_rank_start": lambda v, p, k: integer(v, p, k, 0, MAX_RANK),
-    "global_rank_stride": lambda v, p, k: integer(v, p, k, 0, MAX_RANK),
+    # -1: the group's ranks are not a strided range (PyTorch writes it for `wait` and for
+    # groups it lists only in `Process Group Ranks`)
+    "global_rank_start": lambda v, p, k: integer(v, p, k, -1, MAX_RANK),
+    "global_rank_stride": lambda v, p, k: integer(v, p, k, -1, MAX_RANK),
     "seq": integer, "pg_name": _group_name, "pg_ranks": _rank_list,
     "in_split_size": _sizes, "out_split_size": _sizes,
 }

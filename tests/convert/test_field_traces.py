@@ -73,6 +73,24 @@ def test_a_device_only_sub_group_keeps_its_ranks_and_torch_name(tmp_path):
     assert rs.group_ranks(c.pg_name) == (0, 2)
 
 
+
+def test_global_rank_start_minus_one_means_not_strided(tmp_path):
+    """PyTorch writes `Global rank start` / `stride` -1 on a `wait` and on groups it lists only
+    in `Process Group Ranks` (a public HTA ResNet trace, 2024): read, not refused; the listed
+    ranks decide the group."""
+    ev = _events_on()
+    meta = {"Collective name": "allreduce", "In msg nelems": 8, "Out msg nelems": 8, "dtype": "Float",
+            "Process Group Name": "0", "Process Group Ranks": "[0]", "Group size": 1,
+            "Global rank start": -1, "Global rank stride": -1}
+    wait = {"Collective name": "wait", "dtype": "Byte", "In msg nelems": 0, "Out msg nelems": 0,
+            "Group size": 1, "Global rank start": -1, "Global rank stride": -1}
+    events = [ev("c10d::allreduce_", 0, 20), ev("record_param_comms", 1, 15, **meta),
+              ev("nccl:all_reduce", 2, 10), *_launch(2, 1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"),
+              ev("record_param_comms", 30, 3, **wait)]
+    result = convert_rank(None, _write(tmp_path, events), 0)
+    (c,) = colls(result.graph)
+    assert (c.comm_type, c.comm_size) == (CommType.ALL_REDUCE, 32)
+
 # --------------------------------------------------------------------------------------------
 # collectives that are not NCCL kernels, and NCCL kernels of every generation
 # --------------------------------------------------------------------------------------------
