@@ -451,8 +451,9 @@ class Builder:
 
     def _blocking_edges(self) -> None:
         """Where a runtime call held its host thread until device work finished, take that time
-        out of the host op's own duration (`blocked_ns`) and make the thread's next host op wait
-        for that device work instead, so the replay re-creates the stall from its own schedule.
+        out of the host op's own duration (`blocked_ns`, and where it lay: `blocked_spans_ns`)
+        and make the thread's next host op wait for that device work instead, so the replay
+        re-creates the stall from its own schedule.
 
         A call blocked when device work ended while it ran: a synchronisation
         (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize), a copy that waits
@@ -473,24 +474,49 @@ class Builder:
         for items in host_by_tid.values():
             items.sort()
         stall_us = _launch_stall_us(self.dev.runtime)
-        for op_id, calls in runtime_calls_by_op(self.lk, self.dev).items():
+        tails: dict = {}  # thread -> its host tail node (see `_host_tail`)
+        for call, op_id in sorted(((c, op_id) for op_id, calls in runtime_calls_by_op(self.lk, self.dev).items()
+                                   for c in calls if _may_block(c, stall_us)), key=lambda co: co[0].ts):
             node = self.op_node.get(op_id)
             rec = self.recs[node - 1] if node is not None else None
             if rec is None or rec.stream is not None or not rec.attrs.get("is_cpu_op"):
                 continue
-            for call in calls:
-                if not _may_block(call, stall_us):
-                    continue
-                waited = _waited_for(device, device_ends, call)
-                if waited is None:
-                    continue  # it did not return as pending device work ended: busy on the host
-                end, waited_id = waited[:2]
-                blocked = min(end, call.end) - call.ts
-                rec.dur_us = max(rec.dur_us - blocked, 0.0)
-                rec.attrs["blocked_ns"] = rec.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
-                waiter = _first_from(host_by_tid.get(rec.tid, ()), call.end - EPS_US)
-                if waiter is not None and waiter != node:
-                    self.recs[waiter - 1].deps.append(waited_id)
+            waited = _waited_for(device, device_ends, call)
+            if waited is None:
+                continue  # it did not return as pending device work ended: busy on the host
+            end, waited_id = waited[:2]
+            blocked = min(end, call.end) - call.ts
+            waiter = _first_from(host_by_tid.get(rec.tid, ()), call.end - EPS_US)
+            if waiter is None and self.op_event.get(op_id) is not None:  # nothing on the thread after it
+                tail = tails.get(rec.tid)
+                if tail is None:
+                    tail = tails[rec.tid] = self._host_tail(rec, call, self.op_event[op_id].end)
+                rec = tail
+            rec.dur_us = max(rec.dur_us - blocked, 0.0)
+            rec.attrs["blocked_ns"] = rec.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
+            # where it was: a parent's stall may lie after its last child (the re-timing's)
+            rec.attrs.setdefault("blocked_spans_ns", []).extend(
+                (int(round(call.ts * 1000)), int(round((call.ts + blocked) * 1000))))
+            if waiter is not None and waiter != node:
+                self.recs[waiter - 1].deps.append(waited_id)
+            elif waiter is None:
+                rec.deps.append(waited_id)
+
+    def _host_tail(self, rec: Rec, call: Event, op_end: float) -> Rec:
+        """The host time from a blocking call that no host op on its thread follows to the end
+        of the op it ran in (`torch.cuda.synchronize()` at a step's end, then Python until
+        `ProfilerStep#N` closed): a host node of its own, after the thread's last node and the
+        device work the call waited for, since no next op can carry that wait. Its op keeps the
+        time before the call."""
+        moved = max(0.0, min(op_end - call.ts, rec.dur_us))
+        rec.dur_us -= moved
+        tail = self._new(call.name, _COMP, ts=call.ts, dur_us=moved, tid=rec.tid)
+        tail.attrs["is_cpu_op"] = True
+        if type(rec.tid) is int:
+            tail.attrs["tid"] = rec.tid
+        tail.deps.append(self.chain.get(rec.tid, rec.id))
+        self.chain[rec.tid] = tail.id
+        return tail
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
         """A wait after the collective it waits for: by sequence number (`record_param_comms`

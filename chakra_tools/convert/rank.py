@@ -321,4 +321,6 @@ def measured_reference(dev: DeviceTrace, lk) -> Measured | None:
     steps = sorted((e.ts, e.end) for e in dev.host
                    if e.name.startswith("ProfilerStep#") and e.ts < end and e.end > start)
     ns = lambda us: int(round(us * 1000))  # noqa: E731
-    return Measured((ns(start), ns(end)), tuple((ns(s), ns(e)) for s, e in steps))
+    host_end = max((e.end for e in lk.op_event.values()), default=None)
+    return Measured((ns(start), ns(end)), tuple((ns(s), ns(e)) for s, e in steps),
+                    None if host_end is None else min(ns(host_end), ns(end)))

@@ -8,7 +8,11 @@ Per rank, on the clock the device traces share (Kineto's, ns):
   the device work they launched (the two traces need not cover the same span: the host trace's
   span is what was converted, so it is what a replay reproduces);
 - `profiler_steps_ns` = [start0, end0, start1, end1, ...]: the `ProfilerStep#N` ranges of the
-  device trace that overlap that window (none when the run was not profiled by steps).
+  device trace that overlap that window (none when the run was not profiled by steps);
+- `host_end_ns`: when the last of those host ops ended (a parent such as `ProfilerStep#N`
+  included). On a GPU rank the window may end in a kernel, which a replay runs itself; the host's
+  own end says how much host time followed its last op (`torch.cuda.synchronize()` and Python
+  after `loss.item()`), which no node holds.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Mapping
 from .errors import InputError
 from .model import Attr, Metadata, make_attr
 
-WINDOW, STEPS = "measured_window_ns", "profiler_steps_ns"
+WINDOW, STEPS, HOST_END = "measured_window_ns", "profiler_steps_ns", "host_end_ns"
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Measured:
 
     window_ns: tuple[int, int]
     steps_ns: tuple[tuple[int, int], ...] = ()
+    host_end_ns: int | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -37,6 +42,8 @@ class Measured:
         out = {WINDOW: make_attr(WINDOW, list(self.window_ns))}
         if self.steps_ns:
             out[STEPS] = make_attr(STEPS, [t for step in self.steps_ns for t in step])
+        if self.host_end_ns is not None:
+            out[HOST_END] = make_attr(HOST_END, self.host_end_ns)
         return out
 
     @classmethod
@@ -54,7 +61,12 @@ class Measured:
         steps = _ints(attrs[STEPS].value, where, STEPS) if STEPS in attrs else ()
         if len(steps) % 2:
             raise InputError(f"{where}: GlobalMetadata {STEPS} must hold start, end pairs")
-        return cls((w[0], w[1]), tuple(zip(steps[::2], steps[1::2])))
+        host_end = attrs.get(HOST_END)
+        if host_end is not None and (type(host_end.value) is not int or not w[0] <= host_end.value <= w[1]):
+            raise InputError(f"{where}: GlobalMetadata {HOST_END} must be an integer inside "
+                             f"{WINDOW} {list(w)}, not {host_end.value!r}")
+        return cls((w[0], w[1]), tuple(zip(steps[::2], steps[1::2])),
+                   None if host_end is None else host_end.value)
 
 
 def _ints(value, where: str, name: str) -> tuple[int, ...]:

@@ -86,7 +86,8 @@ def node_ns(node: Node) -> int:
     return int(attr.value) if attr is not None else node.duration_micros * 1000
 
 
-def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> RankTimeline:
+def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
+                  host_end_ns: int | None = None) -> RankTimeline:
     """The `RankTimeline` of one rank's nodes (any order); nodes without a start are left out.
 
     >>> from chakra_tools.core.model import make_attrs
@@ -101,7 +102,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device, marked = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked, device_spans = _collect(nodes)
     starts = [h[0] for h in host]
     issued = sorted(start for (start, _), _, _ in comms)
     ends, blocked = {}, []
@@ -122,11 +123,19 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None) -> Ra
         elif nid in waiters and not on_device:  # the untraced wait before the op that needs it
             lo, hi = _waited_before(host, starts, issued, start, waiters[nid])
             blocked.append((lo, max(lo, min(hi, done))))
-    blocked = union(blocked)
-    retimed = _retimed(host, blocked, () if on_device else sorted(issued + [lo for lo, _ in blocked]))
-    for nid, device_wait in host_blocked.items():  # blocked on the device: the replay's to re-create
+    # the time after a call was issued, a wait began or the device stalled the host is the next
+    # op's (on a GPU rank that op is the one that waits for the device work)
+    split_at = sorted(lo for lo, _ in device_spans) if on_device else sorted(issued + [lo for lo, _ in blocked])
+    blocked = union(blocked + device_spans)  # blocked on the device where it was: the replay's
+    retimed = _retimed(host, blocked, split_at)
+    for nid, device_wait in host_blocked.items():  # ... or, without its place, in the op's time
         retimed[nid] = max(0, retimed[nid] - device_wait)
-    if host and window_end_ns is not None and not on_device:
+    if host and on_device and host_end_ns is not None:  # the host time after its last op
+        last_start, last, own, _ = host[-1]
+        covered = _coverage(blocked)
+        after = host_end_ns - last_start - (covered(host_end_ns) - covered(last_start))
+        retimed[last] += max(0, after - own)
+    elif host and window_end_ns is not None and not on_device:
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
@@ -168,18 +177,21 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
         first = next(nodes, None)  # the GlobalMetadata is read with the first node
         measured = Measured.from_metadata(reader.metadata, str(f)) if reader.metadata else None
         out[rank] = read_timeline(chain(() if first is None else (first,), nodes),
-                                  measured.window_ns[1] if measured else None)
+                                  measured.window_ns[1] if measured else None,
+                                  measured.host_end_ns if measured else None)
     return out
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]:
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict, list]:
     """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
     comm id -> earliest start of a host op that depends on it and starts after it,
     host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
     some: that time is already out of its duration, and the replay re-creates it),
     whether the rank has device compute (then the measured window may end in a kernel),
-    comm id -> start of the wait mark (trace-capture `--annotate-waits`) that depends on it)."""
-    host, comms, host_blocked, on_device, marks = [], [], {}, False, set()
+    comm id -> start of the wait mark (trace-capture `--annotate-waits`) that depends on it,
+    the (start, end) ns of those device waits where the converter placed them, `blocked_spans_ns`:
+    their ops are then not in the third item)."""
+    host, comms, host_blocked, on_device, marks, device_spans = [], [], {}, False, set(), []
     for node in nodes:
         on_device = on_device or (node.type == _COMP and not node.is_cpu_op)
         if node.start_time_micros <= 0:
@@ -189,8 +201,10 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
             host.append((start, node.id, node_ns(node), node.deps))
             if node.attrs.get("wait_mark") is not None:
                 marks.add(node.id)
-            device_wait = node.attrs.get("blocked_ns")
-            if device_wait is not None:
+            device_wait, spans = node.attrs.get("blocked_ns"), node.attrs.get("blocked_spans_ns")
+            if spans is not None and len(spans.value) % 2 == 0:
+                device_spans.extend(zip(spans.value[::2], spans.value[1::2]))
+            elif device_wait is not None:
                 host_blocked[node.id] = int(device_wait.value)
         elif node.type in _COMM and node_ns(node) > 0:
             called, returned = node.attrs.get("call_start_us"), node.attrs.get("call_end_us")
@@ -213,7 +227,7 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict]
                 waiters[d] = min(start, waiters.get(d, start))
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
-    return host, comms, waiters, host_blocked, on_device, marked
+    return host, comms, waiters, host_blocked, on_device, marked, device_spans
 
 
 def _arrivals(comms: list) -> list:

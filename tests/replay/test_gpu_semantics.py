@@ -156,6 +156,43 @@ def test_kernels_on_two_streams_overlap_on_stream_lanes(tmp_path):
     assert one_queue["makespan_ns"] >= 2_000_000
 
 
+T0 = 1000  # a recorded timeline starts after 0 (a start of 0 means none was recorded)
+
+
+def later(events):
+    return [{**e, "ts": e["ts"] + T0} for e in events]
+
+
+def test_host_time_after_a_final_sync_follows_the_device_work(tmp_path):
+    """`torch.cuda.synchronize()` at a step's end (no aten op: the runtime call sits in
+    ProfilerStep) waits 40..1012 for the kernel, then Python runs until the step closes at 1200.
+    No host op follows to carry that wait: the time after the call becomes a host node of its
+    own, after the kernel, and the step replays to its measured 1200 µs (was 1012: -16%)."""
+    events = [cpu("ProfilerStep#1", 0, 1200), cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1),
+              kernel("gemm", 12, 1000, 1), cpu("after", 20, 10), runtime("cudaDeviceSynchronize", 40, 973, 2)]
+    graph, n = convert(tmp_path, later(events))
+    tail = n["cudaDeviceSynchronize"]
+    assert tail.is_cpu_op and n["gemm"].id in tail.deps and n["after"].id in tail.deps
+    assert tail.attr("blocked_ns") == 972_000 and tail.duration_micros == 1200 - 40 - 972
+    assert Measured.from_metadata(graph.metadata).host_end_ns == (T0 + 1200) * 1000
+    doc, ev = run(tmp_path)
+    assert ev["cudaDeviceSynchronize"]["start_ns"] >= ev["gemm"]["end_ns"]
+    assert doc["makespan_ns"] == pytest.approx(1_200_000, rel=0.01)
+
+
+def test_the_time_after_a_stall_comes_after_the_device_work(tmp_path):
+    """A sync in the step's own code (20..1012, waiting for the kernel), then 488 µs of Python
+    before the next op at 1500: re-timed, that Python belongs after the wait (to the op that
+    waits for the kernel), not to the op before the sync, so the step ends at 1600, not 1112."""
+    events = [cpu("ProfilerStep#1", 0, 1600), cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1),
+              kernel("gemm", 12, 1000, 1), runtime("cudaStreamSynchronize", 20, 993, 2), cpu("next", 1500, 10)]
+    _, n = convert(tmp_path, later(events))
+    assert n["gemm"].id in n["next"].deps
+    doc, ev = run(tmp_path)
+    assert ev["next"]["start_ns"] >= ev["gemm"]["end_ns"]  # the Python ran after the wait
+    assert doc["makespan_ns"] == pytest.approx(1_600_000, rel=0.01)
+
+
 def test_device_only_conversion_records_the_measured_window(tmp_path):
     graph, _ = convert(tmp_path, launch_then_sync())
     m = Measured.from_metadata(graph.metadata)
