@@ -60,6 +60,8 @@ def replay(
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
     validate: bool = typer.Option(True, "--validate/--no-validate",
                                   help="Validate the rank set first and refuse it on errors (exit 1); --no-validate replays it as it is."),
+    absent_peers: str = typer.Option("wait", "--absent-peers",
+                                     help="wait (default): a collective or send/receive with ranks that are not in the set waits for them, and the replay stops with a deadlock that names them; assume: they arrive with the last rank given (one rank file of a multi-rank job replays on its own; the network still costs the whole group)."),
 ) -> None:
     """Replay a rank set on a simulated system and print per-rank finish, compute, exposed
     communication, overlap and idle time.
@@ -83,7 +85,8 @@ def replay(
     try:
         result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes, limits=parse_limits(limits),
                                 memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),
-                                window=window, manifest=manifest, validate=validate, on_warning=_warn)
+                                window=window, manifest=manifest, validate=validate, on_warning=_warn,
+                                absent_peers=_absent_peers(absent_peers))
     except RanksetRefused as e:
         _refused(e)
     if out:
@@ -94,6 +97,12 @@ def replay(
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
                    "--as-captured replays it as it ran (docs/replay.md §4)", err=True)
+
+
+def _absent_peers(choice: str) -> bool:
+    if choice not in ("wait", "assume"):
+        raise typer.BadParameter(f"{choice!r}: use wait or assume", param_hint="--absent-peers")
+    return choice == "assume"
 
 
 def _print(result, as_json: bool) -> None:

@@ -398,7 +398,8 @@ def check_absent_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, 
         out.add(Diagnostic(
             "warning", "partial-group",
             f"group {pg} has ranks {_ranks_text(members)}; {len(absent)} of them are not in this rank set "
-            f"({_ranks_text(absent)}): its collectives cannot complete in a replay without them",
+            f"({_ranks_text(absent)}): its collectives cannot complete in a replay without them "
+            "(trace-replay --absent-peers assume takes them as arriving with the ranks given)",
             file=scans[r].file, rank=r, node_id=nid, node_name=name))
 
 

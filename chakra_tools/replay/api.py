@@ -129,13 +129,13 @@ AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recor
 def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
                limits: Mapping[str, int] | None = None, record_events: bool = True,
-               memory_on_comm: bool = True) -> ReplayResult:
+               memory_on_comm: bool = True, absent_peers: bool = False) -> ReplayResult:
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`);
-    `memory_on_comm`: see `Resources`."""
+    `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`."""
     resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes,
                           memory_on_comm=memory_on_comm)
     return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
-                    record_events=record_events).run()
+                    record_events=record_events, absent_peers=absent_peers).run()
 
 
 def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None = None,
@@ -172,7 +172,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                    resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
                    manifest: str | Path | None = None, validate: bool = True,
                    on_warning: Callable[[Diagnostic], None] | None = None,
-                   record_events: bool = True) -> ReplayResult:
+                   record_events: bool = True, absent_peers: bool = False) -> ReplayResult:
     """What `trace-replay` does, in one call: validate the rank set at `path` (refused with
     `RanksetRefused` on errors; `on_warning` hears, before the replay starts, what it cannot run:
     a group that names ranks not given), replay it on the system `spec` describes (None:
@@ -184,9 +184,12 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     if validate:
         _refuse_invalid(path, comm_group, on_warning)
     feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
-    backend = (spec or SystemSpec()).backend(max(feeders) + 1, str(path))
+    # with absent peers the network holds the whole job: a group may name ranks above the set's
+    npus = max([*feeders, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(feeders)
+    backend = (spec or SystemSpec()).backend(npus + 1, str(path))
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
-                        record_events=record_events, memory_on_comm=memory_on_comm)
+                        record_events=record_events, memory_on_comm=memory_on_comm,
+                        absent_peers=absent_peers)
     result.compare(manifest=manifest, measured=measured_of(feeders))
     return result
 

@@ -181,12 +181,16 @@ class Replayer:
     `feeders` maps rank -> ETFeeder; `timing` is a timing policy (timing.py: `Modelled`,
     `Staggered`, `Captured`) or a plain backend (feed.Backend), which means `Staggered(backend)`;
     `groups` maps pg_name -> global ranks (comm_group.json); `resources` says what each rank runs
-    nodes on.
+    nodes on. `absent_peers`: a group's ranks that are not in the set (one rank file of a
+    multi-rank job) are taken to arrive with the last member present, and a send or receive to
+    one completes in its modelled or recorded time; otherwise the replay waits for them and ends
+    in a `DeadlockError` that names them. Either way the network model costs the whole group.
     """
 
     def __init__(self, feeders: Mapping[int, ETFeeder], timing: Modelled | Backend, *,
                  groups: Mapping[str, Sequence[int]] | None = None,
-                 resources: Resources | None = None, record_events: bool = True):
+                 resources: Resources | None = None, record_events: bool = True,
+                 absent_peers: bool = False):
         self.timing = timing if isinstance(timing, Modelled) else Staggered(timing)
         res = resources or Resources()
         caps = res.caps()
@@ -196,6 +200,8 @@ class Replayer:
         self._group_file = bool(self.groups)  # without one, each unknown pg_name is every rank
         self._assumed_world: list[tuple[str, int, int]] = []  # (pg_name, rank, node) first seen
         self.world = tuple(sorted(feeders))
+        self.absent_peers = absent_peers
+        self._present: dict[str, int] = {}  # pg_name -> how many of its ranks are in the set
         self.diagnostics = Diagnostics()
         self.result = ReplayResult(record_events=record_events)
         self._heap: list = []
@@ -333,7 +339,7 @@ class Replayer:
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
         waiting.append((r.rank, nid, info, ev, self._now))
-        if len(waiting) == len(group):
+        if len(waiting) == (self._present_in(pg, group) if self.absent_peers else len(group)):
             del self._rendezvous[key]
             self._start_collective(waiting, group)
 
@@ -353,6 +359,12 @@ class Replayer:
                 self.result.set_pred(ev, last_ev, cross=True)
             self._at(self._now + member_ns, rank, nid)
         self.result.collective(members, group, first, size, self._now, self._now + max(ns))
+
+    def _present_in(self, pg: str, group: tuple[int, ...]) -> int:
+        n = self._present.get(pg)
+        if n is None:
+            n = self._present[pg] = sum(1 for g in group if g in self.ranks)
+        return n
 
     def _group(self, r: _Rank, nid: int, info: NodeInfo) -> tuple[int, ...]:
         pg = info.pg_name
@@ -377,6 +389,11 @@ class Replayer:
         if arrival is not None:
             self._at(arrival, r.rank, nid)
         send = _Posted(r.rank, nid, info, self._now, ev, arrival)
+        if dst not in self.ranks:  # an absent peer (absent_peers): its receive was posted now
+            if arrival is None:
+                self._at(self._now + self.timing.rendezvous_ns(send, _Posted(dst, nid, info, self._now, ev))[0],
+                         r.rank, nid)
+            return
         key = (r.rank, dst, info.comm_tag)
         posted = self._recvs.get(key)
         if posted:
@@ -389,6 +406,10 @@ class Replayer:
         key = (src, r.rank, info.comm_tag)
         sent = self._sends.get(key)
         recv = _Posted(r.rank, nid, info, self._now, ev)
+        if src not in self.ranks:  # an absent peer (absent_peers): it sent when this was posted
+            self._at(self._now + self.timing.rendezvous_ns(_Posted(src, nid, info, self._now, ev), recv)[1],
+                     r.rank, nid)
+            return
         if sent:
             self._meet(sent.pop(0), recv)
         else:
@@ -417,9 +438,10 @@ class Replayer:
         if peer is None:
             raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): point-to-point node "
                              f"without {attr}; the replayer cannot pair it")
-        if peer not in self.ranks:
+        if peer not in self.ranks and not self.absent_peers:
             raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): {attr}={peer} is not a "
-                             f"rank of this set ({min(self.ranks)}..{max(self.ranks)})")
+                             f"rank of this set ({min(self.ranks)}..{max(self.ranks)}); --absent-peers assume "
+                             "replays it as if that peer had been there")
         return peer
 
     # -- the end --------------------------------------------------------------------------------
@@ -428,7 +450,11 @@ class Replayer:
         if not stuck:
             return
         lines = [self._blocked_text(r) for r in stuck]
-        raise DeadlockError(f"{stuck[0].feeder.path}: deadlock: " + " | ".join(lines))
+        absent = sorted({g for pg, _ in self._rendezvous for g in self.groups.get(pg, ()) if g not in self.ranks}
+                        | {p for key in (*self._recvs, *self._sends) for p in key[:2] if p not in self.ranks})
+        hint = (f" (ranks {absent[:8]}{' ...' if len(absent) > 8 else ''} are not in this set: "
+                "--absent-peers assume replays it as if they arrived with the ranks given)") if absent else ""
+        raise DeadlockError(f"{stuck[0].feeder.path}: deadlock: " + " | ".join(lines) + hint)
 
     def _blocked_text(self, r: _Rank) -> str:
         waits = []

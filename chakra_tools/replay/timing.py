@@ -83,7 +83,8 @@ class Staggered(Modelled):
         first = members[0][2]
         arrival = {m[0]: m[4] for m in members}
         now = max(arrival.values())
-        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival[r] for r in group])
+        # a rank not in the set (Replayer's absent_peers) arrives with the last one present
+        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival.get(r, now) for r in group])
         end_of = dict(zip(group, ends))
         return [end_of[m[0]] - now for m in members]
 
