@@ -58,6 +58,9 @@ EPS_US = 1.0  # clock slack between a call's return and the device work it waite
 #: a call that waited for device work returns this soon after the work ends; one that returned
 #: later was busy on the host (lazy module loading, cudaFree's driver work) and keeps its time
 RETURN_US = 50.0
+#: device work that started this much later than its launch, its stream and its dependencies
+#: allow waited for something the trace does not show (`Builder._device_queueing`)
+QUEUED_US = 50.0
 
 
 class Rec:
@@ -106,6 +109,8 @@ class Builder:
         self.parents = {op.id: op.parent for op in host.ops}
         self.op_event, self.kernels = self.lk.op_event, self.lk.kernels  # hot-path shortcuts
         self._launched: list[tuple[int, object]] | None = None
+        self._launch_ts: dict | None = None  # correlation -> its runtime call's start
+        self.launched_at: dict[int, float] = {}  # device node -> when its launch was called
         self._warned: set[tuple[str, str]] = set()
 
     # -- driver -------------------------------------------------------------------------------
@@ -132,6 +137,7 @@ class Builder:
         self._wait_edges(self.waits)
         self._untraced_wait_edges()
         self._consumer_edges()
+        self._device_queueing()
         return BuildResult(self.recs, calls, self.diags, self.dev is not None)
 
     # -- emission -----------------------------------------------------------------------------
@@ -213,12 +219,21 @@ class Builder:
                             stream=g.args.get("stream"))
             rec.attrs["is_cpu_op"] = False
             rec.deps.append(launcher)
+            launch = self._launch_call_ts(g)
+            if launch is not None:
+                self.launched_at[rec.id] = launch
             if g.args.get("stream") is not None:
                 rec.attrs["stream"] = int(g.args["stream"])
             if g.cat in ("gpu_memcpy", "Memcpy", "gpu_memset", "Memset") and g.args.get("bytes"):
                 rec.attrs["tensor_size"] = int(g.args["bytes"])
             out.append(rec.id)
         return out
+
+    def _launch_call_ts(self, g: Event) -> float | None:
+        if self._launch_ts is None:
+            self._launch_ts = {r.args["correlation"]: r.ts for r in self.dev.runtime
+                               if r.args.get("correlation") is not None} if self.dev is not None else {}
+        return self._launch_ts.get(g.args.get("correlation"))
 
     def _emit_call(self, op: HostOp, call: CommCall) -> None:
         kernels = [g for m in sorted(call.members) for g in self.lk.kernels.get(m, ())]
@@ -464,8 +479,9 @@ class Builder:
         """
         if self.dev is None or not self.streams:
             return
-        device = sorted((r.ts + r.dur_us, r.id, r.ts, r.call is not None) for r in self.recs
-                        if r.stream is not None)
+        # pending when a call began: launched before it (a kernel may start long after its launch)
+        device = sorted((r.ts + r.dur_us, r.id, self.launched_at.get(r.id, r.ts), r.call is not None)
+                        for r in self.recs if r.stream is not None)
         device_ends = [d[0] for d in device]
         host_by_tid: dict = defaultdict(list)
         for r in self.recs:
@@ -517,6 +533,27 @@ class Builder:
         tail.deps.append(self.chain.get(rec.tid, rec.id))
         self.chain[rec.tid] = tail.id
         return tail
+
+    def _device_queueing(self) -> None:
+        """Device work that started later than anything in the trace allows (its launch, the
+        work before it on its stream, the nodes it depends on) waited for something the trace
+        does not show: kernels of a CUDA graph, another stream's event, a peer. That wait is
+        kept as `queued_ns` (over `QUEUED_US`), which a replay of the recorded timeline
+        re-creates before the node; the model leaves it out."""
+        recs = self.recs
+        for items in self.streams.values():
+            prev_end = None
+            for ts, nid in items:
+                rec = recs[nid - 1]
+                launch = self.launched_at.get(nid)
+                if launch is not None and rec.type == _COMP:
+                    ready = max([launch, *(recs[d - 1].ts + recs[d - 1].dur_us for d in rec.deps
+                                           if recs[d - 1].ts > 0)])
+                    if prev_end is not None:
+                        ready = max(ready, prev_end)
+                    if ts - ready > QUEUED_US:
+                        rec.attrs["queued_ns"] = int(round((ts - ready) * 1000))
+                prev_end = ts + rec.dur_us if prev_end is None else max(prev_end, ts + rec.dur_us)
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
         """A wait after the collective it waits for: by sequence number (`record_param_comms`

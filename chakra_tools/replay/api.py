@@ -116,6 +116,7 @@ class CaptureModes:
         timelines = read_rankset(path) if retimed or calibrated else {}
         return Captured(backend, comm=self.comm, host_gaps=self.host_time == "gaps",
                         host_ns={r: t.host_ns for r, t in timelines.items()} if retimed else None,
+                        device_wait_ns={r: t.device_wait_ns for r, t in timelines.items()} if retimed else None,
                         comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
                         comm_start_ns={r: t.comm_start_ns for r, t in timelines.items()},
                         start_ns=recorded_starts(feeders) if self.align == "recorded" else None)

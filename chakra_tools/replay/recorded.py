@@ -78,6 +78,8 @@ class RankTimeline:
     host_ns: dict[int, int]  # host op id -> its re-timed duration (ns)
     comm_end_ns: dict[int, int]  # communication node id -> completion, on the capture's clock (ns)
     comm_start_ns: dict[int, int] = field(default_factory=dict)  # communication node id -> arrival (ns)
+    # device node id -> the time it waited in its stream for what the trace does not show (ns)
+    device_wait_ns: dict[int, int] = field(default_factory=dict)
 
 
 def node_ns(node: Node) -> int:
@@ -102,7 +104,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device, marked, device_spans = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued = _collect(nodes)
     starts = [h[0] for h in host]
     issued = sorted(start for (start, _), _, _ in comms)
     ends, blocked = {}, []
@@ -139,7 +141,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
-    return RankTimeline(retimed, ends, arrived)
+    return RankTimeline(retimed, ends, arrived, queued)
 
 
 def _waited_before(host: list, starts: Sequence[int], issued: Sequence[int], call_start: int,
@@ -182,7 +184,7 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     return out
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict, list]:
+def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict, list, dict]:
     """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
     comm id -> earliest start of a host op that depends on it and starts after it,
     host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
@@ -190,10 +192,14 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict,
     whether the rank has device compute (then the measured window may end in a kernel),
     comm id -> start of the wait mark (trace-capture `--annotate-waits`) that depends on it,
     the (start, end) ns of those device waits where the converter placed them, `blocked_spans_ns`:
-    their ops are then not in the third item)."""
-    host, comms, host_blocked, on_device, marks, device_spans = [], [], {}, False, set(), []
+    their ops are then not in the third item), device node id -> `queued_ns`)."""
+    host, comms, host_blocked, on_device, marks, device_spans, queued = [], [], {}, False, set(), [], {}
     for node in nodes:
-        on_device = on_device or (node.type == _COMP and not node.is_cpu_op)
+        if node.type == _COMP and not node.is_cpu_op:
+            on_device = True
+            wait = node.attrs.get("queued_ns")
+            if wait is not None:
+                queued[node.id] = int(wait.value)
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
@@ -227,7 +233,7 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict,
                 waiters[d] = min(start, waiters.get(d, start))
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
-    return host, comms, waiters, host_blocked, on_device, marked, device_spans
+    return host, comms, waiters, host_blocked, on_device, marked, device_spans, queued
 
 
 def _arrivals(comms: list) -> list:

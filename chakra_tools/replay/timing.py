@@ -97,6 +97,8 @@ class Captured(Modelled):
     a send with a recorded time is a rendezvous, as gloo's and NCCL's are).
     `host_ns` (rank -> node -> ns, recorded.RankTimeline.host_ns): host ops re-timed from the
     recorded timeline, in place of their own durations.
+    `device_wait_ns` (rank -> node -> ns, RankTimeline.device_wait_ns): the time device work
+    waited in its stream for something the trace does not show (`queued_ns`), added before it.
     `host_gaps`: keep the recorded time between a rank's host ops (Python between operators,
     which no node covers; Lumos keeps it the same way).
     `comm_end_ns` (rank -> node -> ns, RankTimeline.comm_end_ns): when each communication really
@@ -108,6 +110,7 @@ class Captured(Modelled):
 
     def __init__(self, backend: Backend, *, comm: str = "calibrated",
                  host_ns: Mapping[int, Mapping[int, int]] | None = None, host_gaps: bool = False,
+                 device_wait_ns: Mapping[int, Mapping[int, int]] | None = None,
                  comm_end_ns: Mapping[int, Mapping[int, int]] | None = None,
                  comm_start_ns: Mapping[int, Mapping[int, int]] | None = None,
                  start_ns: Mapping[int, int] | None = None):
@@ -118,6 +121,7 @@ class Captured(Modelled):
         self._recorded = RECORDED.get(comm)  # infos, ends -> per-member ns, or None: the model
         self.host_ns = host_ns
         self.host_gaps = host_gaps
+        self.device_wait_ns = device_wait_ns or {}
         self.comm_end_ns = comm_end_ns or {}
         self.comm_start_ns = comm_start_ns or {}
         self.start_ns = dict(start_ns or {})
@@ -132,6 +136,8 @@ class Captured(Modelled):
             if ns is not None:
                 info = info._replace(duration_ns=ns, duration_micros=ns // 1000)
         ns = self.backend.compute_ns(rank, info)
+        if not info.is_cpu_op and self.device_wait_ns:
+            ns += self.device_wait_ns.get(rank, {}).get(nid, 0)
         if self.host_gaps and info.is_cpu_op:
             ns += self._host_gap_ns(rank, info)
         return ns

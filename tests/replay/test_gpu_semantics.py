@@ -193,6 +193,33 @@ def test_the_time_after_a_stall_comes_after_the_device_work(tmp_path):
     assert doc["makespan_ns"] == pytest.approx(1_600_000, rel=0.01)
 
 
+def test_device_work_that_waited_for_what_the_trace_does_not_show_keeps_that_wait(tmp_path):
+    """The kernel was launched at 2 on an idle stream but began at 500 (behind a CUDA graph's
+    kernels that Kineto did not record, or another stream's event): 490 µs after its launching
+    op ended. As captured, that wait comes back before it; the model leaves it out. The sync
+    that waited for it is re-created from the edge, so the step ends at about 610, as measured,
+    instead of 130 (a public HTA trace: -72.9% -> -1.7%)."""
+    events = [cpu("launch", 0, 10), runtime("cudaLaunchKernel", 2, 5, 1), kernel("gemm", 500, 100, 1),
+              cpu("sync_op", 20, 580), runtime("cudaStreamSynchronize", 25, 575, 2), cpu("after", 600, 10)]
+    _, n = convert(tmp_path, later(events))
+    assert n["gemm"].attr("queued_ns") == 490_000 and n["sync_op"].attr("blocked_ns") == 575_000
+    doc, ev = run(tmp_path)  # 620: re-timed, the launching op runs to the next op's start (20)
+    assert doc["makespan_ns"] == pytest.approx(610_000, rel=0.02)
+    assert ev["after"]["start_ns"] >= ev["gemm"]["end_ns"]
+    modelled, _ = run(tmp_path, modes=CaptureModes())
+    assert modelled["makespan_ns"] < 200_000  # the model runs it as soon as it is launched
+
+
+def test_device_work_queued_behind_its_own_stream_has_no_hidden_wait(tmp_path):
+    """Ten kernels launched together run one after another on their stream: each waited for the
+    one before, which the replay re-creates, so none carries `queued_ns`."""
+    events = [cpu("launch", 0, 50)]
+    for i in range(10):
+        events += [runtime("cudaLaunchKernel", 1 + 4 * i, 3, i + 1), kernel(f"k{i}", 5 + 200 * i, 200, i + 1)]
+    _, n = convert(tmp_path, later(events))
+    assert not [k for k in n.values() if k.attr("queued_ns") is not None]
+
+
 def test_device_only_conversion_records_the_measured_window(tmp_path):
     graph, _ = convert(tmp_path, launch_then_sync())
     m = Measured.from_metadata(graph.metadata)
