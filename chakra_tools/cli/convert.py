@@ -33,7 +33,7 @@ def pytorch(
                                          help="A trace-capture run folder (found through its manifest.json)."),
     host: List[Path] = typer.Option([], "--host", help="A host execution trace (.json or .json.gz); once per rank."),
     device: List[Path] = typer.Option([], "--device", help="Its Kineto device trace; once per rank, in the same order."),
-    rank: List[int] = typer.Option([], "--rank", help="The global rank of each --host/--device pair (default 0, 1, ...)."),
+    rank: List[int] = typer.Option([], "--rank", help="The global rank of each --host/--device pair (default: the rank each device trace records in its distributedInfo when they all do, each a different one; else 0, 1, ...)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder; default RUN_FOLDER/chakra, or ./chakra."),
     prefix: str = typer.Option("trace", "--prefix", help="Files are OUT/PREFIX.RANK.et."),

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -111,22 +113,58 @@ def _under(folder: Path, name: str | None) -> str | None:
 
 
 def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) -> RunInputs:
-    """Ranks given one by one; `ranks` defaults to 0..n-1 in the order given."""
+    """Ranks given one by one; `ranks` defaults to the ranks the device traces record (Kineto's
+    `distributedInfo`), when each names a different one, else to 0..n-1 in the order given."""
     n = max(len(hosts), len(devices))
     if hosts and devices and len(hosts) != len(devices):
         raise InputError(f"{len(hosts)} --host and {len(devices)} --device traces: give one of "
                          "each per rank (or only --host)")
+    for p in hosts + devices:
+        if not Path(p).is_file():
+            raise InputError(f"{p}: no such file")
+    if not ranks and devices:
+        recorded = [recorded_rank(p) for p in devices]
+        if None not in recorded and len(set(recorded)) == n:
+            ranks = recorded
     ranks = ranks or list(range(n))
     if len(ranks) != n:
         raise InputError(f"{len(ranks)} --rank values for {n} ranks")
     if len(set(ranks)) != len(ranks):
         raise InputError(f"--rank values repeat: {ranks}")
-    for p in hosts + devices:
-        if not Path(p).is_file():
-            raise InputError(f"{p}: no such file")
     specs = [RankSpec(r, hosts[i] if hosts else None, devices[i] if devices else None)
              for i, r in enumerate(ranks)]
     return RunInputs(specs, source="command line")
+
+
+#: `"distributedInfo": {... "rank": N` before any nested object: where Kineto writes it, near the
+#: start of the file, ahead of the events
+_RECORDED_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_HEAD_BYTES = 1 << 20
+
+
+def recorded_rank(path: str | Path) -> int | None:
+    """The rank a Kineto trace says it is (its `distributedInfo`), None where its first MiB does
+    not say: one rank's file of a larger job keeps its own rank (a tensor-parallel group that
+    does not hold rank 0 stays its group). Reads only the file's head.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "k.json"
+    >>> _ = f.write_text('{"distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8}, "traceEvents": []}')
+    >>> recorded_rank(f)
+    3
+    >>> _ = f.write_text('{"traceEvents": [], "distributedInfo": {"pg_config": [{"rank": 1}]}}')
+    >>> recorded_rank(f) is None  # not said before a nested object: not guessed
+    True
+    """
+    with open(path, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _HEAD_BYTES)
+        except zlib.error:
+            return None
+    m = _RECORDED_RANK.search(head)
+    return int(m.group(1)) if m else None
 
 
 #: what a conversion writes for unless told otherwise: ASTRA-sim runs the output unchanged

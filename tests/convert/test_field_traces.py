@@ -74,6 +74,30 @@ def test_a_device_only_sub_group_keeps_its_ranks_and_torch_name(tmp_path):
 
 
 
+def test_one_rank_file_keeps_the_rank_its_trace_records(tmp_path):
+    """Rank 5 of a job, on a tensor-parallel group [4, 5, 6, 7]: given alone with no --rank, it is
+    rank 5 (Kineto's `distributedInfo`), so it stays a member of its group and replays with its
+    peers assumed; as rank 0 it was no member of the group its collectives run on."""
+    from chakra_tools.replay import replay_rankset
+
+    ev = _events_on()
+    meta = {"Collective name": "allreduce", "In msg nelems": 64, "Out msg nelems": 64, "dtype": "Float",
+            "Process Group Name": "7", "Process Group Ranks": "[4, 5, 6, 7]", "Group size": 4}
+    events = [ev("c10d::allreduce_", 10, 20), ev("record_param_comms", 11, 15, **meta),
+              ev("nccl:all_reduce", 12, 10), *_launch(12, 1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")]
+    path = tmp_path / "rank5.json"
+    path.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8},
+                                "traceEvents": events}))
+    report = convert(inputs_from_files([], [str(path)], []), tmp_path / "out", executor="serial")
+    assert list(report.rankset.ranks) == [5] and (tmp_path / "out" / "trace.5.et").is_file()
+    (c,) = colls(report.rankset[5])
+    assert report.rankset.group_ranks(c.pg_name) == (4, 5, 6, 7)
+    result = replay_rankset(tmp_path / "out", on_warning=lambda d: None, absent_peers=True)
+    assert len(result.collectives) == 1 and result.makespan_ns > 0
+    given = convert(inputs_from_files([], [str(path)], [0]), None, executor="serial")  # --rank wins
+    assert list(given.rankset.ranks) == [0]
+
+
 def test_global_rank_start_minus_one_means_not_strided(tmp_path):
     """PyTorch writes `Global rank start` / `stride` -1 on a `wait` and on groups it lists only
     in `Process Group Ranks` (a public HTA ResNet trace, 2024): read, not refused; the listed
