@@ -137,6 +137,7 @@ class Builder:
         self._wait_edges(self.waits)
         self._untraced_wait_edges()
         self._consumer_edges()
+        self._event_wait_edges()
         self._device_queueing()
         return BuildResult(self.recs, calls, self.diags, self.dev is not None)
 
@@ -533,6 +534,37 @@ class Builder:
         tail.deps.append(self.chain.get(rec.tid, rec.id))
         self.chain[rec.tid] = tail.id
         return tail
+
+    def _event_wait_edges(self) -> None:
+        """A stream made to wait for another stream's event (`cudaEventRecord` on one,
+        `cudaStreamWaitEvent` on the other: NCCL's streams and DDP's, side streams): the first
+        work launched on the waiting stream after the wait depends on the last work launched on
+        the other before the record. Only CUPTI's `Stream Wait Event` records (Kineto, PyTorch
+        2.4 and later) say which streams; older traces leave it to `_device_queueing`."""
+        if self.dev is None or not self.dev.syncs:
+            return
+        call_ts = {r.args["correlation"]: r.ts for r in self.dev.runtime if r.args.get("correlation") is not None}
+        launched: dict = defaultdict(list)  # stream -> (launch time, node) in launch order
+        for r in self.recs:
+            if r.stream is not None:
+                launched[r.stream].append((self.launched_at.get(r.id, r.ts), r.id))
+        for items in launched.values():
+            items.sort()
+        for sync in self.dev.syncs:
+            a = sync.args
+            if a.get("cuda_sync_kind", sync.name) != "Stream Wait Event":
+                continue
+            recorded = call_ts.get(a.get("wait_on_cuda_event_record_corr_id"))
+            waited = call_ts.get(a.get("correlation"))
+            if recorded is None or waited is None:
+                continue
+            source = _last_before(launched.get(a.get("wait_on_stream"), []), recorded)
+            target = _first_from(launched.get(a.get("stream"), []), waited)
+            if source is None or target is None or source == target:
+                continue
+            src, tgt = self.recs[source - 1], self.recs[target - 1]
+            if tgt.ts >= src.ts and source not in tgt.deps:  # as recorded: it began after
+                tgt.deps.append(source)
 
     def _device_queueing(self) -> None:
         """Device work that started later than anything in the trace allows (its launch, the

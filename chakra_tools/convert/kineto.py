@@ -7,7 +7,9 @@ Only complete events (`ph: "X"`) matter. They fall into three lanes:
 * runtime calls: `cuda_runtime`/`cuda_driver` (`Runtime` in old traces), tied to the kernel they
   launch by `correlation`;
 * device work: `kernel`, `gpu_memcpy`, `gpu_memset` (old: `Kernel`, `Memcpy`, `Memset`) with a
-  `stream`.
+  `stream`;
+* synchronisation records (`cuda_sync`, CUPTI's, in traces of PyTorch 2.4 and later): which
+  stream waited for which other stream's event (`Stream Wait Event`), kept whole.
 
 Timestamps are microseconds, integers in old traces and floats in new ones; both are read as
 floats. Nesting is computed with a small tolerance (1 ns) because float timestamps of a child and
@@ -29,6 +31,7 @@ from .schema import KINETO_COMM_ARGS
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "Operator", "operator"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "hip_driver"})
 GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+SYNC_CATS = frozenset({"cuda_sync"})
 EPS = 1e-3
 
 
@@ -63,6 +66,7 @@ class DeviceTrace:
     host: list[Event] = field(default_factory=list)
     runtime: list[Event] = field(default_factory=list)
     gpu: list[Event] = field(default_factory=list)
+    syncs: list[Event] = field(default_factory=list)
     dist_info: dict = field(default_factory=dict)
     #: runtime event index (in `runtime`) -> index of the innermost enclosing host event
     runtime_parent: dict[int, int] = field(default_factory=dict)
@@ -102,6 +106,7 @@ def _lanes(dt: DeviceTrace, full_args: bool) -> dict[str, tuple[list, int, bool]
     lanes = {cat: (dt.host, 0, full_args) for cat in HOST_CATS}
     lanes.update({cat: (dt.runtime, 1, False) for cat in RUNTIME_CATS})
     lanes.update({cat: (dt.gpu, 2, False) for cat in GPU_CATS})
+    lanes.update({cat: (dt.syncs, 1, True) for cat in SYNC_CATS})  # few: their args whole
     return lanes
 
 
@@ -233,7 +238,7 @@ def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bo
         return False
     raw = again.traceEvents
     try:
-        for ev in (*dt.host, *dt.runtime, *dt.gpu):
+        for ev in (*dt.host, *dt.runtime, *dt.gpu, *dt.syncs):
             if type(ev.args) is int:
                 place = schema.Place(dt.path, f"traceEvents[{ev.args}] ({ev.name!r})")
                 ev.args = _checked_args(_ALL_ARGS.decode(raw[ev.args].args), place)

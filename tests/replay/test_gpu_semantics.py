@@ -220,6 +220,30 @@ def test_device_work_queued_behind_its_own_stream_has_no_hidden_wait(tmp_path):
     assert not [k for k in n.values() if k.attr("queued_ns") is not None]
 
 
+def stream_wait_event(ts, corr, stream, waits_on, record_corr):
+    """cudaStreamWaitEvent and CUPTI's record of it (Kineto, PyTorch 2.4+): which streams."""
+    return [runtime("cudaStreamWaitEvent", ts, 1, corr),
+            {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": ts,
+             "dur": 1, "args": {"cuda_sync_kind": "Stream Wait Event", "stream": stream, "wait_on_stream": waits_on,
+                                "wait_on_cuda_event_record_corr_id": record_corr, "correlation": corr}}]
+
+
+def test_a_stream_waiting_for_another_streams_event_waits_for_its_work(tmp_path):
+    """`a` (1,000 µs) on stream 7, an event recorded after it, stream 8 made to wait for that
+    event, then `b` launched on stream 8: it began when `a` ended. It depends on `a`, so the
+    model also runs it after `a` (it ran beside it before: 1,010 µs, not 2,000)."""
+    events = [cpu("launch_a", 0, 10), runtime("cudaLaunchKernel", 2, 3, 1), kernel("a", 12, 1000, 1),
+              cpu("record_and_wait", 10, 10), runtime("cudaEventRecord", 11, 1, 2),
+              *stream_wait_event(13, 3, stream=8, waits_on=7, record_corr=2),
+              cpu("launch_b", 20, 10), runtime("cudaLaunchKernel", 22, 3, 4), kernel("b", 1012, 1000, 4, stream=8)]
+    _, n = convert(tmp_path, later(events))
+    assert n["a"].id in n["b"].deps and n["b"].attr("queued_ns") is None
+    modelled, ev = run(tmp_path, modes=CaptureModes(lanes="stream"))
+    assert ev["b"]["start_ns"] >= ev["a"]["end_ns"] and modelled["makespan_ns"] >= 2_000_000
+    captured, _ = run(tmp_path)
+    assert captured["makespan_ns"] == pytest.approx(2_012_000, rel=0.01)
+
+
 def test_device_only_conversion_records_the_measured_window(tmp_path):
     graph, _ = convert(tmp_path, launch_then_sync())
     m = Measured.from_metadata(graph.metadata)
