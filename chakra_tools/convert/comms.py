@@ -420,15 +420,20 @@ def _from_record_param_comms(op: HostOp) -> tuple[CommCall | None, WaitMark | No
 
 
 def _rpc_group(call: CommCall, a: dict, vals: list) -> None:
+    """The group of a `record_param_comms` call: from its attributes (schema >= 1.1.0), else
+    from its inputs, which end with the group size (8 inputs: Megatron's schema 1.0.1) or with
+    global rank start, stride and group size (10 inputs: schema 1.0.3)."""
     if a.get("pg_name") is not None:
         call.pg = str(a["pg_name"])
         call.pg_desc = str(a.get("pg_desc") or "")
     size = a.get("pg_size")
-    if size is None and len(vals) > 7 and type(vals[7]) is int:
+    start, stride = a.get("global_rank_start"), a.get("global_rank_stride")
+    if size is None and len(vals) >= 10 and all(type(v) is int for v in vals[7:10]):
+        start, stride, size = vals[7:10]
+    elif size is None and len(vals) > 7 and type(vals[7]) is int:
         size = vals[7]
     call.group_size = size
     listed = _ints(a.get("pg_ranks", ()))  # Kineto's `Process Group Ranks`: the exact list
-    start, stride = a.get("global_rank_start"), a.get("global_rank_stride")
     if listed and (not size or len(listed) == size):
         call.pg_ranks = listed
     elif size and start is not None and start >= 0 and stride:

@@ -190,6 +190,27 @@ def test_a_collective_on_a_one_rank_group_is_on_that_group(tmp_path):
     assert not [d for d in validate_rankset(rs) if d.severity == "error"]
 
 
+def test_schema_103_inputs_end_with_rank_start_stride_and_group_size(tmp_path):
+    """record_param_comms of schema 1.0.3 (param's public ResNet trace) has 10 inputs: [tensors,
+    seq, (name, desc), rank, collective, in_split, out_split, global rank start, stride, group
+    size]. Its 8th input is the rank start (0), not the size: read as the size, every collective
+    was a group-size mismatch and the conversion stopped (exit 3)."""
+    t = [[433, 434, 0, 64, 4, "cuda:0"]]
+    rpc = {"name": "record_param_comms", "id": 3, "rf_id": 3, "parent": 2, "tid": 1,
+           "inputs": {"values": [t, 33, ["0", "default_pg"], 0, "allreduce", [], [], 0, 1, 1],
+                      "shapes": [[[64]], [], [[], []], [], [], [], [], [], [], []],
+                      "types": ["GenericList[Tensor(float)]", "Int", "Tuple[String,String]", "Int", "String",
+                                "GenericList[]", "GenericList[]", "Int", "Int", "Int"]},
+           "outputs": {"values": [t], "shapes": [[[64]]], "types": ["GenericList[Tensor(float)]"]}}
+    root = {"name": "[pytorch|profiler|execution_trace|thread]", "id": 2, "rf_id": 0, "parent": 1, "tid": 1,
+            "inputs": {"values": [], "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [], "types": []}}
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps({"schema": "1.0.3-chakra.0.0.4", "pid": 1, "nodes": [root, rpc]}))
+    rs = convert(inputs_from_files([str(path)], [], []), tmp_path / "out", executor="serial").rankset
+    (c,) = colls(rs[0])
+    assert c.attr("group_size") == 1 and c.comm_size == 256 and rs.group_ranks(c.pg_name) == (0,)
+
+
 def test_validation_flags_a_group_size_its_group_disagrees_with(tmp_path):
     """What the converter wrote before: the 1-rank all-reduce on the 2-rank group."""
     from chakra_tools.core.model import Node, make_attrs
