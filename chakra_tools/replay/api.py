@@ -192,6 +192,9 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)
     result.compare(manifest=manifest, measured=measured_of(feeders))
+    if on_warning is not None and not any(r["nodes"] for r in result.ranks):
+        on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
+                              "is 0 (a device trace with no host op and no device work?)", file=str(path)))
     return result
 
 

@@ -70,3 +70,11 @@ def test_trace_replay_absent_peers_option(one_rank_of_two):
     assert "job (the traced window" in res.output
     bad = CliRunner().invoke(app, [str(one_rank_of_two), "--absent-peers", "maybe"])
     assert bad.exit_code != 0 and "--absent-peers" in bad.output
+
+
+def test_a_rank_set_with_no_node_says_so(tmp_path):
+    """A device trace with no host op and no device work converts to empty rank files (one of
+    HTA's inference traces): the replay's makespan of 0 comes with a warning, not silence."""
+    heard = []
+    result = replay_rankset(write_rankset(tmp_path, {0: []}), on_warning=heard.append)
+    assert result.makespan_ns == 0 and [d.code for d in heard] == ["nothing-to-replay"]
