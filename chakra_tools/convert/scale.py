@@ -17,9 +17,10 @@ ranks 0..m-1), the world group becoming 0..m-1, and resizing what depends on the
   collectives was in flight (DDP's backward waits for the gradient all-reduce in no op the
   profiler records), the converter leaves that time in the step's own node (`ProfilerStep#N`,
   exclusive time); it is the old degree's communication, which the replay's network charges
-  again at the new one, so it leaves the step node (kept as its `collective_wait_ns`). On the
-  2-rank gloo DDP capture that is most of the step node's time (9 of 9.4 ms on a 17 ms step):
-  left in, a 2 -> 1 prediction was 2.2x the real 1-rank step.
+  again at the new one, so it leaves the step node (kept as its `collective_wait_ns`; how it is
+  told from the host's own time: `step_waits`). On a 2-rank gloo DDP capture that is most of
+  the step node's time (8.1 of 9.4 ms on rank 0's first step): left in, 2 -> 1 predictions were
+  +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale).
 
 What the graph shows and cannot be rescaled is refused with an InputError naming the node:
 send/receive (pipeline stages), collectives on a group that is not the world (tensor parallel or
