@@ -13,7 +13,8 @@ and steps: the machine's noise within one run), the scaled capture's predicted s
 error, and, to tell the rescale's error from the replay's, the real target capture replayed on
 the same network (same modes) and the scaled prediction against that; then the compute per step
 on rank 0 of the scaled set and of the real run (the sum of compute node durations: what a
-replay without communication would charge). With `--repeats K` > 1 a summary follows: the median
+replay without communication would charge), and the old degree's collective wait scale took
+out of rank 0's step nodes (convert/scale.py, step_waits). With `--repeats K` > 1 a summary follows: the median
 measured step, the median prediction and the error of the one against the other, with the range
 of each over the repeats. Two networks: fitted to the 2-rank DDP capture itself, and to the
 comm_sweep capture. Replays use trace-replay's default modes (every duration from the trace,
@@ -103,7 +104,7 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
         steps = len(read_manifest(manifest).captured_steps)
         own = own_steps_ns(manifest)
         scaled = work / f"{example}-{SOURCE_RANKS}to{n}"
-        scale(source, n, scaled)
+        taken = scale(source, n, scaled).waits_ns.get(0, 0) / max(1, steps)
         work_scaled, work_real = compute_per_step_ns(scaled, steps), compute_per_step_ns(real, steps)
         for name, cal in networks.items():
             pred = step(scaled, cal.fit.backend(npus), manifest, host_time)
@@ -113,7 +114,8 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
                          "predicted_ns": pred["predicted_ns"], "error": pred["error"],
                          "real_replayed_ns": base["predicted_ns"], "real_replay_error": base["error"],
                          "rescale_error": pred["predicted_ns"] / base["predicted_ns"] - 1,
-                         "compute_scaled_ns": work_scaled, "compute_real_ns": work_real})
+                         "compute_scaled_ns": work_scaled, "compute_real_ns": work_real,
+                         "wait_taken_ns": taken})
     return rows
 
 
@@ -137,7 +139,8 @@ def summary(rows: list[dict]) -> list[dict]:
                     "predicted": [r["predicted_ns"] for r in mine],
                     "real_replayed_ns": median(r["real_replayed_ns"] for r in mine),
                     "compute_scaled_ns": median(r["compute_scaled_ns"] for r in mine),
-                    "compute_real_ns": median(r["compute_real_ns"] for r in mine)})
+                    "compute_real_ns": median(r["compute_real_ns"] for r in mine),
+                    "wait_taken_ns": median(r["wait_taken_ns"] for r in mine)})
     return out
 
 
@@ -175,7 +178,8 @@ def main() -> None:
             print(f"{SOURCE_RANKS}->{s['target']:<2} {s['network']:<16} measured {_us(s['measured_ns'])} "
                   f"[{_spread(s['measured'])}], predicted {_us(s['predicted_ns'])} [{_spread(s['predicted'])}]: "
                   f"{s['error']:+.1%}; real run replayed {_us(s['real_replayed_ns'])}; compute/step "
-                  f"scaled {_us(s['compute_scaled_ns'])}, real {_us(s['compute_real_ns'])}")
+                  f"scaled {_us(s['compute_scaled_ns'])}, real {_us(s['compute_real_ns'])}; collective wait "
+                  f"taken out of rank 0's step nodes {_us(s['wait_taken_ns'])}/step")
     errs = [abs(s["error"]) for s in med]
     worst = max(med, key=lambda s: abs(s["error"]))["error"]
     print(f"mean |error| of the scaled predictions{' (medians)' if args.repeats > 1 else ''}: "
