@@ -173,3 +173,32 @@ def test_cli_report_of_a_scaled_run(scaled_set, tmp_path):
     assert "Traceback" not in bad.stderr
     missing = _cli("report", dp4, "--measured", tmp_path / "nowhere", "-o", tmp_path / "r3.html")
     assert missing.returncode == 2 and "no manifest.json" in missing.stderr
+
+
+@pytest.mark.slow
+def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
+    """examples/ddp.py captured on 2 gloo ranks, calibrated, scaled to 1: the report's prediction
+    is the replay API's, the old degree's all-reduce waits left the step nodes, and without a
+    1-rank run the report says there is no measured step."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
+    from capture_helpers import EXAMPLES, LAUNCH_2, run_capture
+
+    from chakra_tools.convert.run import convert, inputs_from_run
+
+    run = run_capture(["--active", "3", "--out", str(tmp_path / "run"), "--", *LAUNCH_2,
+                       str(EXAMPLES / "ddp.py"), "--steps", "5"], cwd=tmp_path, folder=tmp_path / "run", timeout=300)
+    assert run.code == 0, run.stderr[-3000:]
+    convert(inputs_from_run(run.folder), tmp_path / "et")
+    (tmp_path / "net").mkdir()
+    cal = write_calibration(calibrate(tmp_path / "et"), tmp_path / "net")
+    report = scale(tmp_path / "et", 1, tmp_path / "dp1")
+    assert report.waits_ns[0] > 0
+    before = RankSet.load(tmp_path / "et")[0]
+    after = RankSet.load(tmp_path / "dp1")[0]
+    steps = [n.id for n in before.nodes.values() if n.name.startswith("ProfilerStep#")]
+    assert steps and sum(after[i].attr("collective_wait_ns") or 0 for i in steps) == report.waits_ns[0]
+    (pred,) = whatif_data([tmp_path / "dp1"], fit=tmp_path / "net")["predictions"]
+    doc = replay(tmp_path / "dp1", cal.fit.backend(2), record_events=False).to_dict(events=False)
+    assert pred["makespan_ns"] == doc["makespan_ns"] and pred["steps"] == 3
+    assert pred["measured"] is None and "keep no measured window" in pred["notes"][0]
