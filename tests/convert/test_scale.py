@@ -145,6 +145,7 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
     for dp in (4, 1):
         proc = _cli("scale", et, "--dp", dp, "-o", tmp_path / f"dp{dp}")
         assert proc.returncode == 0, proc.stderr
+        assert "collective waits taken out of the step nodes: rank 0 " in proc.stdout
         scaled = RankSet.load(tmp_path / f"dp{dp}")
         assert scaled.ranks == list(range(dp))
         assert sizes(scaled[dp - 1]) == sizes(original[(dp - 1) % 2]) == {"ALL_REDUCE": sizes(original[0])["ALL_REDUCE"]}
