@@ -3,26 +3,36 @@
 calibrate`), and compare with real captures of the same job at the target degrees.
 
     python bench/scale_check.py                    # 2 -> 1 and 2 -> 4 ranks (~1.5 min)
-    python bench/scale_check.py --targets 1,4,8 --example ddp --repeats 2
+    python bench/scale_check.py --targets 1,4,8 --example ddp --repeats 3
 
-Per target degree it prints: the measured step of the real run there (the job's captured window
-across ranks per step; one rank: its step), the scaled capture's predicted step and its error,
-and, to tell the rescale's error from the replay's, the real target capture replayed on the same
-network (same modes) and the scaled prediction against that. Two networks: fitted to the 2-rank
-DDP capture itself, and to a 2-rank capture of examples/comm_sweep.py (collectives of 1 KiB to
-2 MiB). Replays use trace-replay's default modes (every duration from the trace, communication
-from the network), or `--host-time timeline` (host time where the record put it, the waits
-re-created). Needs torch. With more ranks than cores the real runs are oversubscribed:
+Each repeat captures the 2-rank source, a 2-rank capture of examples/comm_sweep.py (collectives
+of 1 KiB to 2 MiB) and a real run at every target degree, afresh. Per target degree and repeat
+it prints: the measured step of the real run there (the job's captured window across ranks per
+step; one rank: its step) with the spread of that run's own captured steps (min..max over ranks
+and steps: the machine's noise within one run), the scaled capture's predicted step and its
+error, and, to tell the rescale's error from the replay's, the real target capture replayed on
+the same network (same modes) and the scaled prediction against that; then the compute per step
+on rank 0 of the scaled set and of the real run (the sum of compute node durations: what a
+replay without communication would charge), and the old degree's collective wait scale took
+out of rank 0's step nodes (convert/scale.py, step_waits). With `--repeats K` > 1 a summary follows: the median
+measured step, the median prediction and the error of the one against the other, with the range
+of each over the repeats. Two networks: fitted to the 2-rank DDP capture itself, and to the
+comm_sweep capture. Replays use trace-replay's default modes (every duration from the trace,
+communication from the network), or `--host-time timeline` (host time where the record put it,
+the waits re-created). Needs torch. With more ranks than cores the real runs are oversubscribed:
 their compute slows down, which no network explains (docs/replay.md, What-if at another scale).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -54,30 +64,84 @@ def step(et: Path, backend, manifest: Path, host_time: str) -> dict:
     return cmp.get("job") or cmp["step"]
 
 
-def check(example: str, targets: list[int], work: Path, host_time: str) -> list[dict]:
+def own_steps_ns(manifest: Path) -> list[int]:
+    """The captured steps' measured times of every rank of a run (its own noise)."""
+    from chakra_tools.core.manifest import read_manifest
+
+    man = read_manifest(manifest)
+    out = []
+    for rec in man.ranks:
+        steps = rec.captured_steps or man.captured_steps
+        out += [rec.step_times_ns[s] for s in steps if 0 <= s < len(rec.step_times_ns)]
+    return out
+
+
+def compute_per_step_ns(et: Path, steps: int) -> float:
+    """Rank 0's compute node durations summed, per captured step."""
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.core.model import NodeType
+
+    g = RankSet.load(et)[0]
+    return sum(n.duration_micros for n in g.nodes.values() if n.type is NodeType.COMP_NODE) * 1e3 / max(1, steps)
+
+
+def check(example: str, targets: list[int], work: Path, host_time: str, repeat: int) -> list[dict]:
     from chakra_tools.convert.scale import scale
+    from chakra_tools.core.manifest import read_manifest
     from chakra_tools.replay.netfit import calibrate, format_calibration
 
+    print(f"-- repeat {repeat}: captures in {work}", flush=True)
     source = capture(example, SOURCE_RANKS, work / f"{example}-{SOURCE_RANKS}")
     sweep = capture("comm_sweep", SOURCE_RANKS, work / f"comm_sweep-{SOURCE_RANKS}")
     npus = max(targets + [SOURCE_RANKS])
     networks = {f"{example}@{SOURCE_RANKS}": calibrate(source, npus=npus), f"comm_sweep@{SOURCE_RANKS}": calibrate(sweep, npus=npus)}
     for name, cal in networks.items():
-        print(f"-- network fitted to {name}:\n{format_calibration(cal)}\n", flush=True)
+        print(f"-- repeat {repeat}: network fitted to {name}:\n{format_calibration(cal)}\n", flush=True)
     rows = []
     for n in targets:
         real = capture(example, n, work / f"{example}-{n}")
         manifest = real.with_name(real.name[:-3]) / "manifest.json"
+        steps = len(read_manifest(manifest).captured_steps)
+        own = own_steps_ns(manifest)
         scaled = work / f"{example}-{SOURCE_RANKS}to{n}"
-        scale(source, n, scaled)
+        taken = scale(source, n, scaled).waits_ns.get(0, 0) / max(1, steps)
+        work_scaled, work_real = compute_per_step_ns(scaled, steps), compute_per_step_ns(real, steps)
         for name, cal in networks.items():
             pred = step(scaled, cal.fit.backend(npus), manifest, host_time)
             base = step(real, cal.fit.backend(npus), manifest, host_time)
-            rows.append({"target": n, "network": name, "measured_ns": pred["measured_ns"],
+            rows.append({"repeat": repeat, "target": n, "network": name, "measured_ns": pred["measured_ns"],
+                         "own_min_ns": min(own), "own_max_ns": max(own),
                          "predicted_ns": pred["predicted_ns"], "error": pred["error"],
                          "real_replayed_ns": base["predicted_ns"], "real_replay_error": base["error"],
-                         "rescale_error": pred["predicted_ns"] / base["predicted_ns"] - 1})
+                         "rescale_error": pred["predicted_ns"] / base["predicted_ns"] - 1,
+                         "compute_scaled_ns": work_scaled, "compute_real_ns": work_real,
+                         "wait_taken_ns": taken})
     return rows
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.0f}us"
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{_us(min(xs))}..{_us(max(xs))}"
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (target, network): medians over the repeats of the measured step and the prediction."""
+    out = []
+    for key in sorted({(r["target"], r["network"]) for r in rows}):
+        mine = [r for r in rows if (r["target"], r["network"]) == key]
+        m = median(r["measured_ns"] for r in mine)
+        p = median(r["predicted_ns"] for r in mine)
+        out.append({"target": key[0], "network": key[1], "repeats": len(mine), "measured_ns": m, "predicted_ns": p,
+                    "error": p / m - 1, "measured": [r["measured_ns"] for r in mine],
+                    "predicted": [r["predicted_ns"] for r in mine],
+                    "real_replayed_ns": median(r["real_replayed_ns"] for r in mine),
+                    "compute_scaled_ns": median(r["compute_scaled_ns"] for r in mine),
+                    "compute_real_ns": median(r["compute_real_ns"] for r in mine),
+                    "wait_taken_ns": median(r["wait_taken_ns"] for r in mine)})
+    return out
 
 
 def main() -> None:
@@ -85,27 +149,42 @@ def main() -> None:
     parser.add_argument("--example", default="ddp", help="a data-parallel example (examples/EXAMPLE.py)")
     parser.add_argument("--targets", default="1,4", help="comma-separated rank counts to check")
     parser.add_argument("--quick", action="store_true", help="one target, 4 ranks (make bench passes it)")
-    parser.add_argument("--repeats", type=int, default=1, help="times to run the whole check")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="captures at each scale (source, sweep, every target); medians over them")
     parser.add_argument("--host-time", default="ops", choices=("ops", "timeline"),
                         help="trace-replay --host-time of every replay (ops: the default)")
+    parser.add_argument("--json", type=Path, help="also write every repeat's row and the medians here")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats: at least 1")
     targets = [4] if args.quick else [int(t) for t in args.targets.split(",")]
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for i in range(args.repeats):
-        rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time)
-    print(f"{'ranks':>5} {'network':<16} {'measured':>10} {'predicted':>10} {'error':>8}"
-          f" {'real replayed':>14} {'its error':>10} {'rescale':>8}")
+        rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1)
+    print(f"{'rep':>3} {'ranks':>5} {'network':<16} {'measured':>9} {'its steps':>15} {'predicted':>9} {'error':>8}"
+          f" {'real replayed':>13} {'its error':>9} {'rescale':>8} {'compute scaled/real':>20}")
     for r in rows:
-        print(f"{SOURCE_RANKS}->{r['target']:<2} {r['network']:<16} {r['measured_ns'] / 1e3:>8.0f}us "
-              f"{r['predicted_ns'] / 1e3:>8.0f}us {r['error']:>+8.1%} {r['real_replayed_ns'] / 1e3:>12.0f}us "
-              f"{r['real_replay_error']:>+10.1%} {r['rescale_error']:>+8.1%}")
+        print(f"{r['repeat']:>3} {SOURCE_RANKS}->{r['target']:<2} {r['network']:<16} {_us(r['measured_ns']):>9} "
+              f"{_us(r['own_min_ns']) + '..' + _us(r['own_max_ns']):>15} {_us(r['predicted_ns']):>9} "
+              f"{r['error']:>+8.1%} {_us(r['real_replayed_ns']):>13} {r['real_replay_error']:>+9.1%} "
+              f"{r['rescale_error']:>+8.1%} {_us(r['compute_scaled_ns']) + '/' + _us(r['compute_real_ns']):>20}")
+    med = summary(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": os.getloadavg(), "rows": rows, "medians": med}, indent=1))
     if args.repeats > 1:
-        for key in sorted({(r["target"], r["network"]) for r in rows}):
-            mine = sorted(r["error"] for r in rows if (r["target"], r["network"]) == key)
-            print(f"{SOURCE_RANKS}->{key[0]} {key[1]}: median error {mine[len(mine) // 2]:+.1%} over {len(mine)} repeats")
-    errs = [abs(r["error"]) for r in rows]
-    print(f"mean |error| of the scaled predictions: {sum(errs) / len(errs):.1%} over {len(rows)} "
-          f"(worst {max(rows, key=lambda r: abs(r['error']))['error']:+.1%}; goal: within 10%, mean 5%)")
+        print(f"\nmedians over {args.repeats} repeats (range over the repeats in brackets):")
+        for s in med:
+            print(f"{SOURCE_RANKS}->{s['target']:<2} {s['network']:<16} measured {_us(s['measured_ns'])} "
+                  f"[{_spread(s['measured'])}], predicted {_us(s['predicted_ns'])} [{_spread(s['predicted'])}]: "
+                  f"{s['error']:+.1%}; real run replayed {_us(s['real_replayed_ns'])}; compute/step "
+                  f"scaled {_us(s['compute_scaled_ns'])}, real {_us(s['compute_real_ns'])}; collective wait "
+                  f"taken out of rank 0's step nodes {_us(s['wait_taken_ns'])}/step")
+    errs = [abs(s["error"]) for s in med]
+    worst = max(med, key=lambda s: abs(s["error"]))["error"]
+    print(f"mean |error| of the scaled predictions{' (medians)' if args.repeats > 1 else ''}: "
+          f"{sum(errs) / len(errs):.1%} over {len(med)} (worst {worst:+.1%}; goal: within 10%, mean 5%)")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -158,7 +158,8 @@ def scale(
 ) -> None:
     """Rewrite a converted capture to another data-parallel degree: ranks replicated or dropped,
     the world group and comm_group.json rewritten, all-gather shares (ZeRO/FSDP) resized, the
-    gradient all-reduce kept. Pipeline (send/recv) and tensor-parallel (groups that are not the
+    gradient all-reduce kept, the old degree's collective waits taken out of the step nodes
+    (ProfilerStep#N). Pipeline (send/recv) and tensor-parallel (groups that are not the
     world) structure is refused, not guessed. The output is validated before it is written.
 
     Example (then replay it on a network calibrated from the capture):
@@ -178,6 +179,9 @@ def scale(
     resized = ", ".join(f"{n} {k}" for k, n in sorted(report.resized.items())) or "none"
     typer.echo(f"trace-convert scale: {report.old_dp} -> {report.new_dp} ranks ({report.batch} batch), "
                f"world group {report.world_group}; nodes resized: {resized} -> {out}")
+    waits = ", ".join(f"rank {r} {ns / 1e6:.3f} ms" for r, ns in sorted(report.waits_ns.items()) if ns)
+    if waits:
+        typer.echo(f"the old degree's collective waits taken out of the step nodes: {waits}")
     for pg in report.dropped_groups:
         typer.echo(f"note: process group {pg} had no collective and was dropped", err=True)
 

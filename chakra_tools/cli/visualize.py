@@ -166,6 +166,8 @@ def report(
     title: str = typer.Option("Chakra trace report", "--title", help="Page title."),
     rank: Optional[str] = typer.Option(None, "--rank", "-r", help="Ranks to include, e.g. 0-7."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file (rank sets)."),
+    fit: Optional[Path] = typer.Option(None, "--fit", help="A calibrated network (trace-convert calibrate's folder or its fit.json): show its fit and replay every rank-set input on it."),
+    measured: Optional[Path] = typer.Option(None, "--measured", help="A real run at the target scale (trace-capture folder or its manifest.json): its measured step against each prediction."),
     open_it: bool = typer.Option(False, "--open", help="Open the report in the default browser."),
     as_json: bool = typer.Option(False, "--json", help="Print the report's numbers as JSON."),
 ) -> None:
@@ -173,20 +175,29 @@ def report(
     operators, communication volume by kind and group, the critical path, and measured against
     simulated side by side when both are given.
 
+    For a scaled run (trace-convert scale) or any prediction: --fit NET replays each rank-set
+    input on the calibrated network and shows the fit (latency, bandwidth per kind, residuals);
+    --measured RUN puts the measured step of a real run at that scale beside each predicted one.
+
     Examples:
 
         trace-visualize report out/trace -o report.html --open
         trace-visualize report traces/run1 result.json -o compare.html
+        trace-visualize report out/ddp-dp4 --fit out/net --measured traces/ddp4 -o whatif.html
     """
     from chakra_tools.visualize.report import report_data, write_report
+    from chakra_tools.visualize.whatif import whatif_data
     from chakra_tools.visualize.sources import load_events
     from chakra_tools.visualize.select import parse_ints
 
     ranks = parse_ints(rank, "--rank") if rank else None
     sets = [load_events(p, comm_group=comm_group).narrow(ranks) for p in paths]
-    write_report(sets, out, title=title)
+    whatif = None
+    if fit is not None or measured is not None or any(es.label == "scaled" for es in sets):
+        whatif = whatif_data(paths, fit=fit, measured=measured, comm_group=comm_group)
+    write_report(sets, out, title=title, whatif=whatif)
     if as_json:
-        print_json({"out": str(out), **report_data(sets)})
+        print_json({"out": str(out), **report_data(sets, whatif)})
     else:
         typer.echo(f"{out}: report of {', '.join(f'{es.label} {es.source}' for es in sets)}")
     if open_it:

@@ -433,6 +433,74 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
     return cal
 
 
+#: what each bucket row of fit.json holds, and its type (int also takes a whole float)
+_ROW_FIELDS = {"kind": str, "ranks": int, "size": int, "count": int, "measured_ns": float, "median_ns": float,
+               "min_ns": float, "max_ns": float, "predicted_ns": float, "error": float}
+_KIND_FIELDS = {"latency_ns": float, "bandwidth_gbps": float, "sizes": int, "separable": bool,
+                "median_abs_error": float}
+_FIT_FIELDS = ("latency_ns", "link_ns_per_byte", "reduce_ns_per_byte")
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """The Calibration that `write_calibration` wrote: `path` is its fit.json or the folder that
+    holds it. Every field is checked for its type; a malformed file is an InputError naming the
+    file and the field (the report reads it typed, not as loose JSON)."""
+    from chakra_tools.core.files import read_json
+
+    p = Path(path)
+    file = p / "fit.json" if p.is_dir() else p
+    if not file.exists():
+        raise InputError(f"{file}: no such file (a calibration folder holds the fit.json that "
+                         "trace-convert calibrate writes)")
+    doc = read_json(file, what="an object (the fit.json of trace-convert calibrate)")
+
+    def bad(where: str, want: str) -> InputError:
+        return InputError(f"{file}: {where}: expected {want} (not a fit.json of trace-convert calibrate?)")
+
+    def typed(obj: dict, key: str, kind: type, where: str):
+        v = obj.get(key) if isinstance(obj, dict) else None
+        if kind is bool:
+            ok = isinstance(v, bool)
+        elif kind is int:
+            ok = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+        elif kind is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+        else:
+            ok = isinstance(v, kind)
+        if not ok:
+            raise bad(f"{where}{key}", {bool: "true or false", int: "an integer", float: "a number",
+                                        str: "a string", dict: "an object", list: "a list"}[kind])
+        return int(v) if kind is int else float(v) if kind is float else v
+
+    if doc.get("version") != 1:
+        raise bad("version", "1")
+    fit_doc = typed(doc, "fit", dict, "")
+    values = [typed(fit_doc, k, float, "fit.") for k in _FIT_FIELDS]
+    if min(values) < 0:
+        raise bad("fit", "non-negative parameters")
+    npus = typed(doc, "npus", int, "")
+    if npus < 1:
+        raise bad("npus", "at least 1")
+    rows = []
+    for i, row in enumerate(typed(doc, "buckets", list, "")):
+        if not isinstance(row, dict):
+            raise bad(f"buckets[{i}]", "an object")
+        rows.append({**row, **{k: typed(row, k, t, f"buckets[{i}].") for k, t in _ROW_FIELDS.items()}})
+    kinds = {}
+    for kind, k in typed(doc, "kinds", dict, "").items():
+        if not isinstance(k, dict):
+            raise bad(f"kinds.{kind}", "an object")
+        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()}}
+    replay = doc.get("replay")
+    if replay is not None and not (isinstance(replay, dict) and all(
+            isinstance(m, dict) and all(isinstance(e, (int, float)) for e in m.values()) for m in replay.values())):
+        raise bad("replay", "an object {network: {mode: error}} or null")
+    files = doc.get("files") or {}
+    if not isinstance(files, dict):
+        raise bad("files", "an object")
+    return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay)
+
+
 def format_calibration(cal: Calibration) -> str:
     """The fit as text: the parameters, a row per bucket, a line per kind."""
     f = cal.fit

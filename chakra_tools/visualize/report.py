@@ -5,7 +5,9 @@ what was drawn and fill the page's summary line), so it opens from a file with n
 Sections: per-rank breakdown (compute, overlap, exposed communication, idle), top operators by
 time, communication volume by kind and group, the critical path, and, when a measured source
 (a captured run or a converted rank set) and a simulated one (a replay result) are both given,
-measured against simulated side by side.
+measured against simulated side by side; with `whatif` (whatif.whatif_data: `--fit`,
+`--measured`) a prediction's step against a real run's at that scale and the calibrated
+network's fit.
 
 `report_data(sets)` is the same content as data (what `--json` prints); `render_html(sets)` the
 page.
@@ -49,11 +51,13 @@ def source_data(es: EventSet) -> dict:
     }
 
 
-def report_data(sets: list[EventSet]) -> dict:
+def report_data(sets: list[EventSet], whatif: dict | None = None) -> dict:
     data = {"sources": [source_data(es) for es in sets]}
     cmp = comparison(data["sources"])
     if cmp:
         data["comparison"] = cmp
+    if whatif is not None:
+        data["whatif"] = whatif
     return data
 
 
@@ -212,8 +216,10 @@ def _cards(sources: list[dict]) -> str:
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
-def render_html(sets: list[EventSet], *, title: str = "Chakra trace report") -> str:
-    data = report_data(sets)
+def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", whatif: dict | None = None) -> str:
+    from .whatif import whatif_html
+
+    data = report_data(sets, whatif)
     sources = data["sources"]
     notes = "".join(f'<p class="note">{escape(n)}</p>' for s in sources for n in s["notes"][:5])
     scale = max((_ms(b["compute_ns"] + b["exposed_comm_ns"] + b["idle_ns"]) for s in sources
@@ -223,6 +229,7 @@ def render_html(sets: list[EventSet], *, title: str = "Chakra trace report") -> 
         '<h2 id="breakdown">Per-rank breakdown</h2>' + svg.legend(PARTS)
         + '<div class="cols">' + "".join(_breakdown_section(s, scale) for s in sources) + "</div>",
         _comparison_section(data.get("comparison", [])),
+        whatif_html(whatif) if whatif is not None else "",
         '<h2 id="top-operators">Top operators by time</h2><p class="sub">self time: an op\'s duration less that of the ops nested in it</p><div class="cols">'
         + "".join(_top_section(s) for s in sources) + "</div>",
         '<h2 id="comm-volume">Communication volume by kind and group</h2><div class="cols">'
@@ -237,7 +244,8 @@ def render_html(sets: list[EventSet], *, title: str = "Chakra trace report") -> 
             + "".join(sections) + f"<script>{JS}</script></body></html>\n")
 
 
-def write_report(sets: list[EventSet], path: str | Path, *, title: str = "Chakra trace report") -> Path:
+def write_report(sets: list[EventSet], path: str | Path, *, title: str = "Chakra trace report",
+                 whatif: dict | None = None) -> Path:
     with atomic_output(path, "w") as f:
-        f.write(render_html(sets, title=title))
+        f.write(render_html(sets, title=title, whatif=whatif))
     return Path(path)

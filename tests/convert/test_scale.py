@@ -145,6 +145,7 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
     for dp in (4, 1):
         proc = _cli("scale", et, "--dp", dp, "-o", tmp_path / f"dp{dp}")
         assert proc.returncode == 0, proc.stderr
+        assert "collective waits taken out of the step nodes: rank 0 " in proc.stdout
         scaled = RankSet.load(tmp_path / f"dp{dp}")
         assert scaled.ranks == list(range(dp))
         assert sizes(scaled[dp - 1]) == sizes(original[(dp - 1) % 2]) == {"ALL_REDUCE": sizes(original[0])["ALL_REDUCE"]}
@@ -197,3 +198,55 @@ def test_generated_pipeline_and_tensor_parallel_jobs_are_refused():
         scale_rankset(_generated(dp=2, pp=2, batch=16, microbatches=2), 4)
     with pytest.raises(InputError, match="which is not the world"):
         scale_rankset(_generated(dp=2, tp=2, batch=16), 4)
+
+
+def stepped_rank(r: int) -> Graph:
+    """One captured step 0..5000 µs: the step node (exclusive 1400 µs: 400 µs of Python between
+    ops, 1000 µs idle while the all-reduce is in flight), forward 1000..3000, the all-reduce
+    3000..4000, the optimizer 4000..4500; no op 0..400 (Python) and 4500..5000 (Python)."""
+    t = 1_000_000
+    nodes = [Node(1, "ProfilerStep#3", NodeType.COMP_NODE, start_time_micros=t, duration_micros=1400,
+                  attrs=make_attrs(is_cpu_op=True, tid=1, duration_ns=1_400_000)),
+             Node(2, "aten::mm", NodeType.COMP_NODE, (1,), start_time_micros=t + 400, duration_micros=2600,
+                  attrs=make_attrs(is_cpu_op=True, tid=1)),
+             coll(3, CommType.ALL_REDUCE, 4096, [2]).replace(start_time_micros=t + 3000, duration_micros=1000),
+             Node(4, "Optimizer.step#SGD.step", NodeType.COMP_NODE, (3,), start_time_micros=t + 4000,
+                  duration_micros=500, attrs=make_attrs(is_cpu_op=True, tid=1))]
+    meta = metadata(r)
+    attrs = {**meta.attrs, "profiler_steps_ns": make_attr("profiler_steps_ns", [t * 1000, (t + 5000) * 1000])}
+    return Graph(nodes, rank=r, metadata=Metadata(meta.version, attrs, meta.present))
+
+
+def test_the_old_degrees_wait_for_a_collective_leaves_the_step_node():
+    """The thread's idle time in the step is 400 + 1000 + 500 µs, 1000 of it with the all-reduce
+    in flight: that share of the step node's 1400 µs was waiting for the old degree's collective."""
+    rs = RankSet({r: stepped_rank(r) for r in (0, 1)}, {"1": (0, 1)})
+    scaled, report = scale_rankset(rs, 1)
+    step = scaled[0][1]
+    wait = round(1_400_000 * 1000 / 1900)
+    assert step.attr("collective_wait_ns") == wait and step.attr("duration_ns") == 1_400_000 - wait
+    assert step.duration_micros == round((1_400_000 - wait) / 1000)
+    assert report.waits_ns == {0: wait}
+    assert [scaled[0][i].duration_micros for i in (2, 4)] == [2600, 500]  # the ops' own time stays
+    meta = json.loads(scaled[0].metadata.attrs["scaled_from"].value)
+    assert meta == {"dp": 2, "batch": "per-rank", "steps": 1}
+
+
+def test_without_step_windows_nothing_is_taken_out():
+    plain = {r: Graph(stepped_rank(r).nodes.values(), rank=r, metadata=metadata(r)) for r in (0, 1)}
+    scaled, report = scale_rankset(RankSet(plain, {"1": (0, 1)}), 4)
+    assert report.waits_ns == {0: 0, 1: 0} and scaled[3][1].attr("duration_ns") == 1_400_000
+    assert json.loads(scaled[3].metadata.attrs["scaled_from"].value)["steps"] is None
+
+
+def test_scaled_from_survives_a_second_rescale_and_a_bad_one_is_an_input_error(tmp_path):
+    from chakra_tools.convert.scale import scaled_from
+
+    once, _ = scale_rankset(two_ranks(), 4)
+    twice, _ = scale_rankset(once, 1, batch="global")
+    assert scaled_from(twice[0]) == {"dp": 2, "batch": "global", "steps": None}
+    g = twice[0]
+    bad = Graph(g.nodes.values(), rank=0, metadata=Metadata(g.metadata.version, {
+        **g.metadata.attrs, "scaled_from": make_attr("scaled_from", '{"dp": "two"}')}, g.metadata.present))
+    with pytest.raises(InputError, match="GlobalMetadata scaled_from is not"):
+        scaled_from(bad)

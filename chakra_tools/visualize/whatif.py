@@ -1,0 +1,185 @@
+"""The what-if part of `trace-visualize report`: a scaled (or any) rank set's predicted step on a
+calibrated network against the measured step of a real run at that scale, and the network's fit.
+
+- `--fit NET` (the folder `trace-convert calibrate` wrote, or its fit.json): every rank-set input
+  is replayed on the fitted network (trace-replay's default modes: durations from the trace,
+  communication from the network) and the fit itself is shown: latency and bandwidth, each
+  collective kind fitted alone, and the residuals per kind and size that calibrate computed.
+- `--measured RUN` (a `trace-capture` folder at the target scale, or its manifest.json): each
+  prediction (a rank set replayed on the fit, or a replay result given as input) is compared with
+  the run's measured step as `trace-replay --compare` compares it (`compare_with_manifest`: the
+  job's captured window per step, a single rank's step). Without it a prediction shows no
+  measured step, and says so: the scaled files keep no measured window (trace-convert scale
+  drops it: nothing in them was measured at the new degree).
+
+`whatif_data(...)` is the content as data (in `--json`), `whatif_html(data)` the page sections.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from chakra_tools.core.errors import InputError
+
+MS = 1e6
+NO_MEASURED = ("no measured step at this scale: the scaled files keep no measured window (nothing in "
+               "them was measured at the new degree); give --measured RUN, a real capture at {ranks} "
+               "rank(s), to compare")
+
+
+def whatif_data(paths: list[str | Path], *, fit: str | Path | None = None, measured: str | Path | None = None,
+                comm_group: str | Path | None = None) -> dict:
+    """{"fit": the calibration (Calibration.to_dict() plus its file) or None,
+    "predictions": [one per rank-set input (when `fit`) and per replay-result input]}."""
+    from chakra_tools.replay.netfit import read_calibration
+
+    cal = read_calibration(fit) if fit is not None else None
+    manifest = _manifest(measured) if measured is not None else None
+    fit_file = str(Path(fit) / "fit.json" if Path(fit).is_dir() else fit) if fit is not None else None
+    preds = [p for p in (_prediction(path, cal, fit_file, manifest, comm_group) for path in paths) if p]
+    return {"fit": {"file": fit_file, **cal.to_dict()} if cal else None, "predictions": preds,
+            "measured_run": str(manifest) if manifest else None}
+
+
+def _manifest(path: str | Path) -> Path:
+    p = Path(path)
+    file = p / "manifest.json" if p.is_dir() else p
+    if not file.is_file():
+        raise InputError(f"--measured {path}: no manifest.json (give a trace-capture run folder at the "
+                         "target scale, or its manifest.json)")
+    return file
+
+
+def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
+    from chakra_tools.convert.scale import scaled_from
+    from chakra_tools.core.chrome_trace import load as load_doc
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.replay import replay
+
+    from .sources import detect
+
+    kind = detect(path)
+    if kind == "replay":
+        doc, info, steps = load_doc(path), None, None
+        network = str((doc.get("config") or {}).get("network", "as replayed"))
+    elif kind == "rankset":
+        rs = RankSet.load(path, comm_group)
+        first = rs[rs.ranks[0]]
+        info = scaled_from(first)
+        steps = info["steps"] if info else _steps(first)
+        if cal is None:
+            if info is None:
+                return None
+            return {"source": str(path), "ranks": len(rs), "scaled_from": info, "network": None,
+                    "steps": steps, "makespan_ns": None, "predicted_step_ns": None, "measured": None,
+                    "notes": ["a scaled rank set: give --fit NET (trace-convert calibrate's folder) to "
+                              "replay it on the calibrated network and predict its step"]}
+        npus = max(cal.npus, len(rs))
+        doc = replay(path, cal.fit.backend(npus), comm_group=comm_group,
+                     record_events=False).to_dict(events=False)
+        network = f"calibrated: {fit_file} (Ring of {npus})"
+    else:
+        return None  # a captured run is measured, not a prediction
+    return _compared(str(path), doc, info, steps, network, manifest)
+
+
+def _steps(g) -> int | None:
+    a = g.metadata.attrs.get("profiler_steps_ns")
+    return len(a.value) // 2 if a is not None and isinstance(a.value, tuple) and len(a.value) >= 2 else None
+
+
+def _compared(source: str, doc: dict, info: dict | None, steps: int | None, network: str,
+              manifest: Path | None) -> dict:
+    from chakra_tools.core.manifest import read_manifest
+    from chakra_tools.replay import compare_with_manifest
+
+    ranks = sorted(r["rank"] for r in doc["ranks"])
+    makespan = doc.get("makespan_ns") or max(r["finish_ns"] for r in doc["ranks"])
+    out = {"source": source, "ranks": len(ranks), "scaled_from": info, "network": network, "steps": steps,
+           "makespan_ns": makespan, "predicted_step_ns": makespan / steps if steps else None,
+           "measured": None, "notes": []}
+    if manifest is None:
+        out["notes"].append(NO_MEASURED.format(ranks=len(ranks)) if info else
+                            "no measured step given (--measured RUN: a real capture to compare with)")
+        if not steps:
+            out["notes"].append("the captured steps are unknown: the predicted figure is the whole window")
+        return out
+    man = read_manifest(manifest)
+    cmp = compare_with_manifest(doc, man)
+    picked = cmp.get("job") or cmp["step"]
+    out["steps"] = len(man.captured_steps) or out["steps"]
+    out["predicted_step_ns"] = picked["predicted_ns"]
+    out["measured"] = {"run": str(manifest), "ranks": man.world_size or len(man.ranks),
+                       "measured_ns": picked["measured_ns"], "error": picked["error"],
+                       "basis": "job window per step" if "job" in cmp else "mean rank step",
+                       "per_rank": cmp["ranks"]}
+    measured_ranks = man.world_size or len(man.ranks)
+    if measured_ranks != len(ranks):
+        out["notes"].append(f"the measured run has {measured_ranks} rank(s), the prediction {len(ranks)}: "
+                            "not the same scale")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+def _table(header: list[str], rows: list[list[str]], chart: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table data-chart="{chart}"><tr>{head}</tr>{body}</table>'
+
+
+def _ms(ns: float | None) -> str:
+    return "" if ns is None else f"{ns / MS:.3f}"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.1f}"
+
+
+def whatif_html(data: dict) -> str:
+    return _predictions_html(data["predictions"]) + _fit_html(data["fit"])
+
+
+def _predictions_html(preds: list[dict]) -> str:
+    if not preds:
+        return ""
+    rows = []
+    for p in preds:
+        info = p["scaled_from"]
+        scaled = (f'{info["dp"]} → {p["ranks"]} ranks ({escape(info["batch"])} batch)' if info else "not scaled")
+        m = p["measured"]
+        rows.append([f'<span class="l">{escape(p["source"])}</span>', scaled, str(p["ranks"]),
+                     escape(p["network"] or "none"), "" if p["steps"] is None else str(p["steps"]),
+                     _ms(p["predicted_step_ns"]), "none" if m is None else _ms(m["measured_ns"]),
+                     "" if m is None else f'{100 * m["error"]:+.1f}%'])
+    notes = "".join(f'<p class="note">{escape(p["source"])}: {escape(n)}</p>' for p in preds for n in p["notes"])
+    return ('<h2 id="whatif">Predicted step against measured</h2>'
+            + _table(["input", "scaled", "ranks", "network", "steps", "predicted ms/step", "measured ms/step",
+                      "error"], rows, "whatif") + notes)
+
+
+def _fit_html(cal: dict | None) -> str:
+    if cal is None:
+        return ""
+    f = cal["fit"]
+    head = (f'<p data-fit="parameters">from {escape(cal["file"])}: latency <b>{f["latency_ns"]:.0f} ns</b> per hop, '
+            f'bandwidth <b>{f["bandwidth_gbps"]:.4g} GB/s</b>, local-mem-bw {f["local_mem_bw_gbps"]:.4g} GB/s '
+            f'(Ring of {cal["npus"]}); median |error| over {len(cal["buckets"])} buckets '
+            f'<b>{100 * cal["median_abs_error"]:.1f}%</b></p>')
+    kinds = _table(["kind", "latency ns", "bandwidth GB/s", "sizes", "median |error|"],
+                   [[escape(k), f'{v["latency_ns"]:.0f}' if v["separable"] else "not separable",
+                     f'{v["bandwidth_gbps"]:.4g}' if v["separable"] else "(one size only)", str(v["sizes"]),
+                     f'{100 * v["median_abs_error"]:.1f}%'] for k, v in cal["kinds"].items()], "fit-kinds")
+    rows = _table(["kind", "ranks", "bytes", "n", "mean µs", "median µs", "min µs", "max µs", "fitted µs", "error"],
+                  [[escape(r["kind"]), str(r["ranks"]), str(r["size"]), str(r["count"]), _us(r["measured_ns"]),
+                    _us(r["median_ns"]), _us(r["min_ns"]), _us(r["max_ns"]), _us(r["predicted_ns"]),
+                    f'{100 * r["error"]:+.1f}%'] for r in cal["buckets"]], "fit-residuals")
+    checks = "".join(f'<p>replayed on the {escape(net)} network: '
+                     + ", ".join(f"{escape(m)} {100 * e:+.1f}%" for m, e in modes.items()) + "</p>"
+                     for net, modes in (cal.get("replay") or {}).items())
+    return ('<h2 id="network-fit">Calibrated network</h2>' + head
+            + '<h3>each kind fitted alone</h3>' + kinds
+            + '<h3>residuals per kind and size (measured: the instances\' mean, waits taken out)</h3>' + rows + checks)

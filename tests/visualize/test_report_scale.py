@@ -1,0 +1,204 @@
+"""trace-visualize report for a scaled run (visualize/whatif.py): the prediction of a rank set
+rescaled by trace-convert scale, replayed on a network trace-convert calibrate fitted, against the
+measured step of a run at the target scale; and the fit itself, read typed from fit.json.
+
+The inputs are made by the real commands (calibrate, scale) from a small timed DDP-like 2-rank
+capture written here; the run at the target scale is a trace-capture manifest written here."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chakra_tools.convert.scale import scale
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.model import CommType, Metadata, Node, NodeType as T, make_attr, make_attrs
+from chakra_tools.replay import compare_with_manifest, replay
+from chakra_tools.replay.netfit import calibrate, format_calibration, read_calibration, write_calibration
+from chakra_tools.visualize.report import render_html, report_data
+from chakra_tools.visualize.sources import load_events
+from chakra_tools.visualize.whatif import whatif_data
+
+T0_US = 1_000_000
+STEP_US = 10_000
+SIZES = (4096, 1 << 20)  # two all-reduce sizes: the fit separates latency from bandwidth
+
+
+def ddp_rank(r: int, steps: int = 2) -> Graph:
+    """Per step: the step node (exclusive 3 ms, of which 2 ms the host waits for the all-reduce),
+    forward 2 ms, the gradient all-reduce (pg 1), the optimizer after it."""
+    nodes, nid = [], 1
+    windows = []
+    for s in range(steps):
+        t = T0_US + s * STEP_US
+        size = SIZES[s % 2]
+        coll_us = 300 + size // 2000 + 50 * r
+        nodes += [
+            Node(nid, f"ProfilerStep#{s}", T.COMP_NODE, start_time_micros=t, duration_micros=3000,
+                 attrs=make_attrs(is_cpu_op=True, tid=1, duration_ns=3_000_000)),
+            Node(nid + 1, "aten::mm", T.COMP_NODE, (nid,), start_time_micros=t + 100, duration_micros=2000,
+                 attrs=make_attrs(is_cpu_op=True, tid=1)),
+            Node(nid + 2, "gloo:all_reduce", T.COMM_COLL_NODE, (nid + 1,), start_time_micros=t + 2100,
+                 duration_micros=coll_us,
+                 attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=size, pg_name="1", is_cpu_op=False,
+                                  group_size=2)),
+            Node(nid + 3, "Optimizer.step#SGD.step", T.COMP_NODE, (nid + 2,), start_time_micros=t + 4200,
+                 duration_micros=500, attrs=make_attrs(is_cpu_op=True, tid=1)),
+        ]
+        windows += [t * 1000, (t + 4700) * 1000]
+        nid += 4
+    groups = {"1": {"ranks": [0, 1], "torch_name": "0", "desc": "default_pg"}}
+    meta = Metadata(attrs={"rank": make_attr("rank", r), "world_size": make_attr("world_size", 2),
+                           "process_groups": make_attr("process_groups", json.dumps(groups)),
+                           "profiler_steps_ns": make_attr("profiler_steps_ns", windows),
+                           "measured_window_ns": make_attr("measured_window_ns", [windows[0], windows[-1]])})
+    return Graph(nodes, rank=r, metadata=meta)
+
+
+def target_run(folder: Path, ranks: int, step_ns=(6_000_000, 6_400_000)) -> Path:
+    """A trace-capture manifest of a run at `ranks`: two captured steps, rank r starting 10 µs
+    after rank r-1."""
+    folder.mkdir(parents=True)
+    doc = {"status": "ok", "world_size": ranks, "backend": "gloo", "captured_steps": [0, 1],
+           "ranks": [{"rank": r, "status": "ok", "step_times_ns": list(step_ns),
+                      "step_starts_unix_ns": [10_000 * r, 10_000 * r + step_ns[0]]} for r in range(ranks)]}
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.fixture
+def scaled_set(tmp_path):
+    """(the 2-rank capture, its network folder, the set scaled to 4 ranks)."""
+    RankSet({r: ddp_rank(r) for r in (0, 1)}, {"1": (0, 1)}).write(tmp_path / "cap", "trace", record_world=True)
+    net = tmp_path / "net"
+    net.mkdir()
+    write_calibration(calibrate(tmp_path / "cap", npus=4), net)
+    scale(tmp_path / "cap", 4, tmp_path / "dp4")
+    return tmp_path / "cap", net, tmp_path / "dp4"
+
+
+def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_computes(scaled_set, tmp_path):
+    cap, net, dp4 = scaled_set
+    run = target_run(tmp_path / "run4", 4)
+    data = whatif_data([dp4], fit=net, measured=run)
+    (pred,) = data["predictions"]
+    cal = calibrate(cap, npus=4)
+    doc = replay(dp4, cal.fit.backend(4), record_events=False).to_dict(events=False)
+    job = compare_with_manifest(doc, run / "manifest.json")["job"]
+    assert pred["scaled_from"] == {"dp": 2, "batch": "per-rank", "steps": 2} and pred["ranks"] == 4
+    assert pred["predicted_step_ns"] == job["predicted_ns"] == pytest.approx(doc["makespan_ns"] / 2, abs=1)
+    window = 30_000 + 6_000_000 + 6_400_000  # rank 3 starts 30 µs late; the window to its 2nd step's end
+    assert pred["measured"]["measured_ns"] == job["measured_ns"] == pytest.approx(window / 2, abs=1)
+    assert pred["measured"]["error"] == job["error"] and pred["notes"] == []
+    # the fit is calibrate's, read back from fit.json typed: every number equal
+    assert data["fit"]["buckets"] == cal.rows and data["fit"]["kinds"] == cal.kinds
+    assert data["fit"]["fit"]["latency_ns"] == cal.fit.latency_ns and data["fit"]["npus"] == 4
+    assert data["fit"]["file"] == str(net / "fit.json")
+
+    sets = [load_events(dp4)]
+    assert sets[0].label == "scaled" and "scaled from 2 to 4 ranks" in sets[0].notes[0]
+    assert "comparison" not in report_data(sets, data)  # copied times are not measured ones
+    html = render_html(sets, whatif=data)
+    section = html[html.index('id="whatif"'):html.index('id="network-fit"')]
+    for text in (f'{job["predicted_ns"] / 1e6:.3f}', f'{job["measured_ns"] / 1e6:.3f}', f'{100 * job["error"]:+.1f}%',
+                 "2 → 4 ranks (per-rank batch)"):
+        assert text in section, text
+    fit_part = html[html.index('id="network-fit"'):]
+    assert f"latency <b>{cal.fit.latency_ns:.0f} ns</b>" in fit_part
+    residuals = fit_part[fit_part.index('data-chart="fit-residuals"'):]
+    residuals = residuals[:residuals.index("</table>")]
+    assert residuals.count("<tr>") == 1 + len(cal.rows) == 3  # header + one row per (kind, size)
+    for row in cal.rows:
+        assert f'<td>{row["size"]}</td>' in residuals and f'{100 * row["error"]:+.1f}%' in residuals
+        assert f'<td>{row["predicted_ns"] / 1e3:.1f}</td>' in residuals
+
+
+def test_without_a_measured_run_the_report_says_the_scaled_files_keep_none(scaled_set):
+    _, net, dp4 = scaled_set
+    (pred,) = whatif_data([dp4], fit=net)["predictions"]
+    assert pred["measured"] is None and pred["steps"] == 2
+    assert pred["predicted_step_ns"] == pred["makespan_ns"] / 2
+    assert any("keep no measured window" in n and "4 rank(s)" in n for n in pred["notes"])
+    html = render_html([load_events(dp4)], whatif=whatif_data([dp4], fit=net))
+    assert "keep no measured window" in html and "<td>none</td>" in html
+    (bare,) = whatif_data([dp4])["predictions"]  # no network: nothing predicted, and it says why
+    assert bare["predicted_step_ns"] is None and "give --fit NET" in bare["notes"][0]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["fit"].pop("latency_ns"), "fit.latency_ns"),
+    (lambda d: d["buckets"][0].update(error="big"), "buckets[0].error"),
+    (lambda d: d["kinds"]["ALL_REDUCE"].update(separable=1), "kinds.ALL_REDUCE.separable"),
+    (lambda d: d.update(version=7), "version"),
+])
+def test_a_malformed_fit_json_is_refused_naming_the_file_and_field(scaled_set, edit, field):
+    _, net, _ = scaled_set
+    doc = json.loads((net / "fit.json").read_text())
+    edit(doc)
+    (net / "fit.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=re.escape(f"{net / 'fit.json'}: {field}: expected")):
+        read_calibration(net)
+
+
+def test_fit_json_round_trips_to_the_same_calibration(scaled_set):
+    cap, net, _ = scaled_set
+    cal = calibrate(cap, npus=4)
+    back = read_calibration(net / "fit.json")
+    assert back.fit == cal.fit and back.rows == cal.rows and back.kinds == cal.kinds and back.npus == 4
+    assert format_calibration(back) == format_calibration(cal)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import visualize_main; visualize_main()",
+                           *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_report_of_a_scaled_run(scaled_set, tmp_path):
+    _, net, dp4 = scaled_set
+    run = target_run(tmp_path / "run4", 4)
+    proc = _cli("report", dp4, "--fit", net, "--measured", run, "-o", tmp_path / "r.html", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["whatif"] == json.loads(json.dumps(whatif_data([dp4], fit=net, measured=run)))
+    assert 'id="network-fit"' in (tmp_path / "r.html").read_text()
+    (net / "fit.json").write_text(json.dumps({**json.loads((net / "fit.json").read_text()), "npus": "four"}))
+    bad = _cli("report", dp4, "--fit", net, "-o", tmp_path / "r2.html")
+    assert bad.returncode == 2 and str(net / "fit.json") in bad.stderr and "npus" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = _cli("report", dp4, "--measured", tmp_path / "nowhere", "-o", tmp_path / "r3.html")
+    assert missing.returncode == 2 and "no manifest.json" in missing.stderr
+
+
+@pytest.mark.slow
+def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
+    """examples/ddp.py captured on 2 gloo ranks, calibrated, scaled to 1: the report's prediction
+    is the replay API's, the old degree's all-reduce waits left the step nodes, and without a
+    1-rank run the report says there is no measured step."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
+    from capture_helpers import EXAMPLES, LAUNCH_2, run_capture
+
+    from chakra_tools.convert.run import convert, inputs_from_run
+
+    run = run_capture(["--active", "3", "--out", str(tmp_path / "run"), "--", *LAUNCH_2,
+                       str(EXAMPLES / "ddp.py"), "--steps", "5"], cwd=tmp_path, folder=tmp_path / "run", timeout=300)
+    assert run.code == 0, run.stderr[-3000:]
+    convert(inputs_from_run(run.folder), tmp_path / "et")
+    (tmp_path / "net").mkdir()
+    cal = write_calibration(calibrate(tmp_path / "et"), tmp_path / "net")
+    report = scale(tmp_path / "et", 1, tmp_path / "dp1")
+    assert report.waits_ns[0] > 0
+    before = RankSet.load(tmp_path / "et")[0]
+    after = RankSet.load(tmp_path / "dp1")[0]
+    steps = [n.id for n in before.nodes.values() if n.name.startswith("ProfilerStep#")]
+    assert steps and sum(after[i].attr("collective_wait_ns") or 0 for i in steps) == report.waits_ns[0]
+    (pred,) = whatif_data([tmp_path / "dp1"], fit=tmp_path / "net")["predictions"]
+    doc = replay(tmp_path / "dp1", cal.fit.backend(2), record_events=False).to_dict(events=False)
+    assert pred["makespan_ns"] == doc["makespan_ns"] and pred["steps"] == 3
+    assert pred["measured"] is None and "keep no measured window" in pred["notes"][0]
