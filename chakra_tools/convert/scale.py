@@ -42,6 +42,7 @@ from pathlib import Path
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.measured import HOST_END, STEPS, WINDOW
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 
 BATCH_MODES = ("per-rank", "global")
@@ -50,7 +51,7 @@ RESIZE = {CommType.ALL_REDUCE: "keep", CommType.BROADCAST: "keep", CommType.REDU
           CommType.BARRIER: "keep", CommType.REDUCE_SCATTER: "keep",
           CommType.REDUCE_SCATTER_BLOCK: "keep", CommType.ALL_GATHER: "share"}
 #: measured at the old degree: not carried into the scaled files
-_MEASURED_KEYS = ("measured_window_ns", "profiler_steps_ns")
+_MEASURED_KEYS = (WINDOW, STEPS, HOST_END)
 #: GlobalMetadata key of a scaled rank: {"dp": old degree, "batch": mode, "steps": captured steps or null}
 SCALED_FROM = "scaled_from"
 
