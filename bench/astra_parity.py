@@ -78,8 +78,14 @@ def system(algorithm="ring", opt="localBWAware", splits=4):
 
 
 def per_dimension(sysc: dict, ndims: int) -> dict:
-    """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions)."""
-    return {k: v * ndims if k.endswith("-implementation") else v for k, v in sysc.items()}
+    """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions);
+    a list as long as the dimensions is kept as it is."""
+    return {k: v * ndims if k.endswith("-implementation") and len(v) == 1 else v for k, v in sysc.items()}
+
+
+def mixed(**impls) -> dict:
+    """system() with some collectives' implementations per dimension, e.g. all_reduce=[...]."""
+    return {**system(), **{f"{k.replace('_', '-')}-implementation": v for k, v in impls.items()}}
 
 
 def network(dims):
@@ -115,6 +121,25 @@ CASES = [  # name, ranks, network dims, system, memory
                                                        for r in range(8)}, RING8, system("doubleBinaryTree", splits=3),
      NO_MEMORY),
     ("4-rank doubleBinaryTree AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("doubleBinaryTree"), NO_MEMORY),
+    ("2-rank doubleBinaryTree AR, skew", skewed(2, [0, 7]), [("Ring", 2, 50, 500)], system("doubleBinaryTree"),
+     NO_MEMORY),
+    ("16-rank doubleBinaryTree AR, skew", skewed(16, [(7 * r) % 11 for r in range(16)]), [("Ring", 16, 50, 500)],
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x2 ring+switch doubleBinaryTree AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID,
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x2 ring+switch doubleBinaryTree, two ARs of 3 chunks", {r: [allreduce(1, MIB), comp(2, 3 * r, (1,)),
+                                                                allreduce(3, 3 * MIB, (2,))] for r in range(8)},
+     GRID, system("doubleBinaryTree", splits=3), NO_MEMORY),
+    ("4x2 doubleBinaryTree AR on the ring only (reduce-scatter: direct)", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID,
+     mixed(all_reduce=["doubleBinaryTree", "ring"], reduce_scatter=["direct", "direct"]), NO_MEMORY),
+    ("8-rank doubleBinaryTree all-gather, skew", skewed(8, [5 * r for r in range(8)], kind=CommType.ALL_GATHER),
+     RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("8-rank doubleBinaryTree reduce-scatter, skew",
+     skewed(8, [5 * r for r in range(8)], kind=CommType.REDUCE_SCATTER), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("6-rank doubleBinaryTree AR (not a power of two), skew", skewed(6, [0, 3, 7, 12, 1, 0]), [("Ring", 6, 50, 500)],
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x3 ring+switch doubleBinaryTree AR (3 not a power of two)", skewed(12, [0] * 12),
+     [("Ring", 4, 50, 500), ("Switch", 3, 25, 700)], system("doubleBinaryTree"), NO_MEMORY),
     ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR, symmetric", skewed(8, [0] * 8), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR baseline, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(opt="baseline"), NO_MEMORY),

@@ -162,13 +162,22 @@ def hd_all_gather(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
     return steps_ns(steps, n, ctx), out
 
 
-# -- double binary tree (all-reduce only, as in ASTRA-sim) -----------------------------------------
+# -- double binary tree ---------------------------------------------------------------------------
+# ASTRA-sim has one tree algorithm, DoubleBinaryTreeAllReduce, and runs it for every phase on a
+# dimension whose implementation is doubleBinaryTree, whatever the phase's collective: a
+# reduce-scatter or all-gather phase (of a localBWAware all-reduce over several dimensions, or a
+# reduce-scatter or all-gather collective) is a whole all-reduce of the phase's data, which leaves
+# the phase unchanged in size (checked against the built 518bd51: an 8-rank doubleBinaryTree
+# all-gather or reduce-scatter of 1 MiB ends each rank exactly when the all-reduce does).
 @register(ALL_REDUCE, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(REDUCE_SCATTER, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(ALL_GATHER, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(ALL_TO_ALL, "doubleBinaryTree", ALL_TOPOLOGIES)
 def dbt_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
     """The last position's end with everyone starting together (`dbt_staggered`: one chunk
     through one tree; the replayer times each rank on its own). For n not a power of two, which
-    ASTRA-sim's BinaryTree cannot build, two trees of ceil(log2 n) levels carrying half the data
-    each."""
+    ASTRA-sim's BinaryTree cannot build (518bd51 ends with a segmentation fault on 6 ranks, and
+    on a 4x3 system), two trees of ceil(log2 n) levels carrying half the data each."""
     if n > 1 and n & (n - 1) == 0:
         return max(dbt_staggered([0] * n, data, ctx, root_max=True)), data
     depth = max(1, (n - 1).bit_length())
@@ -190,8 +199,7 @@ def offload_phase(collective: str, n: int, data: int, ctx: PhaseContext) -> tupl
 
 
 def phase_fn(collective: str, algorithm: str, topology: str) -> PhaseFn:
-    """The registered model, falling back to ring for combinations ASTRA-sim lacks
-    (e.g. a double-binary-tree all-gather)."""
+    """The registered model, falling back to ring for combinations ASTRA-sim lacks."""
     fn = REGISTRY.get((collective, algorithm, topology))
     return fn if fn is not None else REGISTRY[(collective, "ring", topology)]
 
@@ -366,10 +374,10 @@ def steps_ns(steps: Sequence[Step], n: int, ctx: PhaseContext) -> int:
 
 
 def steps_fn(collective: str, algorithm: str) -> StepFn | None:
-    """The step model of a phase, None where there is none (a double binary tree, timed per rank
-    by `dbt_staggered`, or from the last arrival where n is no power of two), with phase_fn's
-    fallback to ring."""
-    if algorithm == "doubleBinaryTree" and collective == ALL_REDUCE:
+    """The step model of a phase, None where there is none (a double binary tree, of any phase:
+    timed per rank by `dbt_staggered`, or from the last arrival where n is no power of two), with
+    phase_fn's fallback to ring."""
+    if algorithm == "doubleBinaryTree":
         return None
     return STEPS.get((collective, algorithm)) or STEPS.get((collective, "ring"))
 
