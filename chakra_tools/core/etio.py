@@ -189,9 +189,13 @@ def looks_like_metadata(msg: bytes) -> bool:
     A Node starts with its id (field 1, a varint) or, for id 0, its name followed by its type
     (field 3): the two layouts can only coincide for an id-0 INVALID node with nothing but a name.
     """
-    pos = 0
+    pos, n = 0, len(msg)
     try:
-        while pos < len(msg):
+        while pos < n:
+            b = msg[pos]
+            if (b == 0x0A or b == 0x12) and pos + 1 < n and msg[pos + 1] < 0x80:  # the common case:
+                pos += 2 + msg[pos + 1]  # a one-byte tag and a one-byte length, inline
+                continue
             tag, pos = decode_varint(msg, pos)
             if tag < 0 or (tag >> 3) not in (1, 2) or (tag & 7) != 2:
                 return False
@@ -201,7 +205,7 @@ def looks_like_metadata(msg: bytes) -> bool:
             pos += length
     except ValueError:
         return False
-    return pos == len(msg)
+    return pos == n
 
 
 # --------------------------------------------------------------------------------------------
