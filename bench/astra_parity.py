@@ -46,6 +46,19 @@ def mem(i, kind, size, deps=()):
                 attrs=make_attrs(tensor_size=size, is_cpu_op=False))
 
 
+def grouped_allreduce(i, size, pg, deps=()):
+    return Node(i, f"coll{i}", T.COMM_COLL_NODE, tuple(deps),
+                attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=size, is_cpu_op=False, pg_name=pg))
+
+
+def in_groups(groups, offsets_us, size=MIB):
+    """Rank r computes offsets_us[r] µs, then an all-reduce of `size` bytes in its group of `groups`
+    (name -> ranks, the comm_group.json ASTRA-sim is given)."""
+    group_of = {r: name for name, members in groups.items() for r in members}
+    return {r: [comp(1, offsets_us[r]), grouped_allreduce(2, size, group_of[r], (1,))] if offsets_us[r]
+            else [grouped_allreduce(2, size, group_of[r])] for r in range(len(offsets_us))}
+
+
 def skewed(n, offsets_us, size=MIB, kind=CommType.ALL_REDUCE):
     """Rank r computes offsets_us[r] µs, then one collective (all-reduce) of `size` bytes."""
     return {r: [comp(1, offsets_us[r]), allreduce(2, size, (1,), kind)] if offsets_us[r]
@@ -165,14 +178,28 @@ CASES = [  # name, ranks, network dims, system, memory
     ("memory chain without the AR, POOL", memory_chain(8, False), RING8, system(), POOL),
 ]
 
+# communicator groups smaller than the system: ASTRA-sim runs them with Ring where the collective's
+# implementation list has more than one entry (CommunicatorGroup::get_collective_plan)
+DIM0_GROUPS = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}
+DIM1_GROUPS = {"1": [0, 4], "2": [1, 5], "3": [2, 6], "4": [3, 7]}
+GROUP_CASES = [  # name, groups, ranks, network dims, system, memory
+    (f"4x2 {algo}, groups along dim {k}", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(algo),
+     NO_MEMORY)
+    for algo in ("ring", "halvingDoubling", "direct", "doubleBinaryTree")
+    for k, groups in ((0, DIM0_GROUPS), (1, DIM1_GROUPS))
+] + [("8-rank doubleBinaryTree, groups of 4 (one-entry list)", DIM0_GROUPS,
+      in_groups(DIM0_GROUPS, [0, 3, 7, 12, 1, 0, 5, 2]), RING8, system("doubleBinaryTree"), NO_MEMORY)]
+
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
 def run_astra(binary: str, work: Path) -> dict[int, int]:
+    groups = work / "comm_group.json"
     out = subprocess.run([binary, f"--workload-configuration={work / 'w'}",
                           f"--system-configuration={work / 'system.json'}",
                           f"--remote-memory-configuration={work / 'memory.json'}",
-                          f"--network-configuration={work / 'network.yml'}"],
+                          f"--network-configuration={work / 'network.yml'}",
+                          *([f"--comm-group-configuration={groups}"] if groups.exists() else [])],
                          cwd=work, capture_output=True, text=True, timeout=600)
     got = {int(r): int(ns) for r, ns in FINISHED.findall(out.stdout + out.stderr)}
     if not got:
@@ -193,13 +220,15 @@ def main() -> None:
     ap.add_argument("--only", help="run the cases whose name contains this")
     args = ap.parse_args()
     worst = 0.0
-    for name, ranks, dims, sysc, memc in CASES:
+    cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
+    for name, groups, ranks, dims, sysc, memc in cases:
         if args.only and args.only not in name:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, {}).write(work, "w")
-            (work / "comm_group.json").unlink(missing_ok=True)
+            RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, groups).write(work, "w")
+            if not groups:
+                (work / "comm_group.json").unlink(missing_ok=True)
             (work / "system.json").write_text(json.dumps(per_dimension(sysc, len(dims))))
             (work / "memory.json").write_text(json.dumps(memc))
             (work / "network.yml").write_text(network(dims))

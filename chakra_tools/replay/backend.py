@@ -159,7 +159,7 @@ class AnalyticalBackend:
         chunk, chunks = self.chunking(size, coll)
         if chunks == 0:
             return 0
-        phases = self.phases(coll, dims, chunk)
+        phases = self.phases(coll, dims, chunk, len(ranks))
         return C.pipeline_ns(phases, chunks, self.system.active_chunks)
 
     def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
@@ -225,7 +225,7 @@ class AnalyticalBackend:
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
             data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind),
-                                         tree_at[p] + c * per_chunk[d], coll)
+                                         tree_at[p] + c * per_chunk[d], coll, len(ranks))
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
             if p + 1 < len(plan):
@@ -256,32 +256,43 @@ class AnalyticalBackend:
         """Whether a phase of this collective runs a double binary tree, whose members end at
         different times even when they start together."""
         coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))[0]
-        return any(self._tree_phase(coll, d, n)
+        return any(self._tree_phase(coll, d, n, len(ranks))
                    for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
 
-    def _tree_phase(self, parent: str, d: int, n: int) -> bool:
+    def _algorithm(self, coll: str, d: int, members: int | None = None) -> str:
+        """The implementation a `coll` collective of `members` ranks (None: the whole system) runs
+        on dimension d. ASTRA-sim (CommunicatorGroup::get_collective_plan) runs a communicator
+        group smaller than the system with Ring wherever the collective's implementation list
+        has more than one entry (a list of one is kept)."""
+        if members is not None and members < self.network.npus and len(self.system.implementations.get(coll) or ()) > 1:
+            return "ring"
+        return self.system.algorithm(coll, d)
+
+    def _tree_phase(self, parent: str, d: int, n: int, members: int | None = None) -> bool:
         """A double-binary-tree phase we model per rank: any phase of a `parent` collective whose
         implementation on d is doubleBinaryTree (n a power of two, as ASTRA-sim's BinaryTree needs)."""
-        return (self.system.algorithm(parent, d) == "doubleBinaryTree"
+        return (self._algorithm(parent, d, members) == "doubleBinaryTree"
                 and not self.network.dims[d].in_network_offload and n > 1 and n & (n - 1) == 0)
 
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
-                         at: list[int], reverse: bool = False, tree: int = 0, parent: str | None = None) -> int:
+                         at: list[int], reverse: bool = False, tree: int = 0, parent: str | None = None,
+                         members: int | None = None) -> int:
         """Advance `at` (per member) through one phase `coll` of a `parent` collective (by default
-        the phase's own) on dimension `d`; returns the data leaving it. `tree`: the dimension's
-        tree counter at this phase (a double binary tree takes RootMax where it is even)."""
+        the phase's own) of `members` ranks on dimension `d`; returns the data leaving it. `tree`:
+        the dimension's tree counter at this phase (a double binary tree takes RootMax where it is
+        even)."""
         parent = parent or coll
         ctx = self._context(d)
-        if self._tree_phase(parent, d, n):
+        if self._tree_phase(parent, d, n, members):
             for ring in rings:
                 ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
                 for k, t in zip(ring, ends):
                     at[k] = t
             return data
-        algo = self.system.algorithm(parent, d)
+        algo = self._algorithm(parent, d, members)
         step_fn = None if ctx.dim.in_network_offload else C.steps_fn(coll, algo)
         if step_fn is None:  # no step model: the ring's members start together, at the last
-            ns, out = self._phase(coll, d, n, data, parent)
+            ns, out = self._phase(coll, d, n, data, parent, members)
             for ring in rings:
                 end = max(at[k] for k in ring) + ns
                 for k in ring:
@@ -331,11 +342,12 @@ class AnalyticalBackend:
         return ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
                 + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
 
-    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
-        """[(queue, ns)] for one chunk, in the order of `phase_plan`."""
+    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int,
+               members: int | None = None) -> list[tuple[int, int]]:
+        """[(queue, ns)] for one chunk of a collective of `members` ranks, in the order of `phase_plan`."""
         out, data = [], chunk
         for c, d, n in self.phase_plan(coll, dims):
-            ns, data = self._phase(c, d, n, data, coll)
+            ns, data = self._phase(c, d, n, data, coll, members)
             out.append((d, ns))
         return out
 
@@ -343,14 +355,16 @@ class AnalyticalBackend:
         delay = 10 if d == 0 else self.system.endpoint_delay_ns
         return C.PhaseContext(self.network.dims[d], delay, self.system.local_mem_bw_gbps)
 
-    def _phase(self, coll: str, d: int, n: int, data: int, parent: str | None = None) -> tuple[int, int]:
-        """One phase `coll` of a `parent` collective (by default the phase's own): ASTRA-sim runs
-        every phase of a collective with the collective's implementation on that dimension (a
-        localBWAware all-reduce's reduce-scatter and all-gather phases with all-reduce-implementation)."""
+    def _phase(self, coll: str, d: int, n: int, data: int, parent: str | None = None,
+               members: int | None = None) -> tuple[int, int]:
+        """One phase `coll` of a `parent` collective (by default the phase's own) of `members`
+        ranks: ASTRA-sim runs every phase of a collective with the collective's implementation on
+        that dimension (a localBWAware all-reduce's reduce-scatter and all-gather phases with
+        all-reduce-implementation), `_algorithm`."""
         ctx = self._context(d)
         if ctx.dim.in_network_offload:
             return C.offload_phase(coll, n, data, ctx)
-        algo = self.system.algorithm(parent or coll, d)
+        algo = self._algorithm(parent or coll, d, members)
         return C.phase_fn(coll, algo, ctx.dim.topology)(n, data, ctx)
 
     @staticmethod

@@ -90,3 +90,16 @@ def test_a_tree_reduce_scatter_or_all_gather_is_the_tree_all_reduce():
         impl[key] = ("doubleBinaryTree",)
         be = AnalyticalBackend(ring4, SystemConfig(implementations=impl, local_mem_bw_gbps=1600))
         assert be.collective_finish_ns(kind, SIZE, [0, 1, 2, 3], None, [0] * 4) == want
+
+
+def test_a_group_smaller_than_the_system_runs_ring_where_the_list_has_several_entries():
+    """ASTRA-sim's CommunicatorGroup runs a group smaller than the system with Ring wherever the
+    collective's implementation list has more than one entry. Group {0, 1} (along dimension 0):
+    a ring all-reduce of 2, two messages of 128 KiB (int(500 + 131072 / 53.687...) = 2941 ns),
+    one reduced (3 * int(131072 / 1600) = 243): 3 * d + 2 * 2941 + 243 = 6155 ns for both, where
+    the tree would end them apart (5891 and 11283, as above). The whole system keeps its trees."""
+    be = backend(all_reduce=("doubleBinaryTree", "doubleBinaryTree"))
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1], None, [0, 0]) == [6155, 6155]
+    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1]) == 6155
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == [
+        23_065, 28_457, 17_673, 23_065]
