@@ -151,6 +151,8 @@ class AnalyticalBackend:
         if len(ranks) <= 1:
             return 0
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        if self._local_ring(coll, ranks):  # members end apart even when they start together
+            return max(self._staggered(comm_type, size, ranks, involved, (0,) * len(ranks)))
         if div == 0:
             size //= len(ranks)
         dims = self.group_dims(ranks, involved)
@@ -170,7 +172,9 @@ class AnalyticalBackend:
         arrivals give `arrival + collective_ns` for everyone."""
         last = max(arrivals_ns)
         tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
-        if (min(arrivals_ns) == last and not tree) or len(ranks) <= 1 or self.scales.comm != 1.0:
+        local = len(ranks) > 1 and self._local_ring(COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0],
+                                                    tuple(ranks))
+        if (min(arrivals_ns) == last and not tree and not local) or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
         involved = tuple(involved_dim) if involved_dim else None
         turn = self._tree_turn(comm_type, size, tuple(ranks), involved) if tree else None
@@ -205,12 +209,17 @@ class AnalyticalBackend:
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
         if div == 0:
             size //= len(ranks)
-        dims = self.group_dims(ranks, involved)
+        local = self._local_ring(coll, ranks)
+        dims = [(0, len(ranks))] if local else self.group_dims(ranks, involved)
         chunk, chunks = self.chunking(size, coll) if dims else (0, 0)
         if chunks == 0:
             return list(starts)
-        rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
-        plan = self.phase_plan(coll, dims)
+        if local:  # one ring of the members, in one phase, on dimension 0's queue
+            rings, plan = {0: [list(range(len(ranks)))]}, [(coll, 0, len(ranks))]
+        else:
+            rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+            plan = self.phase_plan(coll, dims)
+        link = self._link(ranks) if local else None
         # the tree counter of each phase's dimension for chunk 0; each chunk adds its phases there
         per_chunk = {d: sum(1 for _, e, _ in plan if e == d) for d, _ in dims}
         tree_at = [(turn or {}).get(d, 0) + sum(1 for _, e, _ in plan[:p] if e == d) for p, (_, d, _) in enumerate(plan)]
@@ -225,7 +234,7 @@ class AnalyticalBackend:
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
             data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind),
-                                         tree_at[p] + c * per_chunk[d], coll, len(ranks))
+                                         tree_at[p] + c * per_chunk[d], coll, len(ranks), link)
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
             if p + 1 < len(plan):
@@ -259,6 +268,35 @@ class AnalyticalBackend:
         return any(self._tree_phase(coll, d, n, len(ranks))
                    for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
 
+    def _local_ring(self, coll: str, ranks: tuple[int, ...]) -> bool:
+        """Whether ASTRA-sim runs this collective as one ring over its members in one phase (a
+        communicator group smaller than the system gets a RingTopology of its members, whatever
+        dimensions they span): modelled so where the group spans more than one dimension and runs
+        Ring, without in-network offload; a group along one dimension is that dimension's ring."""
+        if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) != "ring":
+            return False
+        addrs = [self.network.address(r) for r in ranks]
+        spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
+        return len(spans) > 1 and not any(self.network.dims[d].in_network_offload for d in spans)
+
+    def _link(self, ranks: tuple[int, ...]):
+        """link(j, i, m): an m-byte message from member j to member i as ASTRA-sim's
+        congestion-unaware network times it, on the first dimension where their addresses differ
+        (MultiDimTopology::get_dim_to_transfer), over that dimension's hops between them."""
+        addrs = [self.network.address(r) for r in ranks]
+        cache: dict[tuple[int, int, int], int] = {}
+
+        def link(j: int, i: int, msg: int) -> int:
+            ns = cache.get((j, i, msg))
+            if ns is None:
+                a, b = addrs[j], addrs[i]
+                d = next(k for k in range(len(a)) if a[k] != b[k])
+                dim = self.network.dims[d]
+                ns = cache[(j, i, msg)] = C.PhaseContext(dim).net(msg, C.neighbour_hops(dim, b[d] - a[d]))
+            return ns
+
+        return link
+
     def _algorithm(self, coll: str, d: int, members: int | None = None) -> str:
         """The implementation a `coll` collective of `members` ranks (None: the whole system) runs
         on dimension d. ASTRA-sim (CommunicatorGroup::get_collective_plan) runs a communicator
@@ -276,7 +314,7 @@ class AnalyticalBackend:
 
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
                          at: list[int], reverse: bool = False, tree: int = 0, parent: str | None = None,
-                         members: int | None = None) -> int:
+                         members: int | None = None, link=None) -> int:
         """Advance `at` (per member) through one phase `coll` of a `parent` collective (by default
         the phase's own) of `members` ranks on dimension `d`; returns the data leaving it. `tree`:
         the dimension's tree counter at this phase (a double binary tree takes RootMax where it is
@@ -301,7 +339,8 @@ class AnalyticalBackend:
         steps, out = step_fn(n, data, ctx)
         for ring in rings:
             ring = ring[::-1] if reverse else ring
-            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx)):
+            pair = None if link is None else (lambda j, i, m, ring=ring: link(ring[j], ring[i], m))
+            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx, pair)):
                 at[k] = t
         return out
 

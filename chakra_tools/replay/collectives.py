@@ -391,8 +391,11 @@ def step_peers(peers: object, i: int, n: int) -> range | tuple[int, ...]:
     return (i ^ peers[1],) if (i ^ peers[1]) < n else ()
 
 
-def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseContext) -> list[int]:
-    """Each member's end of a phase from its own start (members in ring order).
+def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseContext,
+                    link: Callable[[int, int, int], int] | None = None) -> list[int]:
+    """Each member's end of a phase from its own start (members in ring order). `link(j, i, m)`:
+    the time of an m-byte message from member j to member i where it is not the dimension's
+    (a ring over members on several dimensions); by default `ctx.net` over the ring's hops.
 
     >>> ctx = PhaseContext(Dim("Ring", 2, 50.0, 500.0), delay_ns=10, local_mem_bw_gbps=1600)
     >>> steps, _ = ring_all_reduce_steps(2, 65536, ctx)
@@ -402,14 +405,17 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
     n, ready = len(starts), list(starts)
     for step in steps:
         sent = [t + step.pre_ns for t in ready]
-        net = {}
+        cache = {}
         for i in range(n):
             got = sent[i]
             for j in step_peers(step.peers, i, n):
+                if link is not None:
+                    got = max(got, sent[j] + link(j, i, step.msg))
+                    continue
                 hops = neighbour_hops(ctx.dim, j - i)
-                ns = net.get(hops)
+                ns = cache.get(hops)
                 if ns is None:
-                    ns = net[hops] = ctx.net(step.msg, hops)
+                    ns = cache[hops] = ctx.net(step.msg, hops)
                 got = max(got, sent[j] + ns)
             ready[i] = got + step.post_ns
     return ready

@@ -103,3 +103,22 @@ def test_a_group_smaller_than_the_system_runs_ring_where_the_list_has_several_en
     assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1]) == 6155
     assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == [
         23_065, 28_457, 17_673, 23_065]
+
+
+def test_a_group_across_both_dimensions_is_one_ring_timed_on_the_first_differing_dimension():
+    """ASTRA-sim gives such a group one ring of its members in one phase, and its network times a
+    message on the first dimension where the two ends differ. Ranks 0 (0, 0) and 3 (1, 1) of a
+    Ring 2 x Switch 2 system (25 GB/s, 700 ns): each message goes over dimension 0, 1 hop, 2941 ns
+    for 128 KiB (the Switch would take int(2 * 700 + 131072 / 26.84...) = 6282). A ring all-reduce
+    of 2 from 0 and 1,000: the reduce-scatter step sends at 10 and 1,010; rank 0 receives at
+    1,010 + 2,941 = 3,951 and goes on at 3,951 + d + 243 = 4,204, rank 3 receives at 10 + 2,941 =
+    2,951 and goes on at 3,204; the all-gather step: rank 0 receives at 3,204 + 2,941 = 6,145 and
+    ends at 6,155, rank 3 at 4,204 + 2,941 + 10 = 7,155. Together: 3 * d + 2 * 2,941 + 243 = 6,155
+    for both."""
+    net = NetworkConfig((Dim("Ring", 2, 50.0, 500.0), Dim("Switch", 2, 25.0, 700.0)))
+    impl = {k: ("ring", "ring") for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    be = AnalyticalBackend(net, SystemConfig(implementations=impl, local_mem_bw_gbps=1600,
+                                             collective_optimization="localBWAware"))
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 3], None, [0, 1000]) == [6155, 7155]
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 3], None, [0, 0]) == [6155, 6155]
+    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 3]) == 6155
