@@ -92,8 +92,9 @@ def system(algorithm="ring", opt="localBWAware", splits=4):
 
 def per_dimension(sysc: dict, ndims: int) -> dict:
     """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions);
-    a list as long as the dimensions is kept as it is."""
-    return {k: v * ndims if k.endswith("-implementation") and len(v) == 1 else v for k, v in sysc.items()}
+    a longer list, or a tuple (one entry for every dimension, written as it is), is kept."""
+    return {k: v * ndims if k.endswith("-implementation") and isinstance(v, list) and len(v) == 1 else v
+            for k, v in sysc.items()}
 
 
 def mixed(**impls) -> dict:
@@ -184,6 +185,7 @@ DIM0_GROUPS = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}
 DIM1_GROUPS = {"1": [0, 4], "2": [1, 5], "3": [2, 6], "4": [3, 7]}
 SUBGRID_GROUPS = {"1": [0, 1, 4, 5], "2": [2, 3, 6, 7]}
 CROSS_PAIRS = {"1": [0, 5], "2": [1, 4], "3": [2, 7], "4": [3, 6]}
+STRIDED_GROUPS = {"1": [0, 2, 4, 6], "2": [1, 3, 5, 7]}
 GROUP_CASES = [  # name, groups, ranks, network dims, system, memory
     (f"4x2 {algo}, groups along dim {k}", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(algo),
      NO_MEMORY)
@@ -192,11 +194,21 @@ GROUP_CASES = [  # name, groups, ranks, network dims, system, memory
 ] + [("8-rank doubleBinaryTree, groups of 4 (one-entry list)", DIM0_GROUPS,
       in_groups(DIM0_GROUPS, [0, 3, 7, 12, 1, 0, 5, 2]), RING8, system("doubleBinaryTree"), NO_MEMORY),
      # groups across both dimensions: ASTRA-sim runs one ring over the members, each message timed
-     # on the first dimension where its two ends differ; ours does not yet (docs/replay.md)
+     # on the first dimension where its two ends differ
      ("4x2 ring, 2x2 sub-grid groups {0,1,4,5} {2,3,6,7}", SUBGRID_GROUPS,
       in_groups(SUBGRID_GROUPS, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(), NO_MEMORY),
      ("4x2 ring, pairs across both dimensions {0,5} {1,4} {2,7} {3,6}", CROSS_PAIRS,
-      in_groups(CROSS_PAIRS, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(), NO_MEMORY)]
+      in_groups(CROSS_PAIRS, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(), NO_MEMORY)] + [
+    # one implementation for both dimensions (a list of one entry is kept for groups)
+    (f"4x2 {algo} as the one entry, {name} groups", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), GRID,
+     {**system(), **{f"{c}-implementation": (algo,) for c in ("all-reduce", "all-gather", "reduce-scatter",
+                                                              "all-to-all")}}, NO_MEMORY)
+    for algo in ("halvingDoubling", "direct")
+    for name, groups in (("dim 0", DIM0_GROUPS), ("2x2 sub-grid", SUBGRID_GROUPS), ("cross-pair", CROSS_PAIRS))] + [
+    (f"8-rank {algo}, {name} groups of 4", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), RING8, system(algo),
+     NO_MEMORY)
+    for algo in ("ring", "halvingDoubling", "direct")
+    for name, groups in (("contiguous", DIM0_GROUPS), ("strided", STRIDED_GROUPS))]
 
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 

@@ -26,6 +26,9 @@ from . import collectives as C
 from .config import (MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
                      load_system)
 
+#: the algorithms a communicator group smaller than the system runs over its members (their step
+#: models take any pair's link; a double binary tree over such a group crashes ASTRA-sim)
+LOCAL_ALGOS = ("ring", "halvingDoubling", "direct")
 #: CommType -> (native collective it is costed as, divisor applied to comm_size)
 COLLECTIVE_OF = {
     CommType.ALL_REDUCE: (C.ALL_REDUCE, 1),
@@ -269,15 +272,17 @@ class AnalyticalBackend:
                    for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
 
     def _local_ring(self, coll: str, ranks: tuple[int, ...]) -> bool:
-        """Whether ASTRA-sim runs this collective as one ring over its members in one phase (a
+        """Whether ASTRA-sim runs this collective as one ring of its members in one phase: a
         communicator group smaller than the system gets a RingTopology of its members, whatever
-        dimensions they span): modelled so where the group spans more than one dimension and runs
-        Ring, without in-network offload; a group along one dimension is that dimension's ring."""
-        if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) != "ring":
+        dimensions they span, and the network times each message by where its two ends are
+        (`_link`): members two hops apart on a Ring, or on two dimensions, cost what they cost.
+        Modelled so for ring (and, named as the list's one entry, halvingDoubling or direct),
+        without in-network offload."""
+        if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) not in LOCAL_ALGOS:
             return False
         addrs = [self.network.address(r) for r in ranks]
         spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
-        return len(spans) > 1 and not any(self.network.dims[d].in_network_offload for d in spans)
+        return bool(spans) and not any(self.network.dims[d].in_network_offload for d in spans)
 
     def _link(self, ranks: tuple[int, ...]):
         """link(j, i, m): an m-byte message from member j to member i as ASTRA-sim's

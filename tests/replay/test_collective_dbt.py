@@ -122,3 +122,16 @@ def test_a_group_across_both_dimensions_is_one_ring_timed_on_the_first_differing
     assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 3], None, [0, 1000]) == [6155, 7155]
     assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 3], None, [0, 0]) == [6155, 6155]
     assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 3]) == 6155
+
+
+def test_a_group_two_hops_apart_pays_two_hops():
+    """Ranks 0 and 2 of a Ring of 4 (50 GB/s, 500 ns): the group's ring messages cross two links,
+    int(2 * 500 + 131072 / 53.687...) = 3441 ns for 128 KiB, so the all-reduce of 256 KiB takes
+    3 * d + 2 * 3441 + 243 = 7155 ns (as ASTRA-sim times strided groups: bench/astra_parity.py,
+    "8-rank ring, strided groups of 4"), not the 6155 of neighbours."""
+    impl = {k: ("ring",) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    be = AnalyticalBackend(NetworkConfig((Dim("Ring", 4, 50.0, 500.0),)),
+                           SystemConfig(implementations=impl, local_mem_bw_gbps=1600))
+    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 2]) == 7155
+    assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1]) == 6155
+    assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 2], None, [0, 1000]) == [7155, 8155]
