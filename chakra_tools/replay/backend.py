@@ -77,6 +77,7 @@ class AnalyticalBackend:
     def __post_init__(self) -> None:
         self._coll_cache: dict = {}
         self._p2p_cache: dict = {}
+        self._local_cache: dict[tuple[str, tuple[int, ...]], bool] = {}  # (collective, group) -> _local_ring
         self._ports: dict[int, int] = {}
         # (collective, group, dimension) -> tree phases run there so far (ASTRA-sim's counter)
         self._tree_streams: dict[tuple[str, tuple[int, ...], int], int] = {}
@@ -280,9 +281,13 @@ class AnalyticalBackend:
         without in-network offload."""
         if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) not in LOCAL_ALGOS:
             return False
-        addrs = [self.network.address(r) for r in ranks]
-        spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
-        return bool(spans) and not any(self.network.dims[d].in_network_offload for d in spans)
+        got = self._local_cache.get((coll, ranks))
+        if got is None:
+            addrs = [self.network.address(r) for r in ranks]
+            spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
+            got = self._local_cache[(coll, ranks)] = bool(spans) and not any(
+                self.network.dims[d].in_network_offload for d in spans)
+        return got
 
     def _link(self, ranks: tuple[int, ...]):
         """link(j, i, m): an m-byte message from member j to member i as ASTRA-sim's
