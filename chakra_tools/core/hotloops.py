@@ -69,7 +69,8 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
 #: load_node(window, msg[, offset]) -> id: decode_node, then the node put into the feeder's window as
-#: `feed.ETFeeder._load` puts it (an eager window keeps the message's file offset, not the message); or None, nothing changed: "load this one yourself"
+#: `feed.ETFeeder._load` puts it (an eager window keeps the message's file offset, not the
+#: message); or None, nothing changed: "load this one yourself"
 #: load_frames(window, buf, pos, base, budget) -> (pos, loaded): the frames of buf from pos on, each
 #: loaded as load_node loads it, up to budget; it stops at a frame it cannot take whole from buf or
 #: must leave to the reference (the feeder's FrameReader then reads that one)

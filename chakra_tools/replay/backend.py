@@ -226,7 +226,8 @@ class AnalyticalBackend:
         link = self._link(ranks) if local else None
         # the tree counter of each phase's dimension for chunk 0; each chunk adds its phases there
         per_chunk = {d: sum(1 for _, e, _ in plan if e == d) for d, _ in dims}
-        tree_at = [(turn or {}).get(d, 0) + sum(1 for _, e, _ in plan[:p] if e == d) for p, (_, d, _) in enumerate(plan)]
+        tree_at = [(turn or {}).get(d, 0) + sum(1 for _, e, _ in plan[:p] if e == d)
+                   for p, (_, d, _) in enumerate(plan)]
         active = self.system.active_chunks
         slots = [{d: [t] * active for d, _ in dims} for t in starts]
         ends = list(starts)
@@ -347,6 +348,8 @@ class AnalyticalBackend:
                     at[k] = end
             return out
         steps, out = step_fn(n, data, ctx)
+        if link is not None:
+            steps = C.on_group_ring(coll, algo, n, steps, ctx)
         for ring in rings:
             ring = ring[::-1] if reverse else ring
             pair = None if link is None else (lambda j, i, m, ring=ring: link(ring[j], ring[i], m))

@@ -382,6 +382,21 @@ def steps_fn(collective: str, algorithm: str) -> StepFn | None:
     return STEPS.get((collective, algorithm)) or STEPS.get((collective, "ring"))
 
 
+def on_group_ring(collective: str, algorithm: str, n: int, steps: list[Step], ctx: PhaseContext) -> list[Step]:
+    """The steps of a phase run over a communicator group's own ring (ASTRA-sim's RingTopology
+    of the members, `Dimension::Local`): the same, but for a direct all-reduce of more than two
+    members, whose all-gather half also reduces what it receives. ASTRA-sim's AllToAll counts
+    (n - 1) x window packets as non-zero-latency on such a ring (`get_non_zero_latency_packets`)
+    instead of one window's worth, so the second half's packets are marked processed too: one
+    reduction more per step (checked with the built 518bd51: groups of 4 on an 8-rank ring,
+    contiguous or strided, equal to the ns; before, 480 ns early, one 120 ns reduction per chunk
+    of 4)."""
+    if algorithm == "direct" and collective == ALL_REDUCE and n > 2 and len(steps) == 2:
+        second = steps[1]
+        return [steps[0], Step(second.pre_ns, second.msg, second.peers, second.post_ns + ctx.reduce(second.msg))]
+    return steps
+
+
 def step_peers(peers: object, i: int, n: int) -> range | tuple[int, ...]:
     """Indices (in the phase's ring) that rank index `i` receives from in a step."""
     if peers == "prev":

@@ -135,3 +135,22 @@ def test_a_group_two_hops_apart_pays_two_hops():
     assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 2]) == 7155
     assert be.collective_ns(CommType.ALL_REDUCE, SIZE, [0, 1]) == 6155
     assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 2], None, [0, 1000]) == [7155, 8155]
+
+
+def test_direct_over_a_group_by_hand():
+    """A direct all-reduce over group {0, 1, 2, 3} of a Ring of 8 (one chunk of 256 KiB, messages
+    of 64 KiB): 1720 ns to a neighbour, 2220 two hops away, 2720 three (0 <-> 3 is three hops
+    here, not the group's one). Each step sends to all peers: the first after d, then d + 120 (a
+    reduction) after the last message in; on a group's ring ASTRA-sim's all-gather half reduces
+    too, so the second step also ends d + 120 after its last message.
+
+        step 1 (all send at 10): 0 and 3 last hear from each other at 2730, go on at 2860; 1 and 2
+        last hear at 10 + 2220 = 2230, go on at 2360.
+        step 2: 0 hears from 3 at 2860 + 2720 = 5580, ends 5710 (so does 3); 1 hears from 3 at
+        2860 + 2220 = 5080, ends 5210 (so does 2).
+    """
+    impl = {k: ("direct",) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    be = AnalyticalBackend(NetworkConfig((Dim("Ring", 8, 50.0, 500.0),)),
+                           SystemConfig(implementations=impl, local_mem_bw_gbps=1600))
+    got = be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4)
+    assert got == [5710, 5210, 5210, 5710]
