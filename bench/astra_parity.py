@@ -46,6 +46,19 @@ def mem(i, kind, size, deps=()):
                 attrs=make_attrs(tensor_size=size, is_cpu_op=False))
 
 
+def grouped_allreduce(i, size, pg, deps=()):
+    return Node(i, f"coll{i}", T.COMM_COLL_NODE, tuple(deps),
+                attrs=make_attrs(comm_type=CommType.ALL_REDUCE, comm_size=size, is_cpu_op=False, pg_name=pg))
+
+
+def in_groups(groups, offsets_us, size=MIB):
+    """Rank r computes offsets_us[r] µs, then an all-reduce of `size` bytes in its group of `groups`
+    (name -> ranks, the comm_group.json ASTRA-sim is given)."""
+    group_of = {r: name for name, members in groups.items() for r in members}
+    return {r: [comp(1, offsets_us[r]), grouped_allreduce(2, size, group_of[r], (1,))] if offsets_us[r]
+            else [grouped_allreduce(2, size, group_of[r])] for r in range(len(offsets_us))}
+
+
 def skewed(n, offsets_us, size=MIB, kind=CommType.ALL_REDUCE):
     """Rank r computes offsets_us[r] µs, then one collective (all-reduce) of `size` bytes."""
     return {r: [comp(1, offsets_us[r]), allreduce(2, size, (1,), kind)] if offsets_us[r]
@@ -78,8 +91,15 @@ def system(algorithm="ring", opt="localBWAware", splits=4):
 
 
 def per_dimension(sysc: dict, ndims: int) -> dict:
-    """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions)."""
-    return {k: v * ndims if k.endswith("-implementation") else v for k, v in sysc.items()}
+    """One implementation per network dimension (ASTRA-sim asserts no more than the dimensions);
+    a longer list, or a tuple (one entry for every dimension, written as it is), is kept."""
+    return {k: v * ndims if k.endswith("-implementation") and isinstance(v, list) and len(v) == 1 else v
+            for k, v in sysc.items()}
+
+
+def mixed(**impls) -> dict:
+    """system() with some collectives' implementations per dimension, e.g. all_reduce=[...]."""
+    return {**system(), **{f"{k.replace('_', '-')}-implementation": v for k, v in impls.items()}}
 
 
 def network(dims):
@@ -115,6 +135,25 @@ CASES = [  # name, ranks, network dims, system, memory
                                                        for r in range(8)}, RING8, system("doubleBinaryTree", splits=3),
      NO_MEMORY),
     ("4-rank doubleBinaryTree AR, skew", skewed(4, [0, 3, 7, 12]), RING4, system("doubleBinaryTree"), NO_MEMORY),
+    ("2-rank doubleBinaryTree AR, skew", skewed(2, [0, 7]), [("Ring", 2, 50, 500)], system("doubleBinaryTree"),
+     NO_MEMORY),
+    ("16-rank doubleBinaryTree AR, skew", skewed(16, [(7 * r) % 11 for r in range(16)]), [("Ring", 16, 50, 500)],
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x2 ring+switch doubleBinaryTree AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID,
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x2 ring+switch doubleBinaryTree, two ARs of 3 chunks", {r: [allreduce(1, MIB), comp(2, 3 * r, (1,)),
+                                                                allreduce(3, 3 * MIB, (2,))] for r in range(8)},
+     GRID, system("doubleBinaryTree", splits=3), NO_MEMORY),
+    ("4x2 doubleBinaryTree AR on the ring only (reduce-scatter: direct)", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID,
+     mixed(all_reduce=["doubleBinaryTree", "ring"], reduce_scatter=["direct", "direct"]), NO_MEMORY),
+    ("8-rank doubleBinaryTree all-gather, skew", skewed(8, [5 * r for r in range(8)], kind=CommType.ALL_GATHER),
+     RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("8-rank doubleBinaryTree reduce-scatter, skew",
+     skewed(8, [5 * r for r in range(8)], kind=CommType.REDUCE_SCATTER), RING8, system("doubleBinaryTree"), NO_MEMORY),
+    ("6-rank doubleBinaryTree AR (not a power of two), skew", skewed(6, [0, 3, 7, 12, 1, 0]), [("Ring", 6, 50, 500)],
+     system("doubleBinaryTree"), NO_MEMORY),
+    ("4x3 ring+switch doubleBinaryTree AR (3 not a power of two)", skewed(12, [0] * 12),
+     [("Ring", 4, 50, 500), ("Switch", 3, 25, 700)], system("doubleBinaryTree"), NO_MEMORY),
     ("4x2 ring+switch AR, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR, symmetric", skewed(8, [0] * 8), GRID, system(), NO_MEMORY),
     ("4x2 ring+switch AR baseline, skew", skewed(8, [0, 2, 0, 9, 4, 0, 0, 1]), GRID, system(opt="baseline"), NO_MEMORY),
@@ -140,14 +179,47 @@ CASES = [  # name, ranks, network dims, system, memory
     ("memory chain without the AR, POOL", memory_chain(8, False), RING8, system(), POOL),
 ]
 
+# communicator groups smaller than the system: ASTRA-sim runs them with Ring where the collective's
+# implementation list has more than one entry (CommunicatorGroup::get_collective_plan)
+DIM0_GROUPS = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}
+DIM1_GROUPS = {"1": [0, 4], "2": [1, 5], "3": [2, 6], "4": [3, 7]}
+SUBGRID_GROUPS = {"1": [0, 1, 4, 5], "2": [2, 3, 6, 7]}
+CROSS_PAIRS = {"1": [0, 5], "2": [1, 4], "3": [2, 7], "4": [3, 6]}
+STRIDED_GROUPS = {"1": [0, 2, 4, 6], "2": [1, 3, 5, 7]}
+GROUP_CASES = [  # name, groups, ranks, network dims, system, memory
+    (f"4x2 {algo}, groups along dim {k}", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(algo),
+     NO_MEMORY)
+    for algo in ("ring", "halvingDoubling", "direct", "doubleBinaryTree")
+    for k, groups in ((0, DIM0_GROUPS), (1, DIM1_GROUPS))
+] + [("8-rank doubleBinaryTree, groups of 4 (one-entry list)", DIM0_GROUPS,
+      in_groups(DIM0_GROUPS, [0, 3, 7, 12, 1, 0, 5, 2]), RING8, system("doubleBinaryTree"), NO_MEMORY),
+     # groups across both dimensions: ASTRA-sim runs one ring over the members, each message timed
+     # on the first dimension where its two ends differ
+     ("4x2 ring, 2x2 sub-grid groups {0,1,4,5} {2,3,6,7}", SUBGRID_GROUPS,
+      in_groups(SUBGRID_GROUPS, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(), NO_MEMORY),
+     ("4x2 ring, pairs across both dimensions {0,5} {1,4} {2,7} {3,6}", CROSS_PAIRS,
+      in_groups(CROSS_PAIRS, [0, 3, 7, 12, 1, 0, 5, 2]), GRID, system(), NO_MEMORY)] + [
+    # one implementation for both dimensions (a list of one entry is kept for groups)
+    (f"4x2 {algo} as the one entry, {name} groups", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), GRID,
+     {**system(), **{f"{c}-implementation": (algo,) for c in ("all-reduce", "all-gather", "reduce-scatter",
+                                                              "all-to-all")}}, NO_MEMORY)
+    for algo in ("halvingDoubling", "direct")
+    for name, groups in (("dim 0", DIM0_GROUPS), ("2x2 sub-grid", SUBGRID_GROUPS), ("cross-pair", CROSS_PAIRS))] + [
+    (f"8-rank {algo}, {name} groups of 4", groups, in_groups(groups, [0, 3, 7, 12, 1, 0, 5, 2]), RING8, system(algo),
+     NO_MEMORY)
+    for algo in ("ring", "halvingDoubling", "direct")
+    for name, groups in (("contiguous", DIM0_GROUPS), ("strided", STRIDED_GROUPS))]
+
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
 def run_astra(binary: str, work: Path) -> dict[int, int]:
+    groups = work / "comm_group.json"
     out = subprocess.run([binary, f"--workload-configuration={work / 'w'}",
                           f"--system-configuration={work / 'system.json'}",
                           f"--remote-memory-configuration={work / 'memory.json'}",
-                          f"--network-configuration={work / 'network.yml'}"],
+                          f"--network-configuration={work / 'network.yml'}",
+                          *([f"--comm-group-configuration={groups}"] if groups.exists() else [])],
                          cwd=work, capture_output=True, text=True, timeout=600)
     got = {int(r): int(ns) for r, ns in FINISHED.findall(out.stdout + out.stderr)}
     if not got:
@@ -168,13 +240,15 @@ def main() -> None:
     ap.add_argument("--only", help="run the cases whose name contains this")
     args = ap.parse_args()
     worst = 0.0
-    for name, ranks, dims, sysc, memc in CASES:
+    cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
+    for name, groups, ranks, dims, sysc, memc in cases:
         if args.only and args.only not in name:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, {}).write(work, "w")
-            (work / "comm_group.json").unlink(missing_ok=True)
+            RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, groups).write(work, "w")
+            if not groups:
+                (work / "comm_group.json").unlink(missing_ok=True)
             (work / "system.json").write_text(json.dumps(per_dimension(sysc, len(dims))))
             (work / "memory.json").write_text(json.dumps(memc))
             (work / "network.yml").write_text(network(dims))

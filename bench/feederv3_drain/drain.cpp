@@ -4,6 +4,9 @@
 // Chakra feeder sources of an ASTRA-sim checkout given on its command line.
 //
 //   feederv3_drain [--repeat N] FILE...   -> one JSON line: nodes, files, wall_s, peak_rss_kb, base_rss_kb
+//   feederv3_drain --hold FILE...         -> the same, every file's feeder constructed first and
+//                                            held (as ASTRA-sim holds one per rank), then each
+//                                            drained; adds open_s and open_rss_kb (after opening)
 //
 // Per file: construct an ETFeeder (it indexes the file and checks the graph), then, as
 // Workload::issue_dep_free_nodes and Workload::call do with every resource free: copy the
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,8 +66,7 @@ static uint64_t touch(const ETFeederNode& node) {
   return sum;
 }
 
-static uint64_t drain(const std::string& path, uint64_t* checksum) {
-  ETFeeder feeder(path);
+static uint64_t drain_feeder(ETFeeder& feeder, uint64_t* checksum) {
   auto& resolver = feeder.getDependancyResolver();
   std::set<uint64_t> in_flight;
   uint64_t finished = 0;
@@ -84,13 +87,21 @@ static uint64_t drain(const std::string& path, uint64_t* checksum) {
   return finished;
 }
 
+static uint64_t drain(const std::string& path, uint64_t* checksum) {
+  ETFeeder feeder(path);
+  return drain_feeder(feeder, checksum);
+}
+
 int main(int argc, char** argv) {
   int repeat = 1;
+  bool hold = false;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeat" && i + 1 < argc) {
       repeat = std::atoi(argv[++i]);
+    } else if (a == "--hold") {
+      hold = true;
     } else {
       files.push_back(a);
     }
@@ -102,6 +113,22 @@ int main(int argc, char** argv) {
   long base = peak_rss_kb();
   uint64_t nodes = 0, checksum = 0, opened = 0;
   auto t0 = std::chrono::steady_clock::now();
+  if (hold) {
+    std::vector<std::unique_ptr<ETFeeder>> feeders;
+    for (const auto& f : files) feeders.push_back(std::make_unique<ETFeeder>(f));
+    double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    long open_rss = peak_rss_kb();
+    for (auto& f : feeders) {
+      nodes += drain_feeder(*f, &checksum);
+      ++opened;
+    }
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("{\"nodes\": %llu, \"files\": %llu, \"wall_s\": %.6f, \"open_s\": %.6f, \"peak_rss_kb\": %ld, "
+                "\"open_rss_kb\": %ld, \"base_rss_kb\": %ld, \"checksum\": %llu}\n",
+                (unsigned long long)nodes, (unsigned long long)opened, wall, open_s, peak_rss_kb(), open_rss,
+                base, (unsigned long long)checksum);
+    return 0;
+  }
   for (int r = 0; r < repeat; ++r) {
     for (const auto& f : files) {
       nodes += drain(f, &checksum);

@@ -20,7 +20,8 @@
  *         communication node; every contract attribute of its contract kind.
  *
  *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
- *     load_node(window, msg) -> id | None
+ *     load_node(window, msg[, offset]) -> id | None
+ *     load_frames(window, buf, pos, base, budget) -> (pos, loaded)
  *     finish_node(window, nid) -> freed | None
  *         (twins: none claimed, the feeder's reference decode, load and finish) see their sections below.
  */
@@ -813,9 +814,9 @@ typedef struct {
 
 /* One Node message into *d (new references in d->nid, d->deps, d->info): 0, PUNT (nothing
  * set), or FAIL (a Python exception). */
-static int decode(PyObject *msg, const Spec *sp, Decoded *d)
+static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
 {
-    Ptr p = (Ptr)PyBytes_AS_STRING(msg), end = p + PyBytes_GET_SIZE(msg);
+    Ptr end = p + size;
     int use_data = sp->use_data, use_ctrl = sp->use_ctrl;
     long max_type = sp->max_type, comm_coll = sp->comm_coll;
 
@@ -1020,7 +1021,7 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (sp.use_data < 0 || sp.use_ctrl < 0 || PyErr_Occurred())
         return NULL;
     Decoded d;
-    int r = decode(args[0], &sp, &d);
+    int r = decode((Ptr)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &sp, &d);
     if (r == FAIL)
         return NULL;
     if (r == PUNT)
@@ -1040,8 +1041,10 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 /* ---- load_node: decode_node and the feeder's window bookkeeping (feed/feeder.py `_load`) -------
  *
- *     load_node(window, msg) -> id | None
+ *     load_node(window, msg[, offset]) -> id | None
  *         (twin: hotloops._load_node_twin loads no node; ETFeeder._load, the reference, does)
+ *         offset: where the message lies in the file; an eager window keeps it in the record's
+ *         raw slot instead of the message (the info holds what a simulator reads).
  *         window = (loaded, finished bits, unseen, ready, heappush, record type, eager,
  *                   use_data, use_ctrl, info_type, max_type, comm_coll, bitmap_limit): the
  *         feeder's own containers, changed here as `_load` changes them: the node's record (its
@@ -1101,6 +1104,7 @@ static int append_to(PyObject *lists, PyObject *key, PyObject *nid)
     if (l == NULL) {
         if (PyErr_Occurred() || (l = PyList_New(0)) == NULL)
             return FAIL;
+        PyObject_GC_UnTrack(l); /* a list of ids: the cyclic collector need not walk it */
         int r = PyDict_SetItem(lists, key, l);
         Py_DECREF(l); /* the dict holds it */
         if (r < 0)
@@ -1117,16 +1121,18 @@ static int add_child(PyObject *rec, PyObject *nid)
         return PyList_Append(ch, nid) < 0 ? FAIL : 0;
     if ((ch = PyList_New(1)) == NULL)
         return FAIL;
+    PyObject_GC_UnTrack(ch); /* a list of ids */
     PyList_SET_ITEM(ch, 0, Py_NewRef(nid));
     set_rslot(rec, R_CHILDREN, ch);
     return 0;
 }
 
-static int link_node(PyObject *const *w, PyObject *msg, Decoded *d, PyObject *rec)
+/* raw: the record's raw slot (a new reference: the message, or where it lies in the file) */
+static int link_node(PyObject *const *w, PyObject *raw, int eager, Decoded *d, PyObject *rec)
 {
     PyObject *loaded = w[0], *bits = w[1], *unseen = w[2], *nid = d->nid;
-    set_rslot(rec, R_RAW, Py_NewRef(msg));
-    set_rslot(rec, R_INFO, Py_NewRef(PyObject_IsTrue(w[6]) ? d->info : Py_None));
+    set_rslot(rec, R_RAW, raw);
+    set_rslot(rec, R_INFO, Py_NewRef(eager ? d->info : Py_None));
     set_rslot(rec, R_DEPS, Py_NewRef(d->deps));
     set_rslot(rec, R_CHILDREN, Py_NewRef(Py_None));
     if (PyDict_SetItem(loaded, nid, rec) < 0)
@@ -1180,45 +1186,137 @@ static int link_node(PyObject *const *w, PyObject *msg, Decoded *d, PyObject *re
     return 0;
 }
 
+/* What load_node and load_frames read off a window: 0 with *sp, *limit and *eager set; PUNT where
+ * it is not a window this file knows (the reference loads then); FAIL. */
+static int window_spec(PyObject *window, Spec *sp, uint64_t *limit, int *eager)
+{
+    if (!PyTuple_CheckExact(window) || PyTuple_GET_SIZE(window) != 13)
+        return PUNT;
+    PyObject *const *w = &PyTuple_GET_ITEM(window, 0);
+    if (!PyDict_CheckExact(w[0]) || !PyByteArray_Check(w[1]) || !PyDict_CheckExact(w[2]) || !PyList_CheckExact(w[3]) ||
+        !info_type_ok((PyTypeObject *)w[9]) || record_slots((PyTypeObject *)w[5]))
+        return PUNT;
+    Spec s = {PyObject_IsTrue(w[7]), PyObject_IsTrue(w[8]), (PyTypeObject *)w[9], PyLong_AsLong(w[10]),
+              PyLong_AsLong(w[11])};
+    *sp = s;
+    *limit = PyLong_AsUnsignedLongLong(w[12]);
+    *eager = PyObject_IsTrue(w[6]);
+    if (sp->use_data < 0 || sp->use_ctrl < 0 || *eager < 0 || PyErr_Occurred())
+        return FAIL;
+    return 0;
+}
+
+/* One message (p, n) decoded and linked into the window: its id (a new reference), NULL with
+ * *punt set where the reference must load it (nothing changed), NULL without it on an error.
+ * msg: the message as bytes, or NULL (made here where the record keeps it); offset: where it
+ * lies in the file, kept instead of the message by an eager window, or NULL. */
+static PyObject *load_one(PyObject *const *w, const Spec *sp, uint64_t limit, int eager, Ptr p, Py_ssize_t n,
+                          PyObject *msg, PyObject *offset, int *punt)
+{
+    Decoded d;
+    *punt = 0;
+    int r = decode(p, n, sp, &d);
+    if (r == FAIL)
+        return NULL;
+    if (r == PUNT) {
+        *punt = 1;
+        return NULL;
+    }
+    int skip = d.id >= limit || finished_bit(w[1], d.id);
+    for (int i = 0; i < d.n_ids && !skip; i++)
+        skip = d.ids[i] >= limit;
+    if (!skip && (skip = PyDict_Contains(w[0], d.nid)) < 0)
+        r = FAIL;
+    if (!skip && r == 0) {
+        /* with the info kept, the record keeps where the message lies, not the message */
+        PyObject *raw = eager && offset != NULL ? Py_NewRef(offset)
+                        : msg != NULL ? Py_NewRef(msg) : PyBytes_FromStringAndSize((const char *)p, n);
+        PyTypeObject *rtype = (PyTypeObject *)w[5];
+        PyObject *rec = raw == NULL ? NULL : rtype->tp_alloc(rtype, 0);
+        if (rec == NULL)
+            Py_XDECREF(raw);
+        r = rec == NULL || link_node(w, raw, eager, &d, rec) ? FAIL : 0;
+        /* its slots hold numbers, bytes, NodeInfo, a tuple and a list of ids: no cycle can pass
+         * through it, and a feeder's window of them (a replay holds one per rank) would otherwise
+         * be walked by every full collection: most of the time of opening 1,024 rank files */
+        if (r == 0 && PyObject_GC_IsTracked(rec))
+            PyObject_GC_UnTrack(rec);
+        Py_XDECREF(rec);
+    }
+    Py_DECREF(d.deps);
+    Py_DECREF(d.info);
+    if (r == 0 && !skip)
+        return d.nid;
+    Py_DECREF(d.nid);
+    *punt = r == 0;
+    return NULL;
+}
+
 static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 13 || !PyBytes_Check(args[1]))
+    if (nargs < 2 || nargs > 3 || !PyBytes_Check(args[1]) || (nargs == 3 && !PyLong_CheckExact(args[2])))
         Py_RETURN_NONE;
-    PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
-    PyTypeObject *rtype = (PyTypeObject *)w[5];
-    if (!PyDict_CheckExact(w[0]) || !PyByteArray_Check(w[1]) || !PyDict_CheckExact(w[2]) || !PyList_CheckExact(w[3]) ||
-        !info_type_ok((PyTypeObject *)w[9]) || record_slots(rtype))
-        Py_RETURN_NONE;
-    Spec sp = {PyObject_IsTrue(w[7]), PyObject_IsTrue(w[8]), (PyTypeObject *)w[9], PyLong_AsLong(w[10]),
-               PyLong_AsLong(w[11])};
-    uint64_t limit = PyLong_AsUnsignedLongLong(w[12]);
-    if (sp.use_data < 0 || sp.use_ctrl < 0 || PyErr_Occurred())
-        return NULL;
-    Decoded d;
-    int r = decode(args[1], &sp, &d);
+    Spec sp;
+    uint64_t limit;
+    int eager, punt, r = window_spec(args[0], &sp, &limit, &eager);
     if (r == FAIL)
         return NULL;
     if (r == PUNT)
         Py_RETURN_NONE;
-    int punt = d.id >= limit || finished_bit(w[1], d.id);
-    for (int i = 0; i < d.n_ids && !punt; i++)
-        punt = d.ids[i] >= limit;
-    if (!punt && (punt = PyDict_Contains(w[0], d.nid)) < 0)
-        r = FAIL;
-    PyObject *rec = NULL;
-    if (!punt && r == 0) {
-        rec = rtype->tp_alloc(rtype, 0);
-        r = rec == NULL || link_node(w, args[1], &d, rec) ? FAIL : 0;
-    }
-    Py_XDECREF(rec);
-    Py_DECREF(d.deps);
-    Py_DECREF(d.info);
-    if (r == 0 && !punt)
-        return d.nid;
-    Py_DECREF(d.nid);
+    PyObject *nid = load_one(&PyTuple_GET_ITEM(args[0], 0), &sp, limit, eager, (Ptr)PyBytes_AS_STRING(args[1]),
+                             PyBytes_GET_SIZE(args[1]), args[1], nargs == 3 ? args[2] : NULL, &punt);
+    if (nid == NULL && punt)
+        Py_RETURN_NONE;
+    return nid;
+}
+
+/*     load_frames(window, buf, pos, base, budget) -> (pos, loaded)
+ *         (twin: hotloops._load_frames_twin loads none; the feeder then takes each frame from its
+ *         FrameReader and loads it with load_node or the reference) the length-prefixed messages
+ *         of buf from pos on loaded as load_node loads each (offset: base + the frame's place in
+ *         buf), at most `budget` of them; it stops, the frame untouched, at one it cannot take
+ *         whole from buf (end of buf, a message cut by it, a zero or implausible length) and at
+ *         one load_node would leave to the reference. pos: the first byte not consumed.
+ */
+static PyObject *load_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyBytes_Check(args[1]))
+        return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]), budget = PyLong_AsSsize_t(args[4]);
+    long long base = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Spec sp;
+    uint64_t limit;
+    int eager, r = window_spec(args[0], &sp, &limit, &eager);
     if (r == FAIL)
         return NULL;
-    Py_RETURN_NONE;
+    Py_ssize_t n = 0, start = pos;
+    if (r == 0) {
+        PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
+        Ptr buf = (Ptr)PyBytes_AS_STRING(args[1]), end = buf + PyBytes_GET_SIZE(args[1]);
+        while (n < budget && pos >= 0 && buf + pos < end) {
+            Ptr q = buf + pos;
+            uint64_t len;
+            if (rd_varint(&q, end, &len) || len == 0 || len > (uint64_t)(end - q))
+                break;
+            PyObject *offset = PyLong_FromLongLong(base + pos);
+            if (offset == NULL)
+                return NULL;
+            int punt;
+            PyObject *nid = load_one(w, &sp, limit, eager, q, (Py_ssize_t)len, NULL, offset, &punt);
+            Py_DECREF(offset);
+            if (nid == NULL) {
+                if (punt)
+                    break;
+                return NULL;
+            }
+            Py_DECREF(nid);
+            pos = (q - buf) + (Py_ssize_t)len;
+            n++;
+        }
+    }
+    return Py_BuildValue("(nn)", r == 0 ? pos : start, n);
 }
 
 /*     finish_node(window, nid) -> freed | None
@@ -1307,8 +1405,11 @@ static PyMethodDef methods[] = {
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
      "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},
     {"load_node", (PyCFunction)(void (*)(void))load_node, METH_FASTCALL,
-     "load_node(window, msg) -> id or None: decode_node, then the node into the feeder's window as\n"
+     "load_node(window, msg[, offset]) -> id or None: decode_node, then the node into the feeder's window as\n"
      "ETFeeder._load puts it there (None: nothing changed, the reference loads it)."},
+    {"load_frames", (PyCFunction)(void (*)(void))load_frames, METH_FASTCALL,
+     "load_frames(window, buf, pos, base, budget) -> (pos, loaded): the messages of buf from pos on\n"
+     "loaded as load_node loads each, up to budget; stops at a frame it cannot take whole or must leave."},
     {"finish_node", (PyCFunction)(void (*)(void))finish_node, METH_FASTCALL,
      "finish_node(window, nid) -> the children freed, or None: an in-flight node finished in the feeder's\n"
      "window as ETFeeder._finish_record does (None: nothing changed, the reference does it)."},

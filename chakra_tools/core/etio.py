@@ -99,53 +99,81 @@ def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CH
     """Yield (offset, message bytes) for each length-delimited message of the stream.
 
     Most Chakra nodes are shorter than 16 KiB, so their length prefix is one byte or two: those
-    are decoded inline (the reader's and the feeder's hot path). A longer prefix, a message across
-    a read boundary or a broken file takes the general path.
+    are decoded inline (the reader's hot path). A longer prefix, a message across a read boundary
+    or a broken file takes `FrameReader.next_frame`, the general path.
     """
-    buf = _read(stream, path, 0, chunk)
-    pos = base = 0  # base: stream offset of buf[0]
+    r = FrameReader(stream, path, chunk)
     while True:
+        buf, pos, base = r.buf, r.pos, r.base
         end = len(buf)
-        if pos >= end:
-            more = _read(stream, path, base + end, chunk)
-            if not more:
-                return
-            base, buf, pos = base + end, more, 0
-            continue
-        b = buf[pos]
-        if 0 < b < 0x80 and pos + 1 + b <= end:
-            yield base + pos, buf[pos + 1:pos + 1 + b]
-            pos += 1 + b
-            continue
-        if b >= 0x80 and pos + 1 < end and 0 < buf[pos + 1] < 0x80:  # 128 B .. 16 KiB: two bytes
-            length = (b & 0x7F) | (buf[pos + 1] << 7)
-            if pos + 2 + length <= end:
-                yield base + pos, buf[pos + 2:pos + 2 + length]
-                pos += 2 + length
+        while pos < end:
+            b = buf[pos]
+            if 0 < b < 0x80 and pos + 1 + b <= end:
+                yield base + pos, buf[pos + 1:pos + 1 + b]
+                pos += 1 + b
                 continue
-        try:
-            length, body = decode_varint(buf, pos)
-        except ValueError as e:
-            raise TraceReadError(path, base + pos, f"corrupt length prefix: {e}") from None
-        if length == 0:
-            raise TraceReadError(path, base + pos,
-                                 "zero-length message (Chakra's reader would stop here as if at end of file)")
-        if length > MAX_MESSAGE:
-            raise TraceReadError(path, base + pos, f"implausible message length {length}")
-        if length > 0 and body + length <= end:
-            yield base + pos, buf[body:body + length]
-            pos = body + length
-            continue
-        # read what the message still needs, at most 64 chunks at a time: growing the buffer
-        # chunk by chunk would copy it over and over (minutes for a message of a few hundred MiB)
-        need = chunk if length < 0 else min(max(chunk, body + length - end), 64 * chunk)
-        more = _read(stream, path, base + end, need)
-        if not more:
-            if length < 0:
-                raise TraceReadError(path, base + pos, "file ends inside a length prefix")
-            raise TraceReadError(path, base + pos, f"truncated message: length prefix says {length} "
-                                 f"bytes, {end - body} remain")
-        buf, base, pos = buf[pos:] + more, base + pos, 0
+            if b >= 0x80 and pos + 1 < end and 0 < buf[pos + 1] < 0x80:  # 128 B .. 16 KiB: two bytes
+                length = (b & 0x7F) | (buf[pos + 1] << 7)
+                if pos + 2 + length <= end:
+                    yield base + pos, buf[pos + 2:pos + 2 + length]
+                    pos += 2 + length
+                    continue
+            break
+        r.pos = pos
+        got = r.next_frame()
+        if got is None:
+            return
+        yield got
+
+
+class FrameReader:
+    """The messages of a stream one at a time, with the read buffer in view: `buf` (the bytes read
+    last), `pos` (the next frame's place in it), `base` (the stream offset of buf[0]). The feeder
+    loads the frames of `buf` in C (`hotloops.load_frames`) and moves `pos` past them; whatever C
+    leaves, `next_frame` reads."""
+
+    __slots__ = ("stream", "path", "chunk", "buf", "pos", "base")
+
+    def __init__(self, stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CHUNK):
+        self.stream, self.path, self.chunk = stream, path, chunk
+        self.buf = _read(stream, path, 0, chunk)
+        self.pos = self.base = 0
+
+    def next_frame(self) -> tuple[int, bytes] | None:
+        """(offset, message) of the frame at `pos`, reading more of the stream where it must; None
+        at the end of the stream. TraceReadError for a broken frame."""
+        stream, path, chunk = self.stream, self.path, self.chunk
+        while True:
+            buf, pos, base = self.buf, self.pos, self.base
+            end = len(buf)
+            if pos >= end:
+                more = _read(stream, path, base + end, chunk)
+                if not more:
+                    return None
+                self.base, self.buf, self.pos = base + end, more, 0
+                continue
+            try:
+                length, body = decode_varint(buf, pos)
+            except ValueError as e:
+                raise TraceReadError(path, base + pos, f"corrupt length prefix: {e}") from None
+            if length == 0:
+                raise TraceReadError(path, base + pos,
+                                     "zero-length message (Chakra's reader would stop here as if at end of file)")
+            if length > MAX_MESSAGE:
+                raise TraceReadError(path, base + pos, f"implausible message length {length}")
+            if length > 0 and body + length <= end:
+                self.pos = body + length
+                return base + pos, buf[body:body + length]
+            # read what the message still needs, at most 64 chunks at a time: growing the buffer
+            # chunk by chunk would copy it over and over (minutes for a message of a few hundred MiB)
+            need = chunk if length < 0 else min(max(chunk, body + length - end), 64 * chunk)
+            more = _read(stream, path, base + end, need)
+            if not more:
+                if length < 0:
+                    raise TraceReadError(path, base + pos, "file ends inside a length prefix")
+                raise TraceReadError(path, base + pos, f"truncated message: length prefix says {length} "
+                                     f"bytes, {end - body} remain")
+            self.buf, self.base, self.pos = buf[pos:] + more, base + pos, 0
 
 
 def _read(stream: BinaryIO, path, offset: int, size: int = CHUNK) -> bytes:
@@ -161,9 +189,13 @@ def looks_like_metadata(msg: bytes) -> bool:
     A Node starts with its id (field 1, a varint) or, for id 0, its name followed by its type
     (field 3): the two layouts can only coincide for an id-0 INVALID node with nothing but a name.
     """
-    pos = 0
+    pos, n = 0, len(msg)
     try:
-        while pos < len(msg):
+        while pos < n:
+            b = msg[pos]
+            if (b == 0x0A or b == 0x12) and pos + 1 < n and msg[pos + 1] < 0x80:  # the common case:
+                pos += 2 + msg[pos + 1]  # a one-byte tag and a one-byte length, inline
+                continue
             tag, pos = decode_varint(msg, pos)
             if tag < 0 or (tag >> 3) not in (1, 2) or (tag & 7) != 2:
                 return False
@@ -173,7 +205,7 @@ def looks_like_metadata(msg: bytes) -> bool:
             pos += length
     except ValueError:
         return False
-    return pos == len(msg)
+    return pos == n
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,9 +47,14 @@ def _decode_node_twin(msg: bytes, use_data: bool, use_ctrl: bool, info_type: typ
     return None
 
 
-def _load_node_twin(window: tuple, msg: bytes) -> None:
+def _load_node_twin(window: tuple, msg: bytes, offset: int | None = None) -> None:
     """Loads no node: then the feeder's reference (`ETFeeder._load`) loads every one."""
     return None
+
+
+def _load_frames_twin(window: tuple, buf: bytes, pos: int, base: int, budget: int) -> tuple[int, int]:
+    """Loads no frame: then the feeder takes each from its FrameReader and loads it itself."""
+    return pos, 0
 
 
 def _finish_node_twin(window: tuple, nid: int) -> None:
@@ -63,30 +68,37 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
 #: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
-#: load_node(window, msg) -> id: decode_node, then the node put into the feeder's window as
-#: `feed.ETFeeder._load` puts it; or None, nothing changed: "load this one yourself"
+#: load_node(window, msg[, offset]) -> id: decode_node, then the node put into the feeder's window as
+#: `feed.ETFeeder._load` puts it (an eager window keeps the message's file offset, not the
+#: message); or None, nothing changed: "load this one yourself"
+#: load_frames(window, buf, pos, base, budget) -> (pos, loaded): the frames of buf from pos on, each
+#: loaded as load_node loads it, up to budget; it stops at a frame it cannot take whole from buf or
+#: must leave to the reference (the feeder's FrameReader then reads that one)
 #: finish_node(window, nid) -> the children it freed, the node finished in the feeder's window as
 #: `feed.ETFeeder._finish_record` finishes it; or None, nothing changed: "finish it yourself"
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
-          "decode_node": _decode_node_twin, "load_node": _load_node_twin, "finish_node": _finish_node_twin}
+          "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
+          "finish_node": _finish_node_twin}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "decode_node": COMPILED.decode_node,
                                             "load_node": COMPILED.load_node,
+                                            "load_frames": COMPILED.load_frames,
                                             "finish_node": COMPILED.finish_node}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
 decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
+load_frames = _PICKED["load_frames"]
 finish_node = _PICKED["finish_node"]
 
 
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, decode_node, load_node, finish_node
+    global encode_frames, plain_run, decode_node, load_node, load_frames, finish_node
     try:
-        encode_frames, plain_run, decode_node, load_node, finish_node = (_TWINS[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        encode_frames, plain_run, decode_node, load_node, finish_node = (_PICKED[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node = (_PICKED[k] for k in _TWINS)

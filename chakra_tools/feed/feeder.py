@@ -14,8 +14,9 @@ issuable among the nodes read so far; with the default window (64k nodes) that i
 frontier of any real trace.
 
 The per-node work runs in C where the core's extension is built (`core/hotloops.py`:
-`load_node` decodes a Node message straight off the wire and links it into the window,
-`finish_node` finishes one and frees its children); `_load_reference` and `_finish_record` are the
+`load_frames` walks the read buffer's frames and, as `load_node` does for one message, decodes
+each Node straight off the wire and links it into the window; `finish_node` finishes one and frees
+its children); `_load_reference` and `_finish_record` are the
 reference, which does every node C leaves to it (anything unusual, ids past the bitmap, repeated
 ids) and all of them under `hotloops.python_twins()` or without the extension: the same nodes,
 order, `NodeInfo`s and diagnostics (tests/feed/test_decode_node.py).
@@ -50,8 +51,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
-from chakra_tools.core.etio import (CHUNK, LEGACY_SNIFF, iter_frames, looks_like_metadata, metadata_from_pb,
-                                    node_from_pb, open_binary)
+from chakra_tools.core.etio import (CHUNK, LEGACY_SNIFF, FrameReader, looks_like_metadata,
+                                    metadata_from_pb, node_from_pb, open_binary)
 from chakra_tools.core.legacy import refuse_legacy
 from chakra_tools.core.model import Metadata, Node, NodeType
 from chakra_tools.core.schema import et_def_pb2 as pb
@@ -117,11 +118,12 @@ class FinishedIds:
 
 
 class _Loaded:
-    """One node in the window: its raw message, its `NodeInfo`, what it still waits for."""
+    """One node in the window: its raw message (or, with the info decoded as the node is read, the
+    message's offset in the file), its `NodeInfo`, what it still waits for."""
 
     __slots__ = ("raw", "info", "deps", "waiting", "children", "state")
 
-    def __init__(self, raw: bytes, deps: tuple[int, ...], info: NodeInfo | None):
+    def __init__(self, raw: bytes | int, deps: tuple[int, ...], info: NodeInfo | None):
         self.raw = raw
         self.info = info  # None: decoded on first use
         self.deps = deps
@@ -142,9 +144,12 @@ class ETFeeder:
         self.path = str(path)
         self.rank = rank
         self.window = max(1, window)
-        self._eager_info = eager_info  # keep NodeInfo from loading (a replayer reads every node)
+        # keep NodeInfo from loading (a replayer reads every node), and of the message only its
+        # offset: `lookup` reads it again from the file (FeederV3 keeps offsets likewise)
+        self._eager_info = eager_info
         self._decode_node = hotloops.decode_node  # C or its twin, as picked now (python_twins())
         self._load_node = hotloops.load_node
+        self._load_frames = hotloops.load_frames
         self._finish_node = hotloops.finish_node
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self._use_data = "data" in resolve
@@ -162,8 +167,7 @@ class ETFeeder:
                         eager_info, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL,
                         BITMAP_LIMIT)
         self._stream = open_binary(path)
-        self._frames: Iterator[tuple[int, bytes]] | None = iter_frames(self._stream, self.path,
-                                                                      _read_size(self._stream))
+        self._frames: FrameReader | None = FrameReader(self._stream, self.path, _read_size(self._stream))
         self._metadata: Metadata | pb.GlobalMetadata = self._read_metadata()
         self._fill()
 
@@ -176,7 +180,7 @@ class ETFeeder:
 
     # -- reading --------------------------------------------------------------------------------
     def _read_metadata(self) -> Metadata | pb.GlobalMetadata:
-        first = next(self._frames, None)
+        first = self._frames.next_frame()
         if first is None:
             self._close()
             return Metadata("", {}, present=False)
@@ -198,13 +202,14 @@ class ETFeeder:
         if self._frames is not None:
             self._frames = None
             self._stream.close()
+            self._stream = None  # the closed file and its reader: 0.4 KiB a held feeder
             self._drop_unseen()
 
     def _read_one(self) -> bool:
         """Decode the next node into the window; False at end of file."""
         if self._frames is None:
             return False
-        nxt = next(self._frames, None)
+        nxt = self._frames.next_frame()
         if nxt is None:
             self._close()
             return False
@@ -236,7 +241,7 @@ class ETFeeder:
         return node_entry(m, self._use_data, self._use_ctrl)
 
     def _load(self, offset: int, msg: bytes) -> None:
-        if self._load_node(self._window, msg) is None:  # compiled: decoded and linked, as below
+        if self._load_node(self._window, msg, offset) is None:  # compiled: decoded and linked, as below
             self._load_reference(offset, msg)
         else:
             self.nodes_read += 1
@@ -256,7 +261,7 @@ class ETFeeder:
                              or nid >= BITMAP_LIMIT and nid in finished):  # inlined `nid in finished`
             self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
             return
-        rec = _Loaded(msg, deps, info if self._eager_info else None)
+        rec = _Loaded(offset, deps, info) if self._eager_info else _Loaded(msg, deps, None)
         loaded[nid] = rec
         self._unfinished += 1
         if deps:
@@ -295,17 +300,17 @@ class ETFeeder:
 
     def _fill(self) -> None:
         """Read ahead until the window is full; further only while nothing can move."""
-        frames, load, load_node, window = self._frames, self._load_reference, self._load_node, self._window
-        while frames is not None and self._unfinished < self.window:
-            nxt = next(frames, None)  # `_read_one`, inlined: this loop runs once per node
-            if nxt is None:
-                self._close()
+        load_frames, window = self._load_frames, self._window
+        while (r := self._frames) is not None and self._unfinished < self.window:
+            # the frames of the read buffer, loaded in C as `_load` loads each; it stops at one it
+            # cannot take whole from the buffer or must leave to the reference: `_read_one`'s
+            pos, n = load_frames(window, r.buf, r.pos, r.base, self.window - self._unfinished)
+            if n:
+                r.pos = pos
+                self.nodes_read += n
+                self._unfinished += n
+            elif not self._read_one():
                 break
-            if load_node(window, nxt[1]) is None:  # `_load`, inlined
-                load(*nxt)
-            else:
-                self.nodes_read += 1
-                self._unfinished += 1
         while not self._ready and not self._in_flight and self._read_one():
             pass
 
@@ -416,7 +421,7 @@ class ETFeeder:
         """The typed contract fields of a loaded node (see `NodeInfo`)."""
         rec = self._loaded[nid]
         if rec.info is None:
-            rec.info = node_info(pb.Node.FromString(rec.raw))
+            rec.info = node_info(pb.Node.FromString(rec.raw))  # not eager: raw is the message
         return rec.info
 
     def lookup(self, nid: int) -> Node:
@@ -424,7 +429,18 @@ class ETFeeder:
         rec = self._loaded.get(nid)
         if rec is None:
             raise KeyError(f"{self._where()}node {nid} is not loaded (finished, or not read yet)")
-        return node_from_pb(pb.Node.FromString(rec.raw))
+        raw = rec.raw if isinstance(rec.raw, bytes) else self._message_at(rec.raw)
+        return node_from_pb(pb.Node.FromString(raw))
+
+    def _message_at(self, offset: int) -> bytes:
+        """The message at `offset` of the file, read again: an eager feeder keeps each node's
+        `NodeInfo` and where its message lies, not the message (as FeederV3 keeps file offsets)."""
+        with open_binary(self.path) as stream:
+            stream.seek(offset)
+            got = FrameReader(stream, self.path, 1 << 16).next_frame()
+        if got is None:
+            raise TraceReadError(self.path, offset, "the file changed since it was read: no message here")
+        return got[1]
 
     def loaded_ids(self) -> list[int]:
         """The ids in the window now (read, not finished), in file order."""
@@ -436,7 +452,7 @@ class ETFeeder:
 
     def memory_bytes(self) -> int:
         """A rough count of what the window holds (for benchmarks), bitmap included."""
-        raw = sum(len(r.raw) for r in self._loaded.values())
+        raw = sum(len(r.raw) if isinstance(r.raw, bytes) else 32 for r in self._loaded.values())
         return raw + 400 * len(self._loaded) + self._finished.nbytes()
 
     # -- deadlock -------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ from . import collectives as C
 from .config import (MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
                      load_system)
 
+#: the algorithms a communicator group smaller than the system runs over its members (their step
+#: models take any pair's link; a double binary tree over such a group crashes ASTRA-sim)
+LOCAL_ALGOS = ("ring", "halvingDoubling", "direct")
 #: CommType -> (native collective it is costed as, divisor applied to comm_size)
 COLLECTIVE_OF = {
     CommType.ALL_REDUCE: (C.ALL_REDUCE, 1),
@@ -74,10 +77,13 @@ class AnalyticalBackend:
     def __post_init__(self) -> None:
         self._coll_cache: dict = {}
         self._p2p_cache: dict = {}
+        self._local_cache: dict[tuple[str, tuple[int, ...]], bool] = {}  # (collective, group) -> _local_ring
         self._ports: dict[int, int] = {}
-        self._tree_streams: dict[tuple[int, ...], int] = {}  # group -> chunks through its trees so far
-        self._has_trees = "doubleBinaryTree" in {self.system.algorithm(C.ALL_REDUCE, d)
-                                                 for d in range(len(self.network.dims))}
+        # (collective, group, dimension) -> tree phases run there so far (ASTRA-sim's counter)
+        self._tree_streams: dict[tuple[str, tuple[int, ...], int], int] = {}
+        self._has_trees = "doubleBinaryTree" in {self.system.algorithm(c, d) for d in range(len(self.network.dims))
+                                                 for c in (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER,
+                                                           C.ALL_TO_ALL)}
         if self.roofline is None:
             self.roofline = self.system.roofline
 
@@ -149,6 +155,8 @@ class AnalyticalBackend:
         if len(ranks) <= 1:
             return 0
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        if self._local_ring(coll, ranks):  # members end apart even when they start together
+            return max(self._staggered(comm_type, size, ranks, involved, (0,) * len(ranks)))
         if div == 0:
             size //= len(ranks)
         dims = self.group_dims(ranks, involved)
@@ -157,7 +165,7 @@ class AnalyticalBackend:
         chunk, chunks = self.chunking(size, coll)
         if chunks == 0:
             return 0
-        phases = self.phases(coll, dims, chunk)
+        phases = self.phases(coll, dims, chunk, len(ranks))
         return C.pipeline_ns(phases, chunks, self.system.active_chunks)
 
     def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
@@ -168,37 +176,58 @@ class AnalyticalBackend:
         arrivals give `arrival + collective_ns` for everyone."""
         last = max(arrivals_ns)
         tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
-        if (min(arrivals_ns) == last and not tree) or len(ranks) <= 1 or self.scales.comm != 1.0:
+        local = len(ranks) > 1 and self._local_ring(COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0],
+                                                    tuple(ranks))
+        if (min(arrivals_ns) == last and not tree and not local) or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
-        turn = self._tree_turn(comm_type, size, tuple(ranks)) if tree else 0
-        key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None,
-               tuple(t - last for t in arrivals_ns), turn)
+        involved = tuple(involved_dim) if involved_dim else None
+        turn = self._tree_turn(comm_type, size, tuple(ranks), involved) if tree else None
+        key = (comm_type, size, tuple(ranks), involved, tuple(t - last for t in arrivals_ns),
+               tuple(sorted((d, k % 2) for d, k in turn.items())) if turn else None)
         offsets = self._coll_cache.get(key)
         if offsets is None:
-            offsets = self._coll_cache[key] = self._staggered(comm_type, size, *key[2:])
+            offsets = self._coll_cache[key] = self._staggered(comm_type, size, *key[2:5], turn)
         return [last + o for o in offsets]
 
-    def _tree_turn(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> int:
-        """Which of its two trees the group's next double-binary-tree chunk takes (0: RootMax):
-        ASTRA-sim alternates them by a counter that runs on from one collective to the next (a
-        collective of one chunk uses the other tree than the one before it)."""
+    def _tree_turn(self, comm_type: int, size: int, ranks: tuple[int, ...],
+                   involved: tuple[bool, ...] | None) -> dict[int, int]:
+        """Per dimension, the tree phases the group ran there before this collective: its next
+        tree phase on d takes the RootMax tree where that count is even. ASTRA-sim keeps one
+        counter per dimension of a collective type's logical topology, which every phase
+        created on that dimension advances (a localBWAware all-reduce's reduce-scatter and
+        all-gather phases, both on an inner dimension, take the two trees in turn), from one
+        collective to the next."""
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
-        chunks = self.chunking(size // len(ranks) if div == 0 else size, coll)[1]
-        done = self._tree_streams.get(ranks, 0)
-        self._tree_streams[ranks] = done + chunks
-        return done % 2
+        dims = self.group_dims(ranks, involved)
+        chunks = self.chunking(size // len(ranks) if div == 0 else size, coll)[1] if dims else 0
+        turn = {}
+        for _, d, _ in self.phase_plan(coll, dims) if chunks else ():
+            if d not in turn:
+                turn[d] = self._tree_streams.get((coll, ranks, d), 0)
+            self._tree_streams[(coll, ranks, d)] = self._tree_streams.get((coll, ranks, d), 0) + chunks
+        return turn
 
     def _staggered(self, comm_type: int, size: int, ranks: tuple[int, ...],
-                   involved: tuple[bool, ...] | None, starts: tuple[int, ...], turn: int = 0) -> list[int]:
+                   involved: tuple[bool, ...] | None, starts: tuple[int, ...],
+                   turn: dict[int, int] | None = None) -> list[int]:
         coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
         if div == 0:
             size //= len(ranks)
-        dims = self.group_dims(ranks, involved)
+        local = self._local_ring(coll, ranks)
+        dims = [(0, len(ranks))] if local else self.group_dims(ranks, involved)
         chunk, chunks = self.chunking(size, coll) if dims else (0, 0)
         if chunks == 0:
             return list(starts)
-        rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
-        plan = self.phase_plan(coll, dims)
+        if local:  # one ring of the members, in one phase, on dimension 0's queue
+            rings, plan = {0: [list(range(len(ranks)))]}, [(coll, 0, len(ranks))]
+        else:
+            rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+            plan = self.phase_plan(coll, dims)
+        link = self._link(ranks) if local else None
+        # the tree counter of each phase's dimension for chunk 0; each chunk adds its phases there
+        per_chunk = {d: sum(1 for _, e, _ in plan if e == d) for d, _ in dims}
+        tree_at = [(turn or {}).get(d, 0) + sum(1 for _, e, _ in plan[:p] if e == d)
+                   for p, (_, d, _) in enumerate(plan)]
         active = self.system.active_chunks
         slots = [{d: [t] * active for d, _ in dims} for t in starts]
         ends = list(starts)
@@ -209,7 +238,8 @@ class AnalyticalBackend:
             kind, d, n = plan[p]
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
-            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind), c + turn)
+            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind),
+                                         tree_at[p] + c * per_chunk[d], coll, len(ranks), link)
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
             if p + 1 < len(plan):
@@ -240,39 +270,90 @@ class AnalyticalBackend:
         """Whether a phase of this collective runs a double binary tree, whose members end at
         different times even when they start together."""
         coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))[0]
-        return any(kind == C.ALL_REDUCE and self._tree_phase(kind, d, n)
-                   for kind, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
+        return any(self._tree_phase(coll, d, n, len(ranks))
+                   for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
 
-    def _tree_phase(self, coll: str, d: int, n: int) -> bool:
-        """A double-binary-tree all-reduce phase we model per rank (n a power of two, as
-        ASTRA-sim's BinaryTree needs)."""
-        return (coll == C.ALL_REDUCE and self.system.algorithm(coll, d) == "doubleBinaryTree"
+    def _local_ring(self, coll: str, ranks: tuple[int, ...]) -> bool:
+        """Whether ASTRA-sim runs this collective as one ring of its members in one phase: a
+        communicator group smaller than the system gets a RingTopology of its members, whatever
+        dimensions they span, and the network times each message by where its two ends are
+        (`_link`): members two hops apart on a Ring, or on two dimensions, cost what they cost.
+        Modelled so for ring (and, named as the list's one entry, halvingDoubling or direct),
+        without in-network offload."""
+        if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) not in LOCAL_ALGOS:
+            return False
+        got = self._local_cache.get((coll, ranks))
+        if got is None:
+            addrs = [self.network.address(r) for r in ranks]
+            spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
+            got = self._local_cache[(coll, ranks)] = bool(spans) and not any(
+                self.network.dims[d].in_network_offload for d in spans)
+        return got
+
+    def _link(self, ranks: tuple[int, ...]):
+        """link(j, i, m): an m-byte message from member j to member i as ASTRA-sim's
+        congestion-unaware network times it, on the first dimension where their addresses differ
+        (MultiDimTopology::get_dim_to_transfer), over that dimension's hops between them."""
+        addrs = [self.network.address(r) for r in ranks]
+        cache: dict[tuple[int, int, int], int] = {}
+
+        def link(j: int, i: int, msg: int) -> int:
+            ns = cache.get((j, i, msg))
+            if ns is None:
+                a, b = addrs[j], addrs[i]
+                d = next(k for k in range(len(a)) if a[k] != b[k])
+                dim = self.network.dims[d]
+                ns = cache[(j, i, msg)] = C.PhaseContext(dim).net(msg, C.neighbour_hops(dim, b[d] - a[d]))
+            return ns
+
+        return link
+
+    def _algorithm(self, coll: str, d: int, members: int | None = None) -> str:
+        """The implementation a `coll` collective of `members` ranks (None: the whole system) runs
+        on dimension d. ASTRA-sim (CommunicatorGroup::get_collective_plan) runs a communicator
+        group smaller than the system with Ring wherever the collective's implementation list
+        has more than one entry (a list of one is kept)."""
+        if members is not None and members < self.network.npus and len(self.system.implementations.get(coll) or ()) > 1:
+            return "ring"
+        return self.system.algorithm(coll, d)
+
+    def _tree_phase(self, parent: str, d: int, n: int, members: int | None = None) -> bool:
+        """A double-binary-tree phase we model per rank: any phase of a `parent` collective whose
+        implementation on d is doubleBinaryTree (n a power of two, as ASTRA-sim's BinaryTree needs)."""
+        return (self._algorithm(parent, d, members) == "doubleBinaryTree"
                 and not self.network.dims[d].in_network_offload and n > 1 and n & (n - 1) == 0)
 
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
-                         at: list[int], reverse: bool = False, chunk: int = 0) -> int:
-        """Advance `at` (per member) through one phase on dimension `d`; returns the data leaving
-        it. `chunk`: the chunk's index (a double binary tree alternates its two trees by chunk)."""
+                         at: list[int], reverse: bool = False, tree: int = 0, parent: str | None = None,
+                         members: int | None = None, link=None) -> int:
+        """Advance `at` (per member) through one phase `coll` of a `parent` collective (by default
+        the phase's own) of `members` ranks on dimension `d`; returns the data leaving it. `tree`:
+        the dimension's tree counter at this phase (a double binary tree takes RootMax where it is
+        even)."""
+        parent = parent or coll
         ctx = self._context(d)
-        if self._tree_phase(coll, d, n):
+        if self._tree_phase(parent, d, n, members):
             for ring in rings:
-                ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=chunk % 2 == 0)
+                ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
                 for k, t in zip(ring, ends):
                     at[k] = t
             return data
-        algo = self.system.algorithm(coll, d)
+        algo = self._algorithm(parent, d, members)
         step_fn = None if ctx.dim.in_network_offload else C.steps_fn(coll, algo)
         if step_fn is None:  # no step model: the ring's members start together, at the last
-            ns, out = self._phase(coll, d, n, data)
+            ns, out = self._phase(coll, d, n, data, parent, members)
             for ring in rings:
                 end = max(at[k] for k in ring) + ns
                 for k in ring:
                     at[k] = end
             return out
         steps, out = step_fn(n, data, ctx)
+        if link is not None:
+            steps = C.on_group_ring(coll, algo, n, steps, ctx)
         for ring in rings:
             ring = ring[::-1] if reverse else ring
-            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx)):
+            pair = None if link is None else (lambda j, i, m, ring=ring: link(ring[j], ring[i], m))
+            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx, pair)):
                 at[k] = t
         return out
 
@@ -313,11 +394,12 @@ class AnalyticalBackend:
         return ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
                 + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
 
-    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
-        """[(queue, ns)] for one chunk, in the order of `phase_plan`."""
+    def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int,
+               members: int | None = None) -> list[tuple[int, int]]:
+        """[(queue, ns)] for one chunk of a collective of `members` ranks, in the order of `phase_plan`."""
         out, data = [], chunk
         for c, d, n in self.phase_plan(coll, dims):
-            ns, data = self._phase(c, d, n, data)
+            ns, data = self._phase(c, d, n, data, coll, members)
             out.append((d, ns))
         return out
 
@@ -325,11 +407,16 @@ class AnalyticalBackend:
         delay = 10 if d == 0 else self.system.endpoint_delay_ns
         return C.PhaseContext(self.network.dims[d], delay, self.system.local_mem_bw_gbps)
 
-    def _phase(self, coll: str, d: int, n: int, data: int) -> tuple[int, int]:
+    def _phase(self, coll: str, d: int, n: int, data: int, parent: str | None = None,
+               members: int | None = None) -> tuple[int, int]:
+        """One phase `coll` of a `parent` collective (by default the phase's own) of `members`
+        ranks: ASTRA-sim runs every phase of a collective with the collective's implementation on
+        that dimension (a localBWAware all-reduce's reduce-scatter and all-gather phases with
+        all-reduce-implementation), `_algorithm`."""
         ctx = self._context(d)
         if ctx.dim.in_network_offload:
             return C.offload_phase(coll, n, data, ctx)
-        algo = self.system.algorithm(coll, d)
+        algo = self._algorithm(parent or coll, d, members)
         return C.phase_fn(coll, algo, ctx.dim.topology)(n, data, ctx)
 
     @staticmethod

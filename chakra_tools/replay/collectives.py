@@ -162,13 +162,22 @@ def hd_all_gather(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
     return steps_ns(steps, n, ctx), out
 
 
-# -- double binary tree (all-reduce only, as in ASTRA-sim) -----------------------------------------
+# -- double binary tree ---------------------------------------------------------------------------
+# ASTRA-sim has one tree algorithm, DoubleBinaryTreeAllReduce, and runs it for every phase on a
+# dimension whose implementation is doubleBinaryTree, whatever the phase's collective: a
+# reduce-scatter or all-gather phase (of a localBWAware all-reduce over several dimensions, or a
+# reduce-scatter or all-gather collective) is a whole all-reduce of the phase's data, which leaves
+# the phase unchanged in size (checked against the built 518bd51: an 8-rank doubleBinaryTree
+# all-gather or reduce-scatter of 1 MiB ends each rank exactly when the all-reduce does).
 @register(ALL_REDUCE, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(REDUCE_SCATTER, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(ALL_GATHER, "doubleBinaryTree", ALL_TOPOLOGIES)
+@register(ALL_TO_ALL, "doubleBinaryTree", ALL_TOPOLOGIES)
 def dbt_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
     """The last position's end with everyone starting together (`dbt_staggered`: one chunk
     through one tree; the replayer times each rank on its own). For n not a power of two, which
-    ASTRA-sim's BinaryTree cannot build, two trees of ceil(log2 n) levels carrying half the data
-    each."""
+    ASTRA-sim's BinaryTree cannot build (518bd51 ends with a segmentation fault on 6 ranks, and
+    on a 4x3 system), two trees of ceil(log2 n) levels carrying half the data each."""
     if n > 1 and n & (n - 1) == 0:
         return max(dbt_staggered([0] * n, data, ctx, root_max=True)), data
     depth = max(1, (n - 1).bit_length())
@@ -190,8 +199,7 @@ def offload_phase(collective: str, n: int, data: int, ctx: PhaseContext) -> tupl
 
 
 def phase_fn(collective: str, algorithm: str, topology: str) -> PhaseFn:
-    """The registered model, falling back to ring for combinations ASTRA-sim lacks
-    (e.g. a double-binary-tree all-gather)."""
+    """The registered model, falling back to ring for combinations ASTRA-sim lacks."""
     fn = REGISTRY.get((collective, algorithm, topology))
     return fn if fn is not None else REGISTRY[(collective, "ring", topology)]
 
@@ -366,12 +374,27 @@ def steps_ns(steps: Sequence[Step], n: int, ctx: PhaseContext) -> int:
 
 
 def steps_fn(collective: str, algorithm: str) -> StepFn | None:
-    """The step model of a phase, None where there is none (a double binary tree, timed per rank
-    by `dbt_staggered`, or from the last arrival where n is no power of two), with phase_fn's
-    fallback to ring."""
-    if algorithm == "doubleBinaryTree" and collective == ALL_REDUCE:
+    """The step model of a phase, None where there is none (a double binary tree, of any phase:
+    timed per rank by `dbt_staggered`, or from the last arrival where n is no power of two), with
+    phase_fn's fallback to ring."""
+    if algorithm == "doubleBinaryTree":
         return None
     return STEPS.get((collective, algorithm)) or STEPS.get((collective, "ring"))
+
+
+def on_group_ring(collective: str, algorithm: str, n: int, steps: list[Step], ctx: PhaseContext) -> list[Step]:
+    """The steps of a phase run over a communicator group's own ring (ASTRA-sim's RingTopology
+    of the members, `Dimension::Local`): the same, but for a direct all-reduce of more than two
+    members, whose all-gather half also reduces what it receives. ASTRA-sim's AllToAll counts
+    (n - 1) x window packets as non-zero-latency on such a ring (`get_non_zero_latency_packets`)
+    instead of one window's worth, so the second half's packets are marked processed too: one
+    reduction more per step (checked with the built 518bd51: groups of 4 on an 8-rank ring,
+    contiguous or strided, equal to the ns; before, 480 ns early, one 120 ns reduction per chunk
+    of 4)."""
+    if algorithm == "direct" and collective == ALL_REDUCE and n > 2 and len(steps) == 2:
+        second = steps[1]
+        return [steps[0], Step(second.pre_ns, second.msg, second.peers, second.post_ns + ctx.reduce(second.msg))]
+    return steps
 
 
 def step_peers(peers: object, i: int, n: int) -> range | tuple[int, ...]:
@@ -383,8 +406,11 @@ def step_peers(peers: object, i: int, n: int) -> range | tuple[int, ...]:
     return (i ^ peers[1],) if (i ^ peers[1]) < n else ()
 
 
-def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseContext) -> list[int]:
-    """Each member's end of a phase from its own start (members in ring order).
+def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseContext,
+                    link: Callable[[int, int, int], int] | None = None) -> list[int]:
+    """Each member's end of a phase from its own start (members in ring order). `link(j, i, m)`:
+    the time of an m-byte message from member j to member i where it is not the dimension's
+    (a ring over members on several dimensions); by default `ctx.net` over the ring's hops.
 
     >>> ctx = PhaseContext(Dim("Ring", 2, 50.0, 500.0), delay_ns=10, local_mem_bw_gbps=1600)
     >>> steps, _ = ring_all_reduce_steps(2, 65536, ctx)
@@ -394,14 +420,17 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
     n, ready = len(starts), list(starts)
     for step in steps:
         sent = [t + step.pre_ns for t in ready]
-        net = {}
+        cache = {}
         for i in range(n):
             got = sent[i]
             for j in step_peers(step.peers, i, n):
+                if link is not None:
+                    got = max(got, sent[j] + link(j, i, step.msg))
+                    continue
                 hops = neighbour_hops(ctx.dim, j - i)
-                ns = net.get(hops)
+                ns = cache.get(hops)
                 if ns is None:
-                    ns = net[hops] = ctx.net(step.msg, hops)
+                    ns = cache[hops] = ctx.net(step.msg, hops)
                 got = max(got, sent[j] + ns)
             ready[i] = got + step.post_ns
     return ready

@@ -249,6 +249,42 @@ def test_the_feeder_hands_out_generated_nodes_the_same_with_either_decode(tmp_pa
         assert handed_out(path, window=4) == picked
 
 
+@pytest.mark.parametrize("read", [17, 130, 1000])
+def test_frames_cut_by_the_read_buffer_are_loaded_the_same(tmp_path, monkeypatch, read):
+    """load_frames stops at a frame the buffer cuts (and at one it leaves to the reference, and at
+    the window's budget); the feeder's FrameReader takes that one: the same nodes either way."""
+    from chakra_tools.feed import feeder
+
+    nodes = [Node(i, f"n{i}" * (i % 40), NodeType.COMP_NODE, (i - 1,) if i % 3 and i > 1 else ())
+             for i in range(1, 120)]
+    nodes.insert(50, nodes[10])  # a repeated id in mid-buffer: the reference's, as a duplicate
+    path = tmp_path / "c.0.et"
+    write_trace(path, nodes)
+    whole = handed_out(path, window=8)
+    with hotloops.python_twins():
+        assert handed_out(path, window=8) == whole
+    monkeypatch.setattr(feeder, "_read_size", lambda stream: read)
+    assert handed_out(path, window=8) == whole
+    assert [d[0] for d in whole[1]] == ["duplicate-id"]
+
+
+def test_load_frames_stops_at_the_budget_and_at_a_cut_frame(tmp_path):
+    path = tmp_path / "b.0.et"
+    write_trace(path, [Node(i, "x", NodeType.COMP_NODE) for i in range(10)])
+    f = ETFeeder(path, window=3, eager_info=True)
+    r = f._frames
+    assert f.nodes_read == 3 and r is not None
+    if hotloops.COMPILED is None:
+        pytest.skip("the compiled extension is not built")
+    pos, n = hotloops.load_frames(f._window, r.buf, r.pos, r.base, 2)
+    assert n == 2 and sorted(f._loaded) == [0, 1, 2, 3, 4]
+    with open_binary(path) as s:
+        offsets = [off for off, _ in iter_frames(s, str(path))]  # the metadata, then nodes 0..9
+    assert [f._loaded[i].raw for i in (3, 4)] == offsets[4:6] and pos == offsets[6]
+    cut = r.buf[:pos + 2]  # the next frame cut short: left alone
+    assert hotloops.load_frames(f._window, cut, pos, r.base, 5) == (pos, 0)
+
+
 def test_a_legacy_node_is_refused_either_way(tmp_path):
     legacy = ld(2, b"n") + vi(1, 1) + ld(11, ld(1, b"comm_type") + vi(2, 4))
     path = tmp_path / "l.0.et"

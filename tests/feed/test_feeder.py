@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from contextlib import nullcontext
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -210,3 +211,20 @@ def test_small_read_chunks_and_gzip_give_the_same_nodes(tmp_path):
     with open(plain, "rb") as s:
         big = [len(m) for _, m in iter_frames(s, str(plain))]
     assert small == big and len(big) == 201  # metadata + 200 nodes
+
+
+@pytest.mark.parametrize("name", ["t.0.et", "t.0.et.gz"])
+def test_an_eager_feeder_keeps_offsets_not_messages_and_lookup_reads_the_node_again(tmp_path, name):
+    from chakra_tools.core import hotloops
+
+    nodes = [n(i, (i - 1,) if i else (), op_schema="x" * (i * 37 % 20000)) for i in range(60)]
+    path = _write(tmp_path, nodes, name)
+    for twins in (False, True):
+        with hotloops.python_twins() if twins else nullcontext():
+            eager = ETFeeder(path, eager_info=True)
+            lazy = ETFeeder(path)
+        assert all(type(eager._loaded[i].raw) is int for i in eager.loaded_ids())
+        assert all(type(lazy._loaded[i].raw) is bytes for i in lazy.loaded_ids())
+        for i in (0, 1, 30, 59):  # messages of one- and two-byte length prefixes
+            assert eager.lookup(i) == lazy.lookup(i) == nodes[i]
+            assert eager.info(i) == lazy.info(i)
