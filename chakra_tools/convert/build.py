@@ -47,11 +47,15 @@ from .readers import waited_calls
 _COMP = NodeType.COMP_NODE
 PG_INIT_NAME = "process_group:init"
 #: runtime calls that may wait for the device (copies and sets wait where memory is pageable)
+#: (prefixes) runtime and driver calls that may hold their thread until device work ends; a free
+#: synchronises the device first (the caching allocator's `empty_cache`, an allocation retried)
 BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                  "cudaMemcpy", "cudaMemset", "hipDeviceSynchronize", "hipStreamSynchronize",
-                  "hipEventSynchronize", "hipMemcpy", "hipMemset")
+                  "cudaMemcpy", "cudaMemset", "cudaFree", "cuCtxSynchronize", "cuStreamSynchronize",
+                  "cuEventSynchronize", "cuMemcpy", "cuMemFree", "hipDeviceSynchronize",
+                  "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemset", "hipFree")
+#: (prefixes) calls that enqueue device work: they wait only when the launch queue is full
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel",
-                "cudaLaunchCooperativeKernel")
+                "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 #: a launch this much longer than the rank's median launch found the launch queue full
 STALL_FACTOR, STALL_MIN_US = 10.0, 50.0
 EPS_US = 1.0  # clock slack between a call's return and the device work it waited for

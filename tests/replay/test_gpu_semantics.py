@@ -75,7 +75,8 @@ def test_a_sync_blocks_and_its_stall_leaves_the_host_op(tmp_path):
     assert doc["makespan_ns"] == pytest.approx(1_030_000, rel=0.01)
 
 
-@pytest.mark.parametrize("call", ["cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventSynchronize"])
+@pytest.mark.parametrize("call", ["cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventSynchronize", "cudaFree",
+                                  "cuStreamSynchronize", "hipDeviceSynchronize"])
 def test_every_blocking_call_kind_waits(tmp_path, call):
     _, n = convert(tmp_path, launch_then_sync(call))
     assert n["gemm"].id in n["after"].deps and n["sync_op"].attr("blocked_ns") == 987_000
