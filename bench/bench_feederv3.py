@@ -166,7 +166,10 @@ def main() -> None:
                     help="rank files of the held case, at most 1,024 (default 1,024; 0 skips it)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--child-held", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="a smoke run (make bench --quick): small inputs, one run")
     args = ap.parse_args()
+    if args.quick:
+        args.nodes, args.repeat, args.runs, args.ranks = 20_000, 10, 1, 64
     if args.child:
         _ours(args.child[1:], int(args.child[0]))
         return
