@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # torch_jobs, for every test folder
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "fixtures" / "external"
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+
+from torch_jobs import run_torch_job
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -73,26 +74,18 @@ def capture_cmd() -> list[str]:
     return [sys.executable, "-c", "from chakra_tools.cli.main import capture_main; capture_main()"]
 
 
-#: what libstdc++ prints when torch 2.13's gloo aborts a rank in interpreter teardown, after the
-#: script and the capture have finished (pytorch/pytorch#179291: gloo's worker threads free
-#: tensors once Python is gone). Seen about once in a few hundred DDP runs, never reproduced at
-#: will; not this project's code, so a run that dies of it alone is run again, once.
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
 def run_capture(args: list[str], cwd: Path, folder: Path | None = None, timeout: int = 120,
                 **kw) -> Run:
-    """trace-capture ARGS in `cwd`; `folder` is the run folder the test expects."""
+    """trace-capture ARGS in `cwd`; `folder` is the run folder the test expects (a run that died
+    of gloo's teardown abort alone is run again once, when the folder is known)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.update(kw.pop("env", {}))
-    for attempt in (1, 2):
-        proc = subprocess.run([*capture_cmd(), *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout, **kw)
-        run = Run(proc.returncode, proc.stdout, proc.stderr, folder or cwd)
-        if run.code == 0 or TEARDOWN_ABORT not in run.stderr or attempt == 2 or folder is None:
-            return run
-        shutil.rmtree(folder, ignore_errors=True)
-    return run
+    cmd = [*capture_cmd(), *args]
+    if folder is None:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    else:
+        proc = run_torch_job(cmd, output=folder, cwd=cwd, env=env, timeout=timeout, **kw)
+    return Run(proc.returncode, proc.stdout, proc.stderr, folder or cwd)
 
 
 def host_steps(doc: dict) -> list[int]:

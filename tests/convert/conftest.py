@@ -6,11 +6,11 @@ Traced runs are session-scoped: each costs a few seconds of two processes.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from torch_jobs import run_torch_job
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -40,8 +40,7 @@ def raw_run(tmp_path_factory) -> Path:
     """workload.py traced on 2 gloo ranks: host-<r>.json and device-<r>.json."""
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("raw_run")
-    proc = subprocess.run([sys.executable, str(HERE / "convert_workload.py"), str(out)],
-                          capture_output=True, text=True, timeout=240)
+    proc = run_torch_job([sys.executable, str(HERE / "convert_workload.py"), str(out)], timeout=240)
     if proc.returncode != 0:
         pytest.fail(f"convert_workload.py failed:\n{proc.stderr[-3000:]}")
     return out
@@ -55,9 +54,8 @@ def _trace_capture(tmp_path_factory, name: str, script: str, *args: str, ranks: 
         pytest.skip("trace-capture or the example is not installed")
     out = tmp_path_factory.mktemp(name) / "run"
     launcher = [str(torchrun), "--nproc-per-node", str(ranks)] if ranks > 1 else []
-    proc = subprocess.run([str(exe), "-o", str(out), "--", *launcher,
-                           str(REPO / "examples" / script), *args],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = run_torch_job([str(exe), "-o", str(out), "--", *launcher, str(REPO / "examples" / script), *args],
+                         output=out, timeout=300, cwd=REPO)
     if proc.returncode != 0 or not (out / "manifest.json").exists():
         pytest.fail(f"trace-capture {script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return out
