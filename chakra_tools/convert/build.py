@@ -113,7 +113,7 @@ class Builder:
         self.parents = {op.id: op.parent for op in host.ops}
         self.op_event, self.kernels = self.lk.op_event, self.lk.kernels  # hot-path shortcuts
         self._launched: list[tuple[int, object]] | None = None
-        self._launch_ts: dict | None = None  # correlation -> its runtime call's start
+        self._launch_ts: dict | None = None  # correlation -> its runtime call's start (`_call_ts`)
         self.launched_at: dict[int, float] = {}  # device node -> when its launch was called
         self._warned: set[tuple[str, str]] = set()
 
@@ -224,7 +224,7 @@ class Builder:
                             stream=g.args.get("stream"))
             rec.attrs["is_cpu_op"] = False
             rec.deps.append(launcher)
-            launch = self._launch_call_ts(g)
+            launch = self._call_ts(g.args.get("correlation"))
             if launch is not None:
                 self.launched_at[rec.id] = launch
             if g.args.get("stream") is not None:
@@ -234,11 +234,12 @@ class Builder:
             out.append(rec.id)
         return out
 
-    def _launch_call_ts(self, g: Event) -> float | None:
+    def _call_ts(self, correlation) -> float | None:
+        """When the runtime call with this `correlation` began (a launch, an event record)."""
         if self._launch_ts is None:
             self._launch_ts = {r.args["correlation"]: r.ts for r in self.dev.runtime
                                if r.args.get("correlation") is not None} if self.dev is not None else {}
-        return self._launch_ts.get(g.args.get("correlation"))
+        return self._launch_ts.get(correlation)
 
     def _emit_call(self, op: HostOp, call: CommCall) -> None:
         kernels = [g for m in sorted(call.members) for g in self.lk.kernels.get(m, ())]
@@ -547,7 +548,6 @@ class Builder:
         2.4 and later) say which streams; older traces leave it to `_device_queueing`."""
         if self.dev is None or not self.dev.syncs:
             return
-        call_ts = {r.args["correlation"]: r.ts for r in self.dev.runtime if r.args.get("correlation") is not None}
         launched: dict = defaultdict(list)  # stream -> (launch time, node) in launch order
         for r in self.recs:
             if r.stream is not None:
@@ -558,8 +558,8 @@ class Builder:
             a = sync.args
             if a.get("cuda_sync_kind", sync.name) != "Stream Wait Event":
                 continue
-            recorded = call_ts.get(a.get("wait_on_cuda_event_record_corr_id"))
-            waited = call_ts.get(a.get("correlation"))
+            recorded = self._call_ts(a.get("wait_on_cuda_event_record_corr_id"))
+            waited = self._call_ts(a.get("correlation"))
             if recorded is None or waited is None:
                 continue
             source = _last_before(launched.get(a.get("wait_on_stream"), []), recorded)
