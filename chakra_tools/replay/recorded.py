@@ -54,7 +54,7 @@ import bisect
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from chakra_tools.core.etio import TraceReader
 from chakra_tools.core.measured import Measured
@@ -184,15 +184,22 @@ def read_rankset(path: str | Path) -> dict[int, RankTimeline]:
     return out
 
 
-def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict, list, dict]:
-    """(host ops [(start ns, id, own ns, deps)] by start, comms [((start, end) ns, id, deps)],
-    comm id -> earliest start of a host op that depends on it and starts after it,
-    host op id -> the time it was blocked on the device (`blocked_ns`, where the converter found
-    some: that time is already out of its duration, and the replay re-creates it),
-    whether the rank has device compute (then the measured window may end in a kernel),
-    comm id -> start of the wait mark (trace-capture `--annotate-waits`) that depends on it,
-    the (start, end) ns of those device waits where the converter placed them, `blocked_spans_ns`:
-    their ops are then not in the third item), device node id -> `queued_ns`)."""
+class _Collected(NamedTuple):
+    """What `read_timeline` reads of one rank's nodes."""
+
+    host: list  # host ops [(start ns, id, own ns, deps)] by start
+    comms: list  # communication [((arrival, end) ns, id, deps)]
+    waiters: dict  # comm id -> earliest start of a host op that depends on it and starts after it
+    # host op id -> the time it was blocked on the device (`blocked_ns`: already out of its
+    # duration; the replay re-creates it), for ops whose file does not say where (`device_spans`)
+    host_blocked: dict
+    on_device: bool  # whether the rank has device compute (the window may end in a kernel)
+    marked: dict  # comm id -> start of the wait mark (trace-capture --annotate-waits) after it
+    device_spans: list  # (start, end) ns of device stalls where they lay (`blocked_spans_ns`)
+    queued: dict  # device node id -> `queued_ns`
+
+
+def _collect(nodes: Iterable[Node]) -> _Collected:
     host, comms, host_blocked, on_device, marks, device_spans, queued = [], [], {}, False, set(), [], {}
     for node in nodes:
         if node.type == _COMP and not node.is_cpu_op:
@@ -233,7 +240,7 @@ def _collect(nodes: Iterable[Node]) -> tuple[list, list, dict, dict, bool, dict,
                 waiters[d] = min(start, waiters.get(d, start))
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
-    return host, comms, waiters, host_blocked, on_device, marked, device_spans, queued
+    return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued)
 
 
 def _arrivals(comms: list) -> list:
