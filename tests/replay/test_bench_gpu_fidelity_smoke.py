@@ -16,3 +16,16 @@ def test_bench_gpu_fidelity_prints_every_pair(shared_fixtures):
     for name in ("dlrm", "resnet", "linear", "simple_add"):
         assert name in proc.stdout
     assert "mean |job error| as captured" in proc.stdout
+
+
+def test_bench_gpu_fidelity_field_replays_each_device_trace_of_a_folder(shared_fixtures):
+    """--field DIR: every Kineto trace of a folder on its own, as captured (HTA's rank 0 of a
+    2-rank NCCL job with its peer assumed); a file that is no device trace is named, not fatal."""
+    proc = subprocess.run([sys.executable, str(BENCH), "--field", str(shared_fixtures / "hta")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.endswith("%") and "kineto" in line}
+    error = float(rows["nccl_metadata_kineto.json.gz"].split()[-1].rstrip("%"))
+    assert abs(error) < 2.0
+    assert "simple_add_host_et.json.gz" in proc.stdout and "not replayed: " in proc.stdout
+    assert " within 5%; median |error| " in proc.stdout
