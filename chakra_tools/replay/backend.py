@@ -331,8 +331,9 @@ class AnalyticalBackend:
         the dimension's tree counter at this phase (a double binary tree takes RootMax where it is
         even)."""
         parent = parent or coll
-        ctx = self._context(d)
-        if self._tree_phase(parent, d, n, members):
+        tree_phase = self._tree_phase(parent, d, n, members)
+        ctx = self._context(d, group_ring=link is not None and not tree_phase)
+        if tree_phase:
             for ring in rings:
                 ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
                 for k, t in zip(ring, ends):
@@ -403,8 +404,13 @@ class AnalyticalBackend:
             out.append((d, ns))
         return out
 
-    def _context(self, d: int) -> C.PhaseContext:
-        delay = 10 if d == 0 else self.system.endpoint_delay_ns
+    def _context(self, d: int, group_ring: bool = False) -> C.PhaseContext:
+        """The phase's link and endpoint delay. ASTRA-sim's memory bus charges `endpoint-delay`
+        per packet on the system's own topology (RingTopology::Dimension::NA), and a fixed 10 ns
+        (`Transmition::Fast`) on the ring it builds for a communicator group (Dimension::Local),
+        which its Ring, HalvingDoubling and AllToAll take; the double binary tree always pays
+        `endpoint-delay`."""
+        delay = 10 if group_ring else self.system.endpoint_delay_ns
         return C.PhaseContext(self.network.dims[d], delay, self.system.local_mem_bw_gbps)
 
     def _phase(self, coll: str, d: int, n: int, data: int, parent: str | None = None,

@@ -26,7 +26,7 @@ entering the phase) and returns `(ns, data leaving the phase)`.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import log2
 from typing import Callable, Sequence
 
@@ -113,32 +113,33 @@ def ring_all_to_all(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
 
 
 # -- direct: every peer at once -------------------------------------------------------------------
-def _direct_step(ctx: PhaseContext, n: int, msg: int, reduced: bool) -> int:
-    far = neighbour_hops(ctx.dim, n // 2)
-    return 2 * ctx.delay_ns + ctx.net(msg, far) + (ctx.reduce(msg) if reduced else 0)
-
+# Phase times of direct are its step model run with everyone at once (direct_*_steps below): each
+# step waits for its farthest peer, except where a step hands on before its last reduction.
 
 @register(ALL_REDUCE, "direct", ALL_TOPOLOGIES)
 def direct_all_reduce(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
     """A direct reduce-scatter (n-1 parallel messages of data/n) then a direct all-gather, sent
     as the first half's packets come back (one endpoint delay less)."""
-    return (_direct_step(ctx, n, data // n, True) + _direct_step(ctx, n, data // n, False)
-            - ctx.delay_ns), data
+    steps, out = direct_all_reduce_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 @register(REDUCE_SCATTER, "direct", ALL_TOPOLOGIES)
 def direct_reduce_scatter(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    return _direct_step(ctx, n, data // n, True), data // n
+    steps, out = direct_reduce_scatter_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 @register(ALL_GATHER, "direct", ALL_TOPOLOGIES)
 def direct_all_gather(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    return _direct_step(ctx, n, data, False), data * n
+    steps, out = direct_all_gather_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 @register(ALL_TO_ALL, "direct", ALL_TOPOLOGIES)
 def direct_all_to_all(n: int, data: int, ctx: PhaseContext) -> tuple[int, int]:
-    return _direct_step(ctx, n, data // n, False), data
+    steps, out = direct_all_to_all_steps(n, data, ctx)
+    return steps_ns(steps, n, ctx), out
 
 
 # -- halving-doubling -----------------------------------------------------------------------------
@@ -250,6 +251,12 @@ class Step:
     msg: int
     peers: object
     post_ns: int
+    #: the next step sends to each peer on its own: its message to the peer k ahead leaves as
+    #: this step's k-th received message (in order of arrival) has been handled (`post_ns` after
+    #: it came), but none before the last has come. ASTRA-sim's direct all-reduce (AllToAll)
+    #: sends its all-gather half so, one packet per packet-processed event: on a Ring, where
+    #: the farther peers' packets come later, the nearer peers' reductions overlap their way
+    per_packet: bool = False
 
 
 StepFn = Callable[[int, int, PhaseContext], tuple[list[Step], int]]
@@ -300,8 +307,9 @@ def _direct_steps(ctx: PhaseContext, msg: int, reduced: bool, first: bool = True
 @register_steps(ALL_REDUCE, "direct")
 def direct_all_reduce_steps(n: int, data: int, ctx: PhaseContext) -> tuple[list[Step], int]:
     """The all-gather half is sent as the reduce-scatter half's packets come back (no delay of
-    its own before it)."""
-    return [_direct_steps(ctx, data // n, True), _direct_steps(ctx, data // n, False, False)], data
+    its own before it): each peer's message as one of the first half's is handled (`Step.per_packet`)."""
+    first = _direct_steps(ctx, data // n, True)
+    return [replace(first, per_packet=True), _direct_steps(ctx, data // n, False, False)], data
 
 
 @register_steps(REDUCE_SCATTER, "direct")
@@ -418,22 +426,34 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
     True
     """
     n, ready = len(starts), list(starts)
+    handed = None  # after a per_packet step: per member, when it sends to the peer k ahead
+    handled_last = list(starts)  # per member, when its last message of a per_packet step was handled
     for step in steps:
-        sent = [t + step.pre_ns for t in ready]
+        # sent[i][k]: member i's send to the member k ahead (and its receive from the one k behind)
+        sent = ([[t + step.pre_ns] * n for t in ready] if handed is None
+                else [[t + step.pre_ns for t in h] for h in handed])
+        handed = None if not step.per_packet else [None] * n
         cache = {}
         for i in range(n):
-            got = sent[i]
+            came = []
             for j in step_peers(step.peers, i, n):
+                k = (i - j) % n
                 if link is not None:
-                    got = max(got, sent[j] + link(j, i, step.msg))
-                    continue
-                hops = neighbour_hops(ctx.dim, j - i)
-                ns = cache.get(hops)
-                if ns is None:
-                    ns = cache[hops] = ctx.net(step.msg, hops)
-                got = max(got, sent[j] + ns)
-            ready[i] = got + step.post_ns
-    return ready
+                    ns = link(j, i, step.msg)
+                else:
+                    hops = neighbour_hops(ctx.dim, j - i)
+                    ns = cache.get(hops)
+                    if ns is None:
+                        ns = cache[hops] = ctx.net(step.msg, hops)
+                came.append(max(sent[i][k], sent[j][k] + ns))
+            last = max(came, default=sent[i][0])
+            ready[i] = last + step.post_ns
+            if step.per_packet:
+                handled = sorted(t + step.post_ns for t in came)
+                first_after = min(t for t in handled if t >= last)
+                handed[i] = [first_after] + [max(t, first_after) for t in handled]
+                handled_last[i] = handled[-1]
+    return [max(t, h) for t, h in zip(ready, handled_last)]
 
 
 # -- double binary tree, per rank ------------------------------------------------------------------

@@ -102,7 +102,9 @@ def test_two_dimensional_all_reduce_localbwaware_by_hand():
     b = AnalyticalBackend(net, system_from_dict({**RING4, "endpoint-delay": 20}))
     size = 1 << 20
     chunk = size // 4
-    c0 = C.PhaseContext(net.dims[0], 10, 1600)
+    # endpoint-delay on every dimension of the system's own topology (the 10 ns "fast" bus is
+    # only for a communicator group's ring: test_endpoint_delay_is_the_configs_on_dimension_0)
+    c0 = C.PhaseContext(net.dims[0], 20, 1600)
     c1 = C.PhaseContext(net.dims[1], 20, 1600)
     rs, after = C.ring_reduce_scatter(4, chunk, c0)
     ar, _ = C.ring_all_reduce(2, after, c1)
@@ -254,3 +256,32 @@ def test_manifest_comparison_measures_the_aligned_window_of_the_job():
     assert cmp["job"] == {"measured_ns": 12, "predicted_ns": 20, "error": 0.6}
     del man["ranks"][1]["step_starts_unix_ns"]
     assert "job" not in compare_with_manifest(result, man)
+
+
+def test_endpoint_delay_is_the_configs_on_dimension_0():
+    """ASTRA-sim charges `endpoint-delay` per packet on the system's own topology, dimension 0
+    included (RingTopology::Dimension::NA takes the Usual memory bus); 518bd51 on one Switch of 4,
+    64 KiB ring all-reduce, one chunk: 10,390 ns at 10, 10,495 at 25 (7 delays of 15 more)."""
+    net = NetworkConfig((Dim("Switch", 4, 50.0, 700.0),))
+    one = {**RING4, "preferred-dataset-splits": 1, "collective-optimization": "baseline"}
+    at = {d: AnalyticalBackend(net, system_from_dict({**one, "endpoint-delay": d})).collective_ns(
+        CommType.ALL_REDUCE, 65536, range(4)) for d in (10, 25)}
+    assert at == {10: 10_390, 25: 10_495}
+
+
+def test_direct_all_reduce_hands_on_per_packet_by_hand():
+    """Direct all-reduce on a Ring of 4 (200 GB/s, 2,500 ns, endpoint 25 ns, local-mem-bw 50): the
+    all-gather half's message to each peer leaves as one reduce-scatter packet has been reduced,
+    so the farther peer's extra hop hides behind the nearer peers' reductions (518bd51: 25,741 ns;
+    waiting for the farthest packet's reduction first would be 28,241)."""
+    ctx = C.PhaseContext(Dim("Ring", 4, 200.0, 2500.0), 25, 50)
+    msg = (1 << 20) // 4
+    near, far = ctx.net(msg, 1), ctx.net(msg, 2)            # 3,720 and 6,220
+    handled = 25 + near + 25 + ctx.reduce(msg)               # the nearer peers' packets: 19,496
+    assert far + 25 + ctx.reduce(msg) > handled              # the farthest is handled later
+    want = handled + far + 25                                # the 2-hop message sent at 19,496
+    assert want == 25_741
+    assert C.direct_all_reduce(4, 1 << 20, ctx) == (want, 1 << 20)
+    # with cheap reductions every packet has come before the first is handled: as before
+    cheap = C.PhaseContext(Dim("Ring", 4, 200.0, 2500.0), 25, 1600)
+    assert C.direct_all_reduce(4, 1 << 20, cheap)[0] == 25 + far + 25 + cheap.reduce(msg) + far + 25 == 13_004
