@@ -141,8 +141,35 @@ class AnalyticalBackend:
                 return ctx.net(size, C.neighbour_hops(dim, y - x))
         return 0
 
+    def spanned(self, comm_type: int, ranks: Sequence[int],
+                involved_dim: Sequence[bool] | None) -> Sequence[bool] | None:
+        """`involved_dim` as ASTRA-sim runs a collective over every NPU with a system JSON whose
+        implementation list names fewer dimensions than the network has: the dimensions past the
+        list are not involved (`SystemConfig.spanned_dims`); as given otherwise."""
+        ndims = len(self.network.dims)
+        coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0]
+        spans = self.system.spanned_dims(coll, ndims)
+        if spans == ndims or len(ranks) != self.network.npus:
+            return involved_dim
+        return tuple(d < spans and (not involved_dim or d >= len(involved_dim) or bool(involved_dim[d]))
+                     for d in range(ndims))
+
+    def notes(self) -> list[str]:
+        """What a user should know about how these configs are read (said once, before a replay)."""
+        ndims = len(self.network.dims)
+        short = [c for c in (C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL)
+                 if self.system.spanned_dims(c, ndims) < ndims]
+        if not short:
+            return []
+        n = self.system.spanned_dims(short[0], ndims)
+        return [f"{self.system.source}: {', '.join(f'{c}-implementation' for c in short)} "
+                f"name{'s' if len(short) == 1 else ''} {n} of the network's {ndims} dimensions: as in ASTRA-sim, "
+                f"a collective over every NPU runs on the first {n} only (each group of NPUs that differ "
+                f"there alone); write one implementation per dimension to span them all"]
+
     def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
                       involved_dim: Sequence[bool] | None = None) -> int:
+        involved_dim = self.spanned(comm_type, ranks, involved_dim)
         key = (comm_type, size, tuple(ranks), tuple(involved_dim) if involved_dim else None)
         ns = self._coll_cache.get(key)
         if ns is None:
@@ -174,6 +201,7 @@ class AnalyticalBackend:
         `arrivals_ns[k]`: ASTRA-sim's staggered collective, where a rank that arrives early goes
         through its phases as its peers' messages come in and may also leave early. Equal
         arrivals give `arrival + collective_ns` for everyone."""
+        involved_dim = self.spanned(comm_type, ranks, involved_dim)
         last = max(arrivals_ns)
         tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
         local = len(ranks) > 1 and self._local_ring(COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0],

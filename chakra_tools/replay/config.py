@@ -89,6 +89,18 @@ class SystemConfig:
     roofline: bool = False
     source: str | None = None
     extra: dict = field(default_factory=dict)
+    #: collectives whose implementation list a system JSON wrote (`spanned_dims` follows it)
+    listed: frozenset[str] = frozenset()
+
+    def spanned_dims(self, collective: str, ndims: int) -> int:
+        """How many of the network's `ndims` dimensions (the innermost) a collective over every
+        NPU spans. ASTRA-sim builds its logical topology from the implementation list, one
+        dimension per entry, so a list from a system JSON that is shorter than the network runs
+        such a collective on the first dimensions only (Ring_4chunks.json's one entry on a 2-D
+        network: each ring of dimension 0 reduces alone). Our built-in default spans them all."""
+        if collective not in self.listed:
+            return ndims
+        return min(ndims, len(self.implementations.get(collective) or ()) or ndims)
 
     def algorithm(self, collective: str, dim: int) -> str:
         """The algorithm of `collective` ("all-reduce", ...) on dimension `dim` (last entry repeats)."""
@@ -257,7 +269,7 @@ def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
     chakra_tools.core.errors.InputError: s.json: preferred-dataset-splits is 'four', not an integer
     """
     where = source or "system config"
-    impls = {}
+    impls, listed = {}, set()
     for coll in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
         key = f"{coll}-implementation"
         names = _as_list(doc.get(key, ["ring"]))
@@ -271,6 +283,8 @@ def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
             except InputError as e:
                 raise e.add_context(f"{where}: {key}[{i}]") from None
         impls[coll] = tuple(names)
+        if key in doc:
+            listed.add(coll)
     opt = doc.get("collective-optimization", "baseline")
     if opt not in ("baseline", "localBWAware"):
         raise InputError(f"{where}: collective-optimization is {_show(opt)}, not baseline or localBWAware")
@@ -287,6 +301,7 @@ def system_from_dict(doc: dict, source: str | None = None) -> SystemConfig:
         roofline=_flag(doc.get("roofline-enabled", 0), where, "roofline-enabled"),
         source=source,
         extra={k: v for k, v in doc.items() if k not in KNOWN_SYSTEM_KEYS},
+        listed=frozenset(listed),
     )
 
 

@@ -196,7 +196,8 @@ class Replayer:
         caps = res.caps()
         self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
                       for r, f in sorted(feeders.items())}
-        self.groups = {str(k): tuple(sorted(v)) for k, v in (groups or {}).items()}
+        # members in the file's order: ASTRA-sim's ring over a communicator group follows it
+        self.groups = {str(k): tuple(v) for k, v in (groups or {}).items()}
         self._group_file = bool(self.groups)  # without one, each unknown pg_name is every rank
         self._assumed_world: list[tuple[str, int, int]] = []  # (pg_name, rank, node) first seen
         self.world = tuple(sorted(feeders))

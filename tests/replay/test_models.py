@@ -28,6 +28,10 @@ ASTRA_SIM_NS = {
 }
 
 
+RING4x2 = {**RING4, **{f"{c}-implementation": ["ring", "ring"]  # one per dimension of a 2-D network
+                       for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}
+
+
 def ring(n, bw=50.0, lat=500.0, topo="Ring"):
     return NetworkConfig((Dim(topo, n, bw, lat),))
 
@@ -99,7 +103,7 @@ def test_pipeline_of_chunks_through_dimensions():
 
 def test_two_dimensional_all_reduce_localbwaware_by_hand():
     net = NetworkConfig((Dim("Ring", 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 1000.0)))
-    b = AnalyticalBackend(net, system_from_dict({**RING4, "endpoint-delay": 20}))
+    b = AnalyticalBackend(net, system_from_dict({**RING4x2, "endpoint-delay": 20}))
     size = 1 << 20
     chunk = size // 4
     # endpoint-delay on every dimension of the system's own topology (the 10 ns "fast" bus is
@@ -112,7 +116,7 @@ def test_two_dimensional_all_reduce_localbwaware_by_hand():
     want = C.pipeline_ns([(0, rs), (1, ar), (0, ag)], chunks=4, active=1)
     assert b.collective_ns(CommType.ALL_REDUCE, size, list(range(8))) == want
     # baseline: a full all-reduce on each dimension in turn
-    base = AnalyticalBackend(net, system_from_dict({**RING4, "collective-optimization": "baseline",
+    base = AnalyticalBackend(net, system_from_dict({**RING4x2, "collective-optimization": "baseline",
                                                     "endpoint-delay": 20}))
     a0, _ = C.ring_all_reduce(4, chunk, c0)
     a1, _ = C.ring_all_reduce(2, chunk, c1)
@@ -122,7 +126,7 @@ def test_two_dimensional_all_reduce_localbwaware_by_hand():
 
 def test_groups_and_involved_dim_pick_the_dimensions():
     net = NetworkConfig((Dim("Ring", 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 1000.0)))
-    b = AnalyticalBackend(net, system_from_dict(RING4))
+    b = AnalyticalBackend(net, system_from_dict(RING4x2))
     assert b.group_dims(range(8), None) == [(0, 4), (1, 2)]
     assert b.group_dims([0, 1, 2, 3], None) == [(0, 4)]
     assert b.group_dims([1, 5], None) == [(1, 2)]
@@ -285,3 +289,25 @@ def test_direct_all_reduce_hands_on_per_packet_by_hand():
     # with cheap reductions every packet has come before the first is handled: as before
     cheap = C.PhaseContext(Dim("Ring", 4, 200.0, 2500.0), 25, 1600)
     assert C.direct_all_reduce(4, 1 << 20, cheap)[0] == 25 + far + 25 + cheap.reduce(msg) + far + 25 == 13_004
+
+
+def test_a_short_implementation_list_spans_only_its_dimensions():
+    """ASTRA-sim builds a collective's logical topology from its implementation list, one
+    dimension per entry: Ring_4chunks.json's one entry on a 2-D network runs a collective over
+    every NPU on dimension 0 alone (518bd51, Ring 4 x Switch 2, 1 MiB all-reduce skewed
+    0/2/0/9/40/0/0/1 us: 46,840..52,000 on ranks 0-3, 77,840..83,000 on 4-7, as with
+    involved_dim [true, false]). Our own default (no system JSON) spans every dimension."""
+    net = NetworkConfig((Dim("Ring", 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 1000.0)))
+    one = AnalyticalBackend(net, system_from_dict(RING4, "Ring_4chunks.json"))
+    ring0 = one.collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8)), [True, False])
+    assert one.collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8))) == ring0 == 43_000
+    assert one.collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8))) < AnalyticalBackend(
+        net, system_from_dict(RING4x2)).collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8)))
+    assert "name 1 of the network's 2 dimensions" in " ".join(one.notes())
+    assert "Ring_4chunks.json" in one.notes()[0]
+    # a group smaller than the system keeps the one entry for its own ring
+    assert one.collective_ns(CommType.ALL_REDUCE, 1 << 20, [0, 4]) > 0
+    default = AnalyticalBackend(net)
+    assert default.notes() == []
+    assert default.collective_ns(CommType.ALL_REDUCE, 1 << 20, list(range(8))) > default.collective_ns(
+        CommType.ALL_REDUCE, 1 << 20, list(range(8)), [True, False])

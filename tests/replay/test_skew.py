@@ -163,3 +163,21 @@ def test_double_binary_tree_alternates_its_trees_across_collectives():
     assert first == [24_045, 18_653, 24_045, 12_272]
     assert second == [12_272, 24_045, 18_653, 24_045]
     assert be.collective_finish_ns(CommType.ALL_REDUCE, SIZE, [0, 1, 2, 3], None, [0] * 4) == first
+
+
+def test_a_groups_ring_follows_the_comm_group_files_order(tmp_path):
+    """ASTRA-sim's ring over a communicator group is the members in comm_group.json's order
+    (RingTopology over `involved_NPUs`), not in rank order. On a Ring of 8 (50 GB/s, 500 ns,
+    one chunk, 1 MiB all-reduce, ring algorithm), the group [0, 2, 1, 3] has links of 2, 1, 2 and
+    3 hops where [0, 1, 2, 3] has 1, 1, 1 and 3: 518bd51 ends ranks 0-3 at 37,329 / 36,329 /
+    37,329 / 36,329 ns against 35,829 / 35,829 / 34,829 / 34,829 in rank order."""
+    be = AnalyticalBackend(NetworkConfig((Dim("Ring", 8, 50.0, 500.0),)),
+                           SystemConfig(collective_optimization="localBWAware", local_mem_bw_gbps=1600))
+    ends = {}
+    for order in ([0, 1, 2, 3], [0, 2, 1, 3]):
+        groups = {"1": order, "2": [4, 5, 6, 7]}
+        ranks = {r: [coll(1, 1 << 20, pg="1" if r < 4 else "2")] for r in range(8)}
+        ev = events(run(tmp_path / "".join(map(str, order)), ranks, groups, be))
+        ends[tuple(order)] = [ev[(r, 1)][1] for r in range(4)]
+    assert ends[(0, 1, 2, 3)] == [35_829, 35_829, 34_829, 34_829]
+    assert ends[(0, 2, 1, 3)] == [37_329, 36_329, 37_329, 36_329]
