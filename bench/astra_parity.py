@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from math import prod
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -213,6 +216,109 @@ GROUP_CASES = [  # name, groups, ranks, network dims, system, memory
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
+def random_partition(rng: random.Random, n: int) -> dict[str, list[int]]:
+    """Equal communicator groups of n ranks: contiguous blocks, strided, or shuffled, each
+    group's members listed in the order the partition gives (not always ascending)."""
+    size = rng.choice([g for g in (2, 4, 8) if g < n and n % g == 0])
+    how = rng.choice(("contiguous", "strided", "shuffled"))
+    ranks = list(range(n))
+    if how == "strided":
+        ranks = [r for s in range(n // size) for r in range(s, n, n // size)]
+    elif how == "shuffled":
+        rng.shuffle(ranks)
+    return {str(k + 1): ranks[k * size:(k + 1) * size] for k in range(n // size)}
+
+
+def random_case(rng: random.Random) -> tuple:
+    """A case nobody wrote: a random network of 1-3 dimensions (Ring, Switch or FullyConnected,
+    2-8 NPUs each, random bandwidth and latency), a random system (algorithm per dimension and per
+    collective, chunks, active chunks, endpoint delay, optimisation, local memory bandwidth), and
+    a random program that every rank runs with its own compute times: compute (GPU or host),
+    collectives of random kind and size (on the world or on equal communicator groups, some not
+    in rank order), a ring of send/receive, remote-memory loads and stores (with a random memory
+    expansion), chained or side by side. Communication keeps one order on every rank, as a real
+    program's does. Left out because ASTRA-sim 518bd51 aborts on them: an endpoint delay or link
+    latency of 0 (EventQueue assertion), halvingDoubling or doubleBinaryTree all-to-all."""
+    ndims = rng.choice((1, 1, 2, 2, 3))
+    dims = []
+    for _ in range(ndims):
+        dims.append((rng.choice(("Ring", "Switch", "FullyConnected")), rng.choice((2, 4, 4, 8)),
+                     rng.choice((12.5, 25, 50, 100, 200)), rng.choice((1, 100, 500, 700, 2500))))
+    n = prod(d[1] for d in dims)
+    algos = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
+    sysc = system(splits=rng.choice((1, 2, 3, 4, 8)), opt=rng.choice(("localBWAware", "baseline")))
+    one_entry = rng.random() < 0.25  # one implementation for every dimension, written as one entry
+    for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+        choices = algos[:2] if c == "all-to-all" else algos
+        sysc[f"{c}-implementation"] = (rng.choice(choices),) if one_entry else [rng.choice(choices) for _ in dims]
+    sysc["active-chunks-per-dimension"] = rng.choice((1, 1, 2))
+    sysc["endpoint-delay"] = rng.choice((1, 10, 25))
+    sysc["local-mem-bw"] = rng.choice((50, 1600))
+    sysc["scheduling-policy"] = rng.choice(("LIFO", "FIFO"))
+    groups = random_partition(rng, n) if n > 2 and rng.random() < 0.4 else {}
+    group_of = {r: name for name, members in groups.items() for r in members}
+    memc = NO_MEMORY
+    if rng.random() < 0.3:
+        memc = rng.choice((PER_NPU, POOL, {**PER_NODE, "num-nodes": max(1, n // 4), "num-npus-per-node": min(4, n)},
+                           {"memory-type": "MEMORY_POOL", "remote-mem-latency": rng.choice((100, 800)),
+                            "remote-mem-bw": rng.choice((50, 256))}))
+    kinds = (CommType.ALL_REDUCE, CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
+             CommType.ALL_TO_ALL)
+    program = []  # (kind, payload, deps) shared by every rank
+    last_comm = None
+    for i in range(1, rng.randint(3, 12) + 1):
+        deps = {i - 1} | {rng.randint(1, i - 1) for _ in range(rng.randint(0, 1))} \
+            if i > 1 and rng.random() < 0.8 else set()
+        r = rng.random()
+        if r < 0.4:
+            program.append(("comp", rng.choice((True, False, False, None, None)), tuple(sorted(deps))))
+            continue
+        if r < 0.5 and memc is not NO_MEMORY:
+            program.append((rng.choice(("load", "store")), rng.choice((4096, MIB, 3 * MIB)), tuple(sorted(deps))))
+            continue
+        # every rank issues its communication in one order, as a real program does (a collective
+        # that ranks issue in different orders meets the wrong peers, in ASTRA-sim and here)
+        deps |= {last_comm} if last_comm else set()
+        last_comm = i
+        if r < 0.85:
+            program.append(("coll", (rng.choice(kinds), rng.choice((4096, 65536, MIB, 3 * MIB + 17, 8 * MIB)),
+                                     bool(groups) and rng.random() < 0.6), tuple(sorted(deps))))
+        else:
+            program.append(("p2p", rng.choice((4096, MIB)), tuple(sorted(deps))))
+    ranks = {}
+    for rank in range(n):
+        nodes, nid = [], 0
+        for kind, payload, deps in program:
+            nid += 1
+            if kind == "comp":
+                nodes.append(Node(nid, f"comp{nid}", T.COMP_NODE, deps, duration_micros=rng.randint(0, 40),
+                                  attrs=make_attrs(is_cpu_op=payload)))
+            elif kind in ("load", "store"):
+                nodes.append(mem(nid, kind, payload, deps))
+            elif kind == "coll":
+                nodes.append(Node(nid, f"coll{nid}", T.COMM_COLL_NODE, deps,
+                                  attrs=make_attrs(comm_type=payload[0], comm_size=payload[1], is_cpu_op=False,
+                                                   pg_name=group_of[rank] if payload[2] else None)))
+            else:
+                nodes.append(Node(nid, f"send{nid}", T.COMM_SEND_NODE, deps,
+                                  attrs=make_attrs(comm_dst=(rank + 1) % n, comm_tag=nid, comm_size=payload,
+                                                   is_cpu_op=False)))
+        ranks[rank] = nodes
+    # a receive for each send, from the rank before, after the send's own dependencies
+    for rank, nodes in ranks.items():
+        for node in list(nodes):
+            if node.type == T.COMM_SEND_NODE:
+                nodes.append(Node(len(nodes) + 1, f"recv{node.id}", T.COMM_RECV_NODE, node.data_deps,
+                                  attrs=make_attrs(comm_src=(rank - 1) % n, comm_tag=node.id,
+                                                   comm_size=node.comm_size, is_cpu_op=False)))
+    name = (f"random: {'x'.join(f'{d[0]}{d[1]}' for d in dims)}, {len(program)} nodes, "
+            f"{list(sysc['all-reduce-implementation'])} {sysc['collective-optimization']} "
+            f"splits {sysc['preferred-dataset-splits']}"
+            + (f", groups of {len(next(iter(groups.values())))}" if groups else "")
+            + (f", {memc['memory-type']}" if memc is not NO_MEMORY else ""))
+    return name, groups, ranks, dims, sysc, memc
+
+
 def run_astra(binary: str, work: Path) -> dict[int, int]:
     groups = work / "comm_group.json"
     out = subprocess.run([binary, f"--workload-configuration={work / 'w'}",
@@ -220,10 +326,12 @@ def run_astra(binary: str, work: Path) -> dict[int, int]:
                           f"--remote-memory-configuration={work / 'memory.json'}",
                           f"--network-configuration={work / 'network.yml'}",
                           *([f"--comm-group-configuration={groups}"] if groups.exists() else [])],
-                         cwd=work, capture_output=True, text=True, timeout=600)
+                         cwd=work, capture_output=True, text=True, timeout=120)
     got = {int(r): int(ns) for r, ns in FINISHED.findall(out.stdout + out.stderr)}
     if not got:
-        raise RuntimeError(f"ASTRA-sim printed no finish times (exit {out.returncode}):\n{out.stdout[-2000:]}")
+        why = next((line.strip() for line in (out.stdout + out.stderr).splitlines()
+                    if "what():" in line or "Assertion" in line or "Exiting because" in line), "")
+        raise RuntimeError(f"ASTRA-sim printed no finish times (exit {out.returncode}) {why}\n{out.stdout[-2000:]}")
     return got
 
 
@@ -238,9 +346,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--astra", required=True, help="AstraSim_Analytical_Congestion_Unaware")
     ap.add_argument("--only", help="run the cases whose name contains this")
+    ap.add_argument("--random", type=int, metavar="N", help="N random cases instead (random_case)")
+    ap.add_argument("--seed", type=int, default=0, help="the first random case's seed (case k: seed + k)")
+    ap.add_argument("--keep", type=Path, help="copy each differing random case's folder under this")
     args = ap.parse_args()
-    worst = 0.0
+    worst, worst_ns, compared, refused, ties = 0.0, 0, 0, 0, 0
     cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
+    if args.random:
+        cases = [(f"seed {args.seed + k}: {c[0]}", *c[1:]) for k in range(args.random)
+                 for c in [random_case(random.Random(args.seed + k))]]
     for name, groups, ranks, dims, sysc, memc in cases:
         if args.only and args.only not in name:
             continue
@@ -256,15 +370,30 @@ def main() -> None:
                 ref = run_astra(args.astra, work)
             except RuntimeError as e:
                 print(f"\n{name}: ASTRA-sim failed: {str(e).splitlines()[0]}")
+                refused += 1
                 continue
             ours = run_ours(work)
-        diffs = [(ours[r] - ref[r]) / ref[r] * 100 for r in sorted(ref)]
-        worst = max(worst, max(abs(d) for d in diffs))
-        print(f"\n{name}: largest difference {max(diffs, key=abs):+.4f}%")
+            diffs = [(ours[r] - ref[r]) / ref[r] * 100 for r in sorted(ref)]
+            if args.keep and max(abs(d) for d in diffs) > 0.1:
+                shutil.copytree(work, args.keep / name.split(":")[0].replace(" ", "_"), dirs_exist_ok=True)
+        compared += 1
+        # the same finish times on other ranks: ranks that reach a shared memory port at the same
+        # nanosecond are served in the order of ASTRA-sim's event queue, which we do not model
+        permuted = any(diffs) and sorted(ours[r] for r in ref) == sorted(ref.values())
+        if permuted:
+            ties += 1
+        else:
+            worst = max(worst, max(abs(d) for d in diffs))
+            worst_ns = max(worst_ns, max(abs(ours[r] - ref[r]) for r in ref))
+        print(f"\n{name}: largest difference {max(diffs, key=abs):+.4f}% "
+              f"({max((ours[r] - ref[r] for r in ref), key=abs):+,} ns)"
+              + (": the same finish times, on other ranks (same-ns order at a memory port)" if permuted else ""))
         print("  rank  " + "".join(f"{r:>10}" for r in sorted(ref)))
         print("  ASTRA " + "".join(f"{ref[r]:>10,}" for r in sorted(ref)))
         print("  ours  " + "".join(f"{ours[r]:>10,}" for r in sorted(ref)))
-    print(f"\nworst per-rank difference over all cases: {worst:.4f}% (goal <= 0.1%)")
+    print(f"\n{compared} cases compared ({refused} that ASTRA-sim could not run left out): worst per-rank "
+          f"difference {worst:.4f}% ({worst_ns:,} ns; goal <= 0.1%)"
+          + (f", not counting {ties} whose finish times are ASTRA-sim's on other ranks" if ties else ""))
 
 
 if __name__ == "__main__":
