@@ -90,7 +90,8 @@ class AnalyticalBackend:
     # -- compute --------------------------------------------------------------------------------
     def compute_ns(self, rank: int, info: NodeInfo) -> int:
         scale = self.scales.host if info.is_cpu_op else self.scales.compute
-        if self.roofline and info.num_ops > 0 and self.system.peak_perf_tflops > 0:
+        # ASTRA-sim runs the roofline for GPU nodes only: a host op replays its duration
+        if self.roofline and info.num_ops > 0 and self.system.peak_perf_tflops > 0 and not info.is_cpu_op:
             ns = self.roofline_ns(info.num_ops, info.tensor_size)
         elif info.duration_ns:
             ns = info.duration_ns

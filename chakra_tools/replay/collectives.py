@@ -251,11 +251,9 @@ class Step:
     msg: int
     peers: object
     post_ns: int
-    #: the next step sends to each peer on its own: its message to the peer k ahead leaves as
-    #: this step's k-th received message (in order of arrival) has been handled (`post_ns` after
-    #: it came), but none before the last has come. ASTRA-sim's direct all-reduce (AllToAll)
-    #: sends its all-gather half so, one packet per packet-processed event: on a Ring, where
-    #: the farther peers' packets come later, the nearer peers' reductions overlap their way
+    #: the next step sends to each peer on its own, one message per packet this member handles
+    #: once every message of this step has come (`_per_packet_phase`): ASTRA-sim's direct
+    #: all-reduce (AllToAll), where the nearer peers' reductions overlap the farther ones' way
     per_packet: bool = False
 
 
@@ -425,35 +423,77 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
     >>> staggered_phase([0, 0], steps, ctx) == [ring_all_reduce(2, 65536, ctx)[0]] * 2
     True
     """
-    n, ready = len(starts), list(starts)
-    handed = None  # after a per_packet step: per member, when it sends to the peer k ahead
-    handled_last = list(starts)  # per member, when its last message of a per_packet step was handled
+    n = len(starts)
+    cache: dict[tuple[int, int, int], int] = {}
+
+    def transfer(j: int, i: int, msg: int) -> int:
+        ns = cache.get((j, i, msg))
+        if ns is None:
+            ns = cache[(j, i, msg)] = (link(j, i, msg) if link is not None
+                                       else ctx.net(msg, neighbour_hops(ctx.dim, j - i)))
+        return ns
+
+    if len(steps) == 2 and steps[0].per_packet:
+        return _per_packet_phase(starts, steps, transfer)
+    ready = list(starts)
     for step in steps:
-        # sent[i][k]: member i's send to the member k ahead (and its receive from the one k behind)
-        sent = ([[t + step.pre_ns] * n for t in ready] if handed is None
-                else [[t + step.pre_ns for t in h] for h in handed])
-        handed = None if not step.per_packet else [None] * n
-        cache = {}
+        sent = [t + step.pre_ns for t in ready]
         for i in range(n):
-            came = []
+            got = sent[i]  # a receive completes no earlier than the rank's own send
             for j in step_peers(step.peers, i, n):
-                k = (i - j) % n
-                if link is not None:
-                    ns = link(j, i, step.msg)
-                else:
-                    hops = neighbour_hops(ctx.dim, j - i)
-                    ns = cache.get(hops)
-                    if ns is None:
-                        ns = cache[hops] = ctx.net(step.msg, hops)
-                came.append(max(sent[i][k], sent[j][k] + ns))
-            last = max(came, default=sent[i][0])
-            ready[i] = last + step.post_ns
-            if step.per_packet:
-                handled = sorted(t + step.post_ns for t in came)
-                first_after = min(t for t in handled if t >= last)
-                handed[i] = [first_after] + [max(t, first_after) for t in handled]
-                handled_last[i] = handled[-1]
-    return [max(t, h) for t, h in zip(ready, handled_last)]
+                got = max(got, sent[j] + transfer(j, i, step.msg))
+            ready[i] = got + step.post_ns
+    return ready
+
+
+def _per_packet_phase(starts: Sequence[int], steps: Sequence[Step],
+                      transfer: Callable[[int, int, int], int]) -> list[int]:
+    """A direct all-reduce (`Step.per_packet`) as ASTRA-sim's AllToAll runs it, event by event.
+    Every packet a member handles (its first sends, each received message once reduced or
+    passed to memory) gives it a free slot; once all n - 1 messages of the first half have come,
+    each free slot sends its next all-gather message, the k-th to the member k ahead (posting the
+    receive from the one k behind), so a fast peer's second-half message can release a send
+    before the member's own slow reductions end. It ends at its last handled packet."""
+    first, second = steps
+    n = len(starts)
+    if n < 2:
+        return list(starts)
+    posted = [[None] * n for _ in range(n)]  # posted[i][k]: i's second-half receive from i - k
+    arrived = [[None] * n for _ in range(n)]  # arrived[i][k]: that message's arrival at i
+    events: list[tuple[int, int, int]] = []   # (time, kind, member): kind 0 received, 1 handled
+    slots, sent, received, end = [0] * n, [0] * n, [0] * n, list(starts)
+    for i in range(n):
+        out_at = starts[i] + first.pre_ns
+        for k in range(1, n):
+            j = (i - k) % n  # the first half: every member sends to every other at once
+            came = max(out_at, starts[j] + first.pre_ns + transfer(j, i, first.msg))
+            heapq.heappush(events, (came, 0, i))
+            heapq.heappush(events, (came + first.post_ns, 1, i))
+
+    def deliver(i: int, k: int) -> None:  # member i's receive from i - k completes
+        t = max(posted[i][k], arrived[i][k])
+        heapq.heappush(events, (t, 0, i))
+        heapq.heappush(events, (t + second.post_ns, 1, i))
+
+    while events:
+        t, kind, i = heapq.heappop(events)
+        if kind == 0:
+            received[i] += 1
+            continue
+        slots[i] += 1
+        end[i] = max(end[i], t)
+        while received[i] >= n - 1 and slots[i] and sent[i] < n - 1:
+            slots[i] -= 1
+            sent[i] += 1
+            k = sent[i]
+            dst = (i + k) % n
+            arrived[dst][k] = t + second.pre_ns + transfer(i, dst, second.msg)
+            posted[i][k] = t + second.pre_ns
+            if posted[dst][k] is not None:
+                deliver(dst, k)
+            if arrived[i][k] is not None:
+                deliver(i, k)
+    return end
 
 
 # -- double binary tree, per rank ------------------------------------------------------------------

@@ -181,3 +181,19 @@ def test_a_groups_ring_follows_the_comm_group_files_order(tmp_path):
         ends[tuple(order)] = [ev[(r, 1)][1] for r in range(4)]
     assert ends[(0, 1, 2, 3)] == [35_829, 35_829, 34_829, 34_829]
     assert ends[(0, 2, 1, 3)] == [37_329, 36_329, 37_329, 36_329]
+
+
+def test_direct_all_reduce_sends_its_second_half_per_free_packet(tmp_path):
+    """ASTRA-sim's direct all-reduce (AllToAll) sends each all-gather message on a packet-handled
+    event once every reduce-scatter message has come, and a fast peer's all-gather message
+    handled early frees a send before the member's own slow reductions end. FullyConnected 4
+    (100 GB/s, 100 ns), endpoint delay 10 ns, local-mem-bw 50 (a 15.7 us reduction per 256 KiB
+    message), 3 MiB in 3 chunks, ranks arriving at 3/0/0/2 us: 518bd51 ends every rank at
+    65,065 ns (waiting for the member's own reductions first gave 65,514)."""
+    impl = {k: ("direct",) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    be = AnalyticalBackend(NetworkConfig((Dim("FullyConnected", 4, 100.0, 100.0),)),
+                           SystemConfig(implementations=impl, splits=3, local_mem_bw_gbps=50))
+    skew = [3, 0, 0, 2]
+    ranks = {r: ([comp(1, skew[r]), coll(2, 3 << 20, (1,))] if skew[r] else [coll(2, 3 << 20)]) for r in range(4)}
+    ev = events(run(tmp_path, ranks, None, be))
+    assert [ev[(r, 2)][1] for r in range(4)] == [65_065] * 4
