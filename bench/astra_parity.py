@@ -106,6 +106,8 @@ def mixed(**impls) -> dict:
 
 
 def network(dims):
+    if isinstance(dims, str):  # a network YAML as written
+        return dims
     return ("topology: [ " + ", ".join(d[0] for d in dims) + " ]\nnpus_count: [ " + ", ".join(str(d[1]) for d in dims)
             + " ]\nbandwidth: [ " + ", ".join(str(d[2]) for d in dims) + " ]\nlatency: [ "
             + ", ".join(str(d[3]) for d in dims) + " ]\n")
@@ -255,6 +257,21 @@ def random_case(rng: random.Random) -> tuple:
     sysc["endpoint-delay"] = rng.choice((1, 10, 25))
     sysc["local-mem-bw"] = rng.choice((50, 1600))
     sysc["scheduling-policy"] = rng.choice(("LIFO", "FIFO"))
+    groups, memc, ranks = random_program(rng, n)
+    name = (f"random: {'x'.join(f'{d[0]}{d[1]}' for d in dims)}, {len(ranks[0])} nodes, "
+            f"{list(sysc['all-reduce-implementation'])} {sysc['collective-optimization']} "
+            f"splits {sysc['preferred-dataset-splits']}" + describe_program(groups, memc))
+    return name, groups, ranks, dims, sysc, memc
+
+
+def describe_program(groups: dict, memc: dict) -> str:
+    return ((f", groups of {len(next(iter(groups.values())))}" if groups else "")
+            + (f", {memc['memory-type']}" if memc is not NO_MEMORY else ""))
+
+
+def random_program(rng: random.Random, n: int, roofline: bool = False) -> tuple[dict, dict, dict]:
+    """(groups, memory config, rank -> nodes): random_case's program on n ranks (`roofline`:
+    FLOPs on every compute node, which ASTRA-sim needs with roofline-enabled)."""
     groups = random_partition(rng, n) if n > 2 and rng.random() < 0.4 else {}
     group_of = {r: name for name, members in groups.items() for r in members}
     memc = NO_MEMORY
@@ -291,8 +308,12 @@ def random_case(rng: random.Random) -> tuple:
         for kind, payload, deps in program:
             nid += 1
             if kind == "comp":
+                # FLOPs and bytes for a system with roofline-enabled (its time then, not the duration)
+                flops = rng.choice((10**9, 3 * 10**10) if roofline else (None, 10**9, 3 * 10**10)) \
+                    if payload is not True or roofline else None
                 nodes.append(Node(nid, f"comp{nid}", T.COMP_NODE, deps, duration_micros=rng.randint(0, 40),
-                                  attrs=make_attrs(is_cpu_op=payload)))
+                                  attrs=make_attrs(is_cpu_op=payload, num_ops=flops,
+                                                   tensor_size=rng.choice((1 << 20, 1 << 26)) if flops else None)))
             elif kind in ("load", "store"):
                 nodes.append(mem(nid, kind, payload, deps))
             elif kind == "coll":
@@ -311,12 +332,32 @@ def random_case(rng: random.Random) -> tuple:
                 nodes.append(Node(len(nodes) + 1, f"recv{node.id}", T.COMM_RECV_NODE, node.data_deps,
                                   attrs=make_attrs(comm_src=(rank - 1) % n, comm_tag=node.id,
                                                    comm_size=node.comm_size, is_cpu_op=False)))
-    name = (f"random: {'x'.join(f'{d[0]}{d[1]}' for d in dims)}, {len(program)} nodes, "
-            f"{list(sysc['all-reduce-implementation'])} {sysc['collective-optimization']} "
-            f"splits {sysc['preferred-dataset-splits']}"
-            + (f", groups of {len(next(iter(groups.values())))}" if groups else "")
-            + (f", {memc['memory-type']}" if memc is not NO_MEMORY else ""))
-    return name, groups, ranks, dims, sysc, memc
+    return groups, memc, ranks
+
+
+SHIPPED = [  # (system JSON, network YAML) pairs of an ASTRA-sim checkout that run as they are
+    (f"inputs/system/analytical/{name}.json", f"inputs/network/{name}.yml")
+    for name in ("dgx_v100_4gpu", "hgx_h100_2gpu", "hgx_h100_4gpu", "hgx_h100_8gpu", "hgx_h100_16gpu",
+                 "hgx_h100_32gpu", "tpu_v3_8", "tpu_v3_32_ring", "tpu_v3_32_2dtorus")] + [
+    ("examples/system/native_collectives/HGX-H100-validated.json", "examples/network/analytical/HGX-H100-validated.yml")
+] + [("examples/system/native_collectives/Ring_4chunks.json", f"examples/network/analytical/Ring_{n}npus.yml")
+     for n in (4, 8, 16)]
+
+
+def shipped_case(rng: random.Random, astra_dir: Path, k: int) -> tuple:
+    """A random program on the k-th (mod) pair of SHIPPED, the configs as ASTRA-sim ships them
+    (fractional bandwidths and latencies, roofline, endpoint delay 1)."""
+    sys_path, net_path = SHIPPED[k % len(SHIPPED)]
+    # track-local-mem (a memory-use trace, no timing) needs tensor shapes on every node: left off
+    sysc = {key: tuple(v) if isinstance(v, list) else v
+            for key, v in json.loads((astra_dir / sys_path).read_text()).items()
+            if key not in ("track-local-mem", "local-mem-trace-filename")}
+    text = (astra_dir / net_path).read_text()
+    counts = re.search(r"npus_count:\s*\[([^\]]*)\]", text).group(1)
+    n = prod(int(c) for c in counts.split(","))
+    groups, memc, ranks = random_program(rng, n, roofline=bool(sysc.get("roofline-enabled")))
+    name = f"shipped: {Path(sys_path).name} + {Path(net_path).name}, {len(ranks[0])} nodes" + describe_program(groups, memc)
+    return name, groups, ranks, text, sysc, memc
 
 
 def run_astra(binary: str, work: Path) -> dict[int, int]:
@@ -328,10 +369,10 @@ def run_astra(binary: str, work: Path) -> dict[int, int]:
                           *([f"--comm-group-configuration={groups}"] if groups.exists() else [])],
                          cwd=work, capture_output=True, text=True, timeout=120)
     got = {int(r): int(ns) for r, ns in FINISHED.findall(out.stdout + out.stderr)}
-    if not got:
+    if not got or out.returncode != 0:  # some ranks may have printed before it aborted
         why = next((line.strip() for line in (out.stdout + out.stderr).splitlines()
                     if "what():" in line or "Assertion" in line or "Exiting because" in line), "")
-        raise RuntimeError(f"ASTRA-sim printed no finish times (exit {out.returncode}) {why}\n{out.stdout[-2000:]}")
+        raise RuntimeError(f"ASTRA-sim ended with exit {out.returncode} ({len(got)} ranks finished) {why}\n{out.stdout[-2000:]}")
     return got
 
 
@@ -349,12 +390,16 @@ def main() -> None:
     ap.add_argument("--random", type=int, metavar="N", help="N random cases instead (random_case)")
     ap.add_argument("--seed", type=int, default=0, help="the first random case's seed (case k: seed + k)")
     ap.add_argument("--keep", type=Path, help="copy each differing random case's folder under this")
+    ap.add_argument("--configs", type=Path, metavar="ASTRA_SIM_DIR",
+                    help="with --random: random programs on the system and network configs an ASTRA-sim "
+                         "checkout ships (SHIPPED), in turn")
     args = ap.parse_args()
     worst, worst_ns, compared, refused, ties = 0.0, 0, 0, 0, 0
     cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
     if args.random:
-        cases = [(f"seed {args.seed + k}: {c[0]}", *c[1:]) for k in range(args.random)
-                 for c in [random_case(random.Random(args.seed + k))]]
+        make = (lambda k: shipped_case(random.Random(args.seed + k), args.configs, args.seed + k)) \
+            if args.configs else (lambda k: random_case(random.Random(args.seed + k)))
+        cases = [(f"seed {args.seed + k}: {c[0]}", *c[1:]) for k in range(args.random) for c in [make(k)]]
     for name, groups, ranks, dims, sysc, memc in cases:
         if args.only and args.only not in name:
             continue
@@ -363,7 +408,7 @@ def main() -> None:
             RankSet({r: Graph(nodes, rank=r) for r, nodes in ranks.items()}, groups).write(work, "w")
             if not groups:
                 (work / "comm_group.json").unlink(missing_ok=True)
-            (work / "system.json").write_text(json.dumps(per_dimension(sysc, len(dims))))
+            (work / "system.json").write_text(json.dumps(per_dimension(sysc, len(dims) if not isinstance(dims, str) else 1)))
             (work / "memory.json").write_text(json.dumps(memc))
             (work / "network.yml").write_text(network(dims))
             try:
