@@ -10,8 +10,8 @@ Derived from ASTRA-sim 2.x's published system layer and its congestion-unaware a
   NPU of the system), each chunk walks through one *phase* per dimension, and a dimension runs
   `active_chunks` chunks at a time (`pipeline_ns`).
 - Within a phase, every packet that an algorithm injects costs one endpoint delay `d` on the way
-  between the NPU and the network (ASTRA-sim's memory bus: 10 ns on dimension 0, `endpoint-delay`
-  on the others); a step that reduces what it received costs `3 * int(m / local_mem_bw)` ns more
+  between the NPU and the network (ASTRA-sim's memory bus: `endpoint-delay` on the system's own
+  dimensions, a fixed 10 ns on the ring of a communicator group); a step that reduces what it received costs `3 * int(m / local_mem_bw)` ns more
   (one write, two reads of the message). A ring phase of `S` messages, `P` of them reduced, is then
   `(S + 1) * d + S * net(m) + P * reduce(m)`.
 
