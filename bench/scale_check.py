@@ -4,6 +4,7 @@ calibrate`), and compare with real captures of the same job at the target degree
 
     python bench/scale_check.py                    # 2 -> 1 and 2 -> 4 ranks (~1.5 min)
     python bench/scale_check.py --targets 1,4,8 --example ddp --repeats 3
+    python bench/scale_check.py --source 1 --targets 2 --repeats 3   # 1 -> 2 ranks
 
 Each repeat captures the 2-rank source, a 2-rank capture of examples/comm_sweep.py (collectives
 of 1 KiB to 2 MiB) and a real run at every target degree, afresh. Per target degree and repeat
@@ -85,16 +86,20 @@ def compute_per_step_ns(et: Path, steps: int) -> float:
     return sum(n.duration_micros for n in g.nodes.values() if n.type is NodeType.COMP_NODE) * 1e3 / max(1, steps)
 
 
-def check(example: str, targets: list[int], work: Path, host_time: str, repeat: int) -> list[dict]:
+def check(example: str, targets: list[int], work: Path, host_time: str, repeat: int,
+          source_ranks: int = SOURCE_RANKS) -> list[dict]:
     from chakra_tools.convert.scale import scale
     from chakra_tools.core.manifest import read_manifest
     from chakra_tools.replay.netfit import calibrate, format_calibration
 
     print(f"-- repeat {repeat}: captures in {work}", flush=True)
-    source = capture(example, SOURCE_RANKS, work / f"{example}-{SOURCE_RANKS}")
-    sweep = capture("comm_sweep", SOURCE_RANKS, work / f"comm_sweep-{SOURCE_RANKS}")
-    npus = max(targets + [SOURCE_RANKS])
-    networks = {f"{example}@{SOURCE_RANKS}": calibrate(source, npus=npus), f"comm_sweep@{SOURCE_RANKS}": calibrate(sweep, npus=npus)}
+    source = capture(example, source_ranks, work / f"{example}-{source_ranks}")
+    # the sweep runs on 2 ranks whatever the source: a 1-rank capture has no network to fit
+    sweep = capture("comm_sweep", 2, work / "comm_sweep-2")
+    npus = max(targets + [source_ranks, 2])
+    networks = {f"comm_sweep@2": calibrate(sweep, npus=npus)}
+    if source_ranks > 1:
+        networks = {f"{example}@{source_ranks}": calibrate(source, npus=npus), **networks}
     for name, cal in networks.items():
         print(f"-- repeat {repeat}: network fitted to {name}:\n{format_calibration(cal)}\n", flush=True)
     rows = []
@@ -103,13 +108,13 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
         manifest = real.with_name(real.name[:-3]) / "manifest.json"
         steps = len(read_manifest(manifest).captured_steps)
         own = own_steps_ns(manifest)
-        scaled = work / f"{example}-{SOURCE_RANKS}to{n}"
+        scaled = work / f"{example}-{source_ranks}to{n}"
         taken = scale(source, n, scaled).waits_ns.get(0, 0) / max(1, steps)
         work_scaled, work_real = compute_per_step_ns(scaled, steps), compute_per_step_ns(real, steps)
         for name, cal in networks.items():
             pred = step(scaled, cal.fit.backend(npus), manifest, host_time)
             base = step(real, cal.fit.backend(npus), manifest, host_time)
-            rows.append({"repeat": repeat, "target": n, "network": name, "measured_ns": pred["measured_ns"],
+            rows.append({"repeat": repeat, "source": source_ranks, "target": n, "network": name, "measured_ns": pred["measured_ns"],
                          "own_min_ns": min(own), "own_max_ns": max(own),
                          "predicted_ns": pred["predicted_ns"], "error": pred["error"],
                          "real_replayed_ns": base["predicted_ns"], "real_replay_error": base["error"],
@@ -148,6 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--example", default="ddp", help="a data-parallel example (examples/EXAMPLE.py)")
     parser.add_argument("--targets", default="1,4", help="comma-separated rank counts to check")
+    parser.add_argument("--source", type=int, default=SOURCE_RANKS,
+                        help="ranks of the captured source (1: a single-process DDP run scaled up; its "
+                             "network then comes from the 2-rank sweep alone)")
     parser.add_argument("--quick", action="store_true", help="one target, 4 ranks (make bench passes it)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="captures at each scale (source, sweep, every target); medians over them")
@@ -161,11 +169,12 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for i in range(args.repeats):
-        rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1)
+        rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1,
+                      args.source)
     print(f"{'rep':>3} {'ranks':>5} {'network':<16} {'measured':>9} {'its steps':>15} {'predicted':>9} {'error':>8}"
           f" {'real replayed':>13} {'its error':>9} {'rescale':>8} {'compute scaled/real':>20}")
     for r in rows:
-        print(f"{r['repeat']:>3} {SOURCE_RANKS}->{r['target']:<2} {r['network']:<16} {_us(r['measured_ns']):>9} "
+        print(f"{r['repeat']:>3} {r['source']}->{r['target']:<2} {r['network']:<16} {_us(r['measured_ns']):>9} "
               f"{_us(r['own_min_ns']) + '..' + _us(r['own_max_ns']):>15} {_us(r['predicted_ns']):>9} "
               f"{r['error']:>+8.1%} {_us(r['real_replayed_ns']):>13} {r['real_replay_error']:>+9.1%} "
               f"{r['rescale_error']:>+8.1%} {_us(r['compute_scaled_ns']) + '/' + _us(r['compute_real_ns']):>20}")
@@ -175,7 +184,7 @@ def main() -> None:
     if args.repeats > 1:
         print(f"\nmedians over {args.repeats} repeats (range over the repeats in brackets):")
         for s in med:
-            print(f"{SOURCE_RANKS}->{s['target']:<2} {s['network']:<16} measured {_us(s['measured_ns'])} "
+            print(f"{args.source}->{s['target']:<2} {s['network']:<16} measured {_us(s['measured_ns'])} "
                   f"[{_spread(s['measured'])}], predicted {_us(s['predicted_ns'])} [{_spread(s['predicted'])}]: "
                   f"{s['error']:+.1%}; real run replayed {_us(s['real_replayed_ns'])}; compute/step "
                   f"scaled {_us(s['compute_scaled_ns'])}, real {_us(s['compute_real_ns'])}; collective wait "
