@@ -1188,6 +1188,124 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t item)
     return 0;
 }
 
+/* -- names: one copy of each node name for all the windows of the process, however many nodes and
+ * ranks repeat it (the ranks of one job name their nodes alike: 925 of a generated GPT rank's
+ * 4,100 window bytes were names), counted, freed with the last node that uses it ------------ */
+typedef struct {
+    uint64_t hash;
+    uint32_t refs, len;
+    char s[];
+} Atom;
+
+static Atom **atoms = NULL;      /* by id - 1; a free id holds (next free id << 1 | 1) */
+static uint32_t n_atoms = 0, cap_atoms = 0, atom_free = 0, atoms_live = 0;
+static uint32_t *atom_slots = NULL; /* open addressing: an id, 0 empty */
+static uint32_t cap_atom_slots = 0;
+
+static inline uint64_t name_hash(Ptr s, Py_ssize_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void atom_place(uint32_t id)
+{
+    uint32_t mask = cap_atom_slots - 1, i = hslot(atoms[id - 1]->hash, mask);
+    while (atom_slots[i])
+        i = (i + 1) & mask;
+    atom_slots[i] = id;
+}
+
+static int atoms_rehash(uint32_t live)
+{
+    uint32_t cap = 64;
+    while (cap * 3 < live * 4 + 4)
+        cap <<= 1;
+    uint32_t *slots = PyMem_RawCalloc(cap, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    PyMem_RawFree(atom_slots);
+    atom_slots = slots;
+    cap_atom_slots = cap;
+    for (uint32_t id = 1; id <= n_atoms; id++)
+        if (!((uintptr_t)atoms[id - 1] & 1))
+            atom_place(id);
+    return 0;
+}
+
+/* The id of the name (s, n), counted once more: a new one made if none is live; 0 on an error. */
+static uint32_t atom_get(Ptr s, Py_ssize_t n)
+{
+    if (n > UINT32_MAX) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    uint64_t h = name_hash(s, n);
+    if (cap_atom_slots) {
+        uint32_t mask = cap_atom_slots - 1;
+        for (uint32_t i = hslot(h, mask); atom_slots[i]; i = (i + 1) & mask) {
+            Atom *a = atoms[atom_slots[i] - 1];
+            if (a->hash == h && a->len == n && memcmp(a->s, s, n) == 0) {
+                a->refs++;
+                return atom_slots[i];
+            }
+        }
+    }
+    if ((atoms_live + 1) * 4 > cap_atom_slots * 3 && atoms_rehash(atoms_live + 1))
+        return 0;
+    uint32_t id = atom_free;
+    if (id == 0 && grow((void **)&atoms, &cap_atoms, n_atoms + 1, sizeof *atoms))
+        return 0;
+    Atom *a = PyMem_RawMalloc(sizeof(Atom) + (size_t)n);
+    if (a == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (id)
+        atom_free = (uint32_t)((uintptr_t)atoms[id - 1] >> 1);
+    else
+        id = ++n_atoms;
+    a->hash = h;
+    a->refs = 1;
+    a->len = (uint32_t)n;
+    memcpy(a->s, s, n);
+    atoms[id - 1] = a;
+    atoms_live++;
+    atom_place(id);
+    return id;
+}
+
+/* One use of the name fewer: freed with its last. */
+static void atom_drop(uint32_t id)
+{
+    Atom *a = atoms[id - 1];
+    if (--a->refs)
+        return;
+    uint32_t mask = cap_atom_slots - 1, i = hslot(a->hash, mask);
+    while (atom_slots[i] != id)
+        i = (i + 1) & mask;
+    for (uint32_t j = i;;) { /* backward-shift deletion, as w_unplace */
+        j = (j + 1) & mask;
+        uint32_t t = atom_slots[j];
+        if (t == 0)
+            break;
+        uint32_t k = hslot(atoms[t - 1]->hash, mask);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        atom_slots[i] = t;
+        i = j;
+    }
+    atom_slots[i] = 0;
+    PyMem_RawFree(a);
+    atoms[id - 1] = (Atom *)((uintptr_t)atom_free << 1 | 1);
+    atom_free = id;
+    atoms_live--;
+}
+
 /* -- the arena: a record's dependencies, then (packed) its NodeInfo's fields ---------------------- */
 static inline void put_vi(unsigned char **q, uint64_t v)
 {
@@ -1224,8 +1342,11 @@ static int pack(Window *w, Rec *r, const uint64_t *deps, Py_ssize_t n_deps, cons
 {
     uint64_t need = 10 + 10 * (uint64_t)n_deps;
     if (d)
-        need += 2 + 20 + 2 + 11 * N_SLOTS + 20 + d->name_len + d->pg_len + 2 + 32;
+        need += 2 + 20 + 2 + 11 * N_SLOTS + 20 + d->pg_len + 2 + 32;
     if (arena_room(w, need))
+        return FAIL;
+    uint32_t name = 0;
+    if (d && (name = atom_get(d->name, d->name_len)) == 0)
         return FAIL;
     unsigned char *start = w->arena + w->arena_len, *q = start;
     put_vi(&q, (uint64_t)n_deps);
@@ -1246,9 +1367,7 @@ static int pack(Window *w, Rec *r, const uint64_t *deps, Py_ssize_t n_deps, cons
                 *q++ = (unsigned char)d->slot_kind[i];
                 put_vi(&q, d->slot_v[i]);
             }
-        put_vi(&q, (uint64_t)d->name_len);
-        memcpy(q, d->name, d->name_len);
-        q += d->name_len;
+        put_vi(&q, name);
         if (d->pg) {
             put_vi(&q, (uint64_t)d->pg_len);
             memcpy(q, d->pg, d->pg_len);
@@ -1292,9 +1411,9 @@ static void unpack(const Window *w, const Rec *r, uint64_t id, Parsed *d)
             d->slot_v[i] = get_vi(&q);
         }
     }
-    d->name_len = (Py_ssize_t)get_vi(&q);
-    d->name = q;
-    q += d->name_len;
+    Atom *a = atoms[get_vi(&q) - 1];
+    d->name = (Ptr)a->s;
+    d->name_len = a->len;
     d->pg = NULL;
     d->pg_len = 0;
     if (flags & 2) {
@@ -1308,6 +1427,26 @@ static void unpack(const Window *w, const Rec *r, uint64_t id, Parsed *d)
         for (Py_ssize_t i = 0; i < d->n_inv; i++)
             d->inv[i] = q[i >> 3] >> (i & 7) & 1;
     }
+}
+
+/* The name (atom id) a packed record holds */
+static uint32_t packed_name(const Window *w, const Rec *r)
+{
+    Ptr q = w->arena + r->data;
+    uint64_t n = get_vi(&q);
+    for (uint64_t i = 0; i < n; i++)
+        get_vi(&q);
+    get_vi(&q);  /* type */
+    q++;         /* flags */
+    get_vi(&q);  /* dur */
+    get_vi(&q);  /* start */
+    unsigned mask = (unsigned)get_vi(&q);
+    for (int i = 0; i < N_SLOTS; i++)
+        if (mask >> i & 1) {
+            q++;
+            get_vi(&q);
+        }
+    return (uint32_t)get_vi(&q);
 }
 
 static PyObject *rec_deps(const Window *w, const Rec *r)
@@ -1626,6 +1765,8 @@ static int w_finish(Window *w, uint32_t i, PyObject *freed)
         w->free_edge = r->head;
     }
     r->head = r->tail = 0;
+    if (r->packed)
+        atom_drop(packed_name(w, r));
     w->arena_dead += span(w, i);
     Py_CLEAR(r->obj);
     r->objkind = OBJ_NONE;
@@ -1693,8 +1834,11 @@ static PyObject *Window_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static void Window_dealloc(Window *w)
 {
-    for (uint32_t i = 0; i < w->n_recs; i++)
+    for (uint32_t i = 0; i < w->n_recs; i++) {
         Py_XDECREF(w->recs[i].obj);
+        if (w->recs[i].packed && w->recs[i].state != DEAD)
+            atom_drop(packed_name(w, &w->recs[i]));
+    }
     PyMem_Free(w->recs);
     PyMem_Free(w->slots);
     PyMem_Free(w->edges);
