@@ -1057,22 +1057,20 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
  */
 #define DEAD 3
 
-enum { OBJ_NONE, OBJ_RAW, OBJ_INFO, OBJ_BOTH };
-#define MAX_WAITING ((1u << 27) - 1)
+#define MAX_WAITING ((1u << 26) - 1)
 
-/* 40 bytes a node */
+/* 24 bytes a node; the rest lies in its span of the arena: [offset] [message] dependencies [info]
+ * (offset: where the message lies in the file, kept by an eager window; message: a lazy
+ * window's, or an eager one's given no offset; info: its NodeInfo's fields packed) */
 typedef struct {
     uint64_t id;
-    int64_t offset;       /* where the message lies in the file; -1: not given */
-    PyObject *obj;        /* by objkind: nothing; the message (a lazy window's, or no offset given);
-                           * a NodeInfo (the reference's, or made for a node in flight); or the
-                           * tuple (message, NodeInfo) */
-    uint32_t data;        /* its packed dependencies (and info) in the arena, up to the next one's */
+    uint32_t data;        /* its span of the arena, up to the next record's */
     uint32_t head, tail;  /* its children: a chain of edges (1-based; 0 none) */
-    uint32_t waiting : 27;
+    uint32_t waiting : 26;
     uint32_t state : 2;   /* 0 blocked, 1 issuable, 2 in flight, DEAD finished */
-    uint32_t packed : 1;  /* the arena holds its NodeInfo's fields */
-    uint32_t objkind : 2;
+    uint32_t packed : 1;  /* the span holds its NodeInfo's fields */
+    uint32_t hasoff : 1, hasraw : 1;
+    uint32_t hasobj : 1;  /* `objs` holds its NodeInfo: the reference's, or a lazy window's made */
 } Rec;
 
 typedef struct {
@@ -1085,6 +1083,7 @@ typedef struct {
     int eager;
     uint64_t limit;
     PyObject *bits, *finished, *unseen, *ready, *heappush, *lazy_info, *info_type;
+    PyObject *objs;       /* id -> NodeInfo of the records with hasobj (rare), or NULL */
     Rec *recs;
     uint32_t n_recs, cap_recs, n_live;
     uint32_t *slots;      /* open addressing, linear probing: a record's index + 1; 0 empty */
@@ -1338,9 +1337,10 @@ static int arena_room(Window *w, uint64_t n)
 }
 
 /* The dependencies (and with d, the info's fields) of record r appended to the arena. */
-static int pack(Window *w, Rec *r, const uint64_t *deps, Py_ssize_t n_deps, const Parsed *d)
+static int pack(Window *w, Rec *r, int64_t offset, Ptr msg, Py_ssize_t msg_len, const uint64_t *deps,
+                Py_ssize_t n_deps, const Parsed *d)
 {
-    uint64_t need = 10 + 10 * (uint64_t)n_deps;
+    uint64_t need = 10 + 10 * (uint64_t)n_deps + 10 + (msg ? 10 + (uint64_t)msg_len : 0);
     if (d)
         need += 2 + 20 + 2 + 11 * N_SLOTS + 20 + d->pg_len + 2 + 32;
     if (arena_room(w, need))
@@ -1349,6 +1349,13 @@ static int pack(Window *w, Rec *r, const uint64_t *deps, Py_ssize_t n_deps, cons
     if (d && (name = atom_get(d->name, d->name_len)) == 0)
         return FAIL;
     unsigned char *start = w->arena + w->arena_len, *q = start;
+    if (offset >= 0)
+        put_vi(&q, (uint64_t)offset);
+    if (msg) {
+        put_vi(&q, (uint64_t)msg_len);
+        memcpy(q, msg, msg_len);
+        q += msg_len;
+    }
     put_vi(&q, (uint64_t)n_deps);
     for (Py_ssize_t i = 0; i < n_deps; i++)
         put_vi(&q, deps[i]);
@@ -1385,14 +1392,45 @@ static int pack(Window *w, Rec *r, const uint64_t *deps, Py_ssize_t n_deps, cons
     }
     r->data = w->arena_len;
     r->packed = d != NULL;
+    r->hasoff = offset >= 0;
+    r->hasraw = msg != NULL;
     w->arena_len += (uint32_t)(q - start);
     return 0;
+}
+
+/* Where record r's span holds its message (*n bytes), or NULL */
+static Ptr rec_msg(const Window *w, const Rec *r, Py_ssize_t *n)
+{
+    Ptr q = w->arena + r->data;
+    if (r->hasoff)
+        get_vi(&q);
+    if (!r->hasraw)
+        return NULL;
+    *n = (Py_ssize_t)get_vi(&q);
+    return q;
+}
+
+/* Where record r's span holds its dependencies */
+static Ptr rec_deps_at(const Window *w, const Rec *r)
+{
+    Ptr q = w->arena + r->data;
+    if (r->hasoff)
+        get_vi(&q);
+    if (r->hasraw)
+        q += get_vi(&q);
+    return q;
+}
+
+static int64_t rec_offset(const Window *w, const Rec *r)
+{
+    Ptr q = w->arena + r->data;
+    return r->hasoff ? (int64_t)get_vi(&q) : -1;
 }
 
 /* The packed info of record r read back into *d (spans into the arena: use before it changes). */
 static void unpack(const Window *w, const Rec *r, uint64_t id, Parsed *d)
 {
-    Ptr q = w->arena + r->data;
+    Ptr q = rec_deps_at(w, r);
     uint64_t n = get_vi(&q);
     for (uint64_t i = 0; i < n; i++)
         get_vi(&q);
@@ -1432,7 +1470,7 @@ static void unpack(const Window *w, const Rec *r, uint64_t id, Parsed *d)
 /* The name (atom id) a packed record holds */
 static uint32_t packed_name(const Window *w, const Rec *r)
 {
-    Ptr q = w->arena + r->data;
+    Ptr q = rec_deps_at(w, r);
     uint64_t n = get_vi(&q);
     for (uint64_t i = 0; i < n; i++)
         get_vi(&q);
@@ -1451,7 +1489,7 @@ static uint32_t packed_name(const Window *w, const Rec *r)
 
 static PyObject *rec_deps(const Window *w, const Rec *r)
 {
-    Ptr q = w->arena + r->data;
+    Ptr q = rec_deps_at(w, r);
     uint64_t n = get_vi(&q);
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     if (t == NULL)
@@ -1545,34 +1583,51 @@ static int push_ready(Window *w, uint64_t id)
     return 0;
 }
 
-/* A new node linked in as `_link_reference` links it: its record (offset, raw and info given;
- * steals raw and info), linked to its loaded parents or to `unseen`, given the children that
- * waited for it, pushed on `ready` if nothing holds it. The caller has seen that the id is new. */
-static int w_link(Window *w, uint64_t id, int64_t offset, PyObject *raw, PyObject *info,
+/* The NodeInfo kept for record r in `objs` (info NULL: none kept): 0 or FAIL */
+static int rec_keep(Window *w, Rec *r, PyObject *info)
+{
+    PyObject *key = PyLong_FromUnsignedLongLong(r->id);
+    if (key == NULL)
+        return FAIL;
+    int s = 0;
+    if (info != NULL) {
+        if (w->objs == NULL && (w->objs = PyDict_New()) == NULL)
+            s = FAIL;
+        else
+            s = PyDict_SetItem(w->objs, key, info) < 0 ? FAIL : 0;
+        r->hasobj = s == 0;
+    } else if (r->hasobj) {
+        s = PyDict_DelItem(w->objs, key) < 0 ? FAIL : 0;
+        r->hasobj = 0;
+    }
+    Py_DECREF(key);
+    return s;
+}
+
+/* A new node linked in as `_link_reference` links it: its record (with offset >= 0 its file
+ * offset, with msg its message, with info a NodeInfo to keep, with d its info packed), linked
+ * to its loaded parents or to `unseen`, given the children that waited for it, pushed on `ready`
+ * if nothing holds it. The caller has seen that the id is new. */
+static int w_link(Window *w, uint64_t id, int64_t offset, Ptr msg, Py_ssize_t msg_len, PyObject *info,
                   const uint64_t *deps, Py_ssize_t n_deps, const Parsed *d)
 {
-    PyObject *obj = raw && info ? PyTuple_Pack(2, raw, info) : raw ? Py_NewRef(raw) : Py_XNewRef(info);
-    int kind = raw && info ? OBJ_BOTH : raw ? OBJ_RAW : info ? OBJ_INFO : OBJ_NONE;
-    Py_XDECREF(raw);
-    Py_XDECREF(info);
-    if ((kind != OBJ_NONE && obj == NULL) || n_deps > MAX_WAITING ||
-        grow((void **)&w->recs, &w->cap_recs, w->n_recs + 1, sizeof(Rec)) ||
-        ((w->n_live + 1) * 4 > w->cap_slots * 3 && w_rehash(w, w->n_live + 1))) {
-        if (n_deps > MAX_WAITING && !PyErr_Occurred())
-            PyErr_SetString(PyExc_OverflowError, "a node with more dependencies than the window counts");
-        Py_XDECREF(obj);
+    if (n_deps > MAX_WAITING) {
+        PyErr_SetString(PyExc_OverflowError, "a node with more dependencies than the window counts");
         return FAIL;
     }
+    if (grow((void **)&w->recs, &w->cap_recs, w->n_recs + 1, sizeof(Rec)) ||
+        ((w->n_live + 1) * 4 > w->cap_slots * 3 && w_rehash(w, w->n_live + 1)))
+        return FAIL;
     uint32_t me = w->n_recs;
     Rec *r = &w->recs[me];
     memset(r, 0, sizeof *r);
     r->id = id;
-    r->offset = offset;
-    r->obj = obj;
-    r->objkind = kind;
-    r->state = 0;
-    if (pack(w, r, deps, n_deps, d)) {
-        Py_CLEAR(r->obj);
+    if (pack(w, r, offset, msg, msg_len, deps, n_deps, d))
+        return FAIL;
+    if (info != NULL && rec_keep(w, r, info)) {
+        if (d)
+            atom_drop(packed_name(w, r));
+        w->arena_len = r->data;
         return FAIL;
     }
     w->n_recs++;
@@ -1633,60 +1688,39 @@ static int w_link(Window *w, uint64_t id, int64_t offset, PyObject *raw, PyObjec
 
 /* The NodeInfo of record i (a new reference): the one it holds, or made from the arena (kept
  * while the node is in flight); a lazy window's made by lazy_info from the message, and kept. */
-/* The record's message and NodeInfo where it holds them (borrowed), or NULL */
-static inline PyObject *rec_raw(const Rec *r)
-{
-    return r->objkind == OBJ_RAW ? r->obj : r->objkind == OBJ_BOTH ? PyTuple_GET_ITEM(r->obj, 0) : NULL;
-}
-
-static inline PyObject *rec_info(const Rec *r)
-{
-    return r->objkind == OBJ_INFO ? r->obj : r->objkind == OBJ_BOTH ? PyTuple_GET_ITEM(r->obj, 1) : NULL;
-}
-
-/* The record keeps info (None: keeps none), beside its message if it holds one: 0 or FAIL */
-static int rec_keep_info(Rec *r, PyObject *info)
-{
-    PyObject *raw = rec_raw(r), *obj;
-    int kind;
-    if (info == Py_None) {
-        obj = Py_XNewRef(raw);
-        kind = raw ? OBJ_RAW : OBJ_NONE;
-    } else if (raw) {
-        if ((obj = PyTuple_Pack(2, raw, info)) == NULL)
-            return FAIL;
-        PyObject_GC_UnTrack(obj); /* bytes and a NodeInfo: no cycle */
-        kind = OBJ_BOTH;
-    } else {
-        obj = Py_NewRef(info);
-        kind = OBJ_INFO;
-    }
-    Py_XSETREF(r->obj, obj);
-    r->objkind = kind;
-    return 0;
-}
-
+/* The NodeInfo of record i (a new reference): the one `objs` keeps, or made from the packed fields
+ * (each time: nothing per node stays a Python object), or a lazy window's made from its message by
+ * lazy_info (and kept, as the reference keeps it); None where there is none yet. */
 static PyObject *w_info(Window *w, uint32_t i)
 {
     Rec *r = &w->recs[i];
-    PyObject *have = rec_info(r), *info;
-    if (have != NULL)
-        return Py_NewRef(have);
+    if (r->hasobj) {
+        PyObject *key = PyLong_FromUnsignedLongLong(r->id);
+        if (key == NULL)
+            return NULL;
+        PyObject *have = PyDict_GetItemWithError(w->objs, key);
+        Py_DECREF(key);
+        if (have != NULL)
+            return Py_NewRef(have);
+        if (PyErr_Occurred())
+            return NULL;
+    }
     if (r->packed) {
         Parsed d;
         unpack(w, r, r->id, &d);
-        info = build_info(&d, &w->sp);
-        if (info == NULL || r->state != 2)
-            return info;
-    } else if (rec_raw(r) != NULL) {
-        info = PyObject_CallOneArg(w->lazy_info, rec_raw(r));
-        if (info == NULL)
-            return NULL;
-        r = &w->recs[i];
-    } else
+        return build_info(&d, &w->sp);
+    }
+    Py_ssize_t n;
+    Ptr m = rec_msg(w, r, &n);
+    if (m == NULL)
         Py_RETURN_NONE;
-    if (rec_keep_info(r, info)) {
-        Py_DECREF(info);
+    PyObject *msg = PyBytes_FromStringAndSize((const char *)m, n);
+    if (msg == NULL)
+        return NULL;
+    PyObject *info = PyObject_CallOneArg(w->lazy_info, msg);
+    Py_DECREF(msg);
+    if (info == NULL || rec_keep(w, &w->recs[i], info)) {
+        Py_XDECREF(info);
         return NULL;
     }
     return info;
@@ -1737,6 +1771,8 @@ static int w_compact(Window *w)
 static int w_finish(Window *w, uint32_t i, PyObject *freed)
 {
     Rec *r = &w->recs[i];
+    if (r->hasobj && rec_keep(w, r, NULL))
+        return FAIL;
     uint32_t at = 0;
     w_find(w, r->id, &at);
     w_unplace(w, at);
@@ -1768,8 +1804,6 @@ static int w_finish(Window *w, uint32_t i, PyObject *freed)
     if (r->packed)
         atom_drop(packed_name(w, r));
     w->arena_dead += span(w, i);
-    Py_CLEAR(r->obj);
-    r->objkind = OBJ_NONE;
     uint32_t dead = w->n_recs - w->n_live;
     if (dead >= 64 && dead > w->n_live)
         return w_compact(w);
@@ -1834,11 +1868,10 @@ static PyObject *Window_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static void Window_dealloc(Window *w)
 {
-    for (uint32_t i = 0; i < w->n_recs; i++) {
-        Py_XDECREF(w->recs[i].obj);
+    for (uint32_t i = 0; i < w->n_recs; i++)
         if (w->recs[i].packed && w->recs[i].state != DEAD)
             atom_drop(packed_name(w, &w->recs[i]));
-    }
+    Py_XDECREF(w->objs);
     PyMem_Free(w->recs);
     PyMem_Free(w->slots);
     PyMem_Free(w->edges);
@@ -1960,18 +1993,27 @@ static PyObject *Window_link(Window *w, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "link: a dependency that is not an id of 64 bits");
             return NULL;
         }
-    PyObject *info = args[2] == Py_None ? NULL : Py_NewRef(args[2]), *raw = NULL;
+    PyObject *info = args[2] == Py_None ? NULL : args[2];
     int64_t offset = -1;
+    Ptr msg = NULL;
+    Py_ssize_t msg_len = 0;
     if (PyLong_Check(args[3])) {
         offset = PyLong_AsLongLong(args[3]);
-        if (offset == -1 && PyErr_Occurred()) {
+        if (offset < 0) {
             PyMem_Free(deps);
-            Py_XDECREF(info);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "link: a negative offset");
             return NULL;
         }
-    } else
-        raw = Py_NewRef(args[3]);
-    int r = w_link(w, id, offset, raw, info, deps, n, NULL);
+    } else if (PyBytes_Check(args[3])) {
+        msg = (Ptr)PyBytes_AS_STRING(args[3]);
+        msg_len = PyBytes_GET_SIZE(args[3]);
+    } else {
+        PyMem_Free(deps);
+        PyErr_SetString(PyExc_TypeError, "link: raw is the offset (an int) or the message (bytes)");
+        return NULL;
+    }
+    int r = w_link(w, id, offset, msg, msg_len, info, deps, n, NULL);
     PyMem_Free(deps);
     if (r)
         return NULL;
@@ -1982,13 +2024,8 @@ static PyObject *Window_nbytes(Window *w, PyObject *unused)
 {
     size_t n = sizeof(Window) + (size_t)w->cap_recs * sizeof(Rec) + (size_t)w->cap_slots * 4 +
                (size_t)w->cap_edges * sizeof(Edge) + w->arena_cap;
-    for (uint32_t i = 0; i < w->n_recs; i++) {
-        PyObject *raw = rec_raw(&w->recs[i]);
-        if (raw)
-            n += (size_t)Py_SIZE(raw) + 33;
-        if (rec_info(&w->recs[i]))
-            n += 200;
-    }
+    if (w->objs)
+        n += (size_t)PyDict_GET_SIZE(w->objs) * 250;
     return PyLong_FromSize_t(n);
 }
 
@@ -2002,8 +2039,11 @@ static int shrink(void **p, uint32_t *cap, uint32_t need, size_t item)
         *cap = 0;
         return 0;
     }
-    void *q = PyMem_Realloc(*p, (size_t)need * item);
+    /* a fresh block, not a realloc: a block cut short leaves its tail as a hole few others fit */
+    void *q = PyMem_Malloc((size_t)need * item);
     if (q != NULL) {
+        memcpy(q, *p, (size_t)need * item);
+        PyMem_Free(*p);
         *p = q;
         *cap = need;
     }
@@ -2097,12 +2137,15 @@ static PyObject *Record_get(Record *self, void *which)
     Window *w = self->w;
     Rec *r = &w->recs[i];
     switch ((int)(intptr_t)which) {
-    case 0: /* raw */
-        if (rec_raw(r))
-            return Py_NewRef(rec_raw(r));
-        return PyLong_FromLongLong(r->offset);
+    case 0: { /* raw */
+        Py_ssize_t n;
+        Ptr m = rec_msg(w, r, &n);
+        if (m)
+            return PyBytes_FromStringAndSize((const char *)m, n);
+        return PyLong_FromLongLong(rec_offset(w, r));
+    }
     case 1: /* info: None in a lazy window until asked for, as the reference keeps it */
-        if (rec_info(r) || r->packed)
+        if (r->hasobj || r->packed)
             return w_info(w, (uint32_t)i);
         Py_RETURN_NONE;
     case 2:
@@ -2138,7 +2181,7 @@ static int Record_set(Record *self, PyObject *value, void *which)
         return -1;
     }
     if (k == 1)
-        return rec_keep_info(r, value) ? -1 : 0;
+        return rec_keep(self->w, r, value == Py_None ? NULL : value) ? -1 : 0;
     long v = PyLong_AsLong(value);
     if (v == -1 && PyErr_Occurred())
         return -1;
@@ -2184,9 +2227,8 @@ static PyTypeObject RecordType = {
  *         dependency's) at or above bitmap_limit or one already loaded or finished: the reference
  *         loads those (and reports the repeated id).
  */
-/* One message (p, n) into the window: 0, PUNT (nothing changed) or FAIL. msg: the message as
- * bytes, or NULL (made here where the record keeps it). */
-static int load_one(Window *w, Ptr p, Py_ssize_t n, PyObject *msg, int64_t offset, uint64_t *id)
+/* One message (p, n) into the window: 0, PUNT (nothing changed) or FAIL. */
+static int load_one(Window *w, Ptr p, Py_ssize_t n, int64_t offset, uint64_t *id)
 {
     Parsed d;
     if (parse(p, n, &w->sp, &d))
@@ -2196,14 +2238,11 @@ static int load_one(Window *w, Ptr p, Py_ssize_t n, PyObject *msg, int64_t offse
     for (int i = 0; i < d.n_deps; i++)
         if (d.deps[i] >= w->limit)
             return PUNT;
-    PyObject *raw = NULL;
-    if (!w->eager || offset < 0) { /* with the info kept, the record keeps where the message lies */
-        raw = msg != NULL ? Py_NewRef(msg) : PyBytes_FromStringAndSize((const char *)p, n);
-        if (raw == NULL)
-            return FAIL;
-    }
     *id = d.id;
-    return w_link(w, d.id, w->eager ? offset : -1, raw, NULL, d.deps, d.n_deps, w->eager ? &d : NULL);
+    /* with the info kept, the record keeps where the message lies, not the message */
+    int keep_msg = !w->eager || offset < 0;
+    return w_link(w, d.id, w->eager ? offset : -1, keep_msg ? p : NULL, n, NULL, d.deps, d.n_deps,
+                  w->eager ? &d : NULL);
 }
 
 static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2218,8 +2257,7 @@ static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_NONE;
     }
     uint64_t id;
-    int r = load_one((Window *)args[0], (Ptr)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]), args[1],
-                     offset, &id);
+    int r = load_one((Window *)args[0], (Ptr)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]), offset, &id);
     if (r == FAIL)
         return NULL;
     if (r == PUNT)
@@ -2251,7 +2289,7 @@ static PyObject *load_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
         uint64_t len, id;
         if (rd_varint(&q, end, &len) || len == 0 || len > (uint64_t)(end - q))
             break;
-        int r = load_one(w, q, (Py_ssize_t)len, NULL, base + pos, &id);
+        int r = load_one(w, q, (Py_ssize_t)len, base + pos, &id);
         if (r == FAIL)
             return NULL;
         if (r == PUNT)
