@@ -1041,19 +1041,23 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
  *            unseen, ready, heappush, lazy_info)
  *         (twin: the feeder's reference window, a dict of `_Loaded` records that `_link_reference`
  *         and `_finish_record` change) The nodes one feeder has read and not finished, held as C
- *         records, not Python objects: per node an id, its file offset, its waiting count and
- *         state, its children as a chain of edges, and in an arena its dependencies and (eager)
- *         the NodeInfo's fields packed; a NodeInfo is made when asked for (kept while the node is
- *         in flight, where a simulator asks again). About 100 bytes a node where the dict of
- *         records held 650. finished: the feeder's FinishedIds, bits its bitmap (ids from
- *         bitmap_limit on go through `in finished` and `finished.add`); unseen: absent id -> ids
- *         waiting for it; ready: the heap of issuable ids (heappush); lazy_info(message) ->
- *         NodeInfo for a lazy window.
+ *         records, not Python objects: per node a 24-byte record (id, waiting count and state,
+ *         its children as a chain of 8-byte edges) and in an arena its file offset, its
+ *         dependencies and (eager) the NodeInfo's fields packed, its name an id in a table of
+ *         names the whole process shares; a NodeInfo is made each time it is asked for (a few
+ *         hundred ns; a replayer asks once or twice a node). About 60 bytes a node of a
+ *         generated GPT where the dict of records, NodeInfos and numbers held 650. A lazy
+ *         window keeps each message in the arena instead, and the NodeInfo the reference's way
+ *         (lazy_info(message), kept once made); so do the nodes the reference decoded (`link`),
+ *         in `objs`. finished: the feeder's FinishedIds, bits its bitmap (ids from bitmap_limit
+ *         on go through `in finished` and `finished.add`); unseen: absent id -> ids waiting for
+ *         it; ready: the heap of issuable ids (heappush).
  *
  *     A mapping of id -> record (`Record`, a view with the `_Loaded` slots: raw, info, deps,
  *     waiting, children, state; waiting, state and info settable), in the order the nodes were
  *     read; and link, info, nbytes, trim (their docstrings). load_node, load_frames and
- *     finish_node below change it as the reference changes its dict.
+ *     finish_node below change it as the reference changes its dict. Finished records leave
+ *     holes that are compacted away once they outnumber the live ones.
  */
 #define DEAD 3
 

@@ -15,8 +15,9 @@ frontier of any real trace.
 
 The per-node work runs in C where the core's extension is built (`core/hotloops.py`): the window
 is a `Window`, C records rather than Python objects (per node its id, file offset, counts, children
-and, packed, its dependencies and `NodeInfo` fields: about 80 bytes where a record, its `NodeInfo`
-and their numbers took 650; a `NodeInfo` is made when asked for); `load_frames` walks the read
+and, packed, its dependencies and `NodeInfo` fields, its name shared with every feeder that has
+it: about 60 bytes a node of a generated GPT where a record, its `NodeInfo` and their numbers took
+650; a `NodeInfo` is made each time it is asked for); `load_frames` walks the read
 buffer's frames and, as `load_node` does for one message, decodes each Node straight off the wire
 and links it into the window; `finish_node` finishes one and frees its children. `_load_reference`
 (with `_link_reference`) and `_finish_record` are the reference, on a dict of `_Loaded` records:
