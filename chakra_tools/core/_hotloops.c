@@ -1091,7 +1091,7 @@ typedef struct {
     Rec *recs;
     uint32_t n_recs, cap_recs, n_live;
     uint32_t *slots;      /* open addressing, linear probing: a record's index + 1; 0 empty */
-    uint32_t cap_slots;   /* a power of 2, or 0 */
+    uint32_t cap_slots;   /* a power of 2, or 0: no table yet, the records are scanned */
     Edge *edges;
     uint32_t n_edges, cap_edges, free_edge;
     unsigned char *arena;
@@ -1106,11 +1106,19 @@ static inline uint32_t hslot(uint64_t id, uint32_t mask)
     return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
 }
 
+/* Up to this many live records a window has no table: a scan of them is as quick as a probe, and
+ * a held rank file of a few dozen nodes saves the table's bytes (a tenth of its window) */
+#define SCANNED 64
+
 /* The record of id, or -1; *at: its hash slot */
 static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
 {
-    if (w->cap_slots == 0)
+    if (w->cap_slots == 0) {
+        for (uint32_t i = 0; i < w->n_recs; i++)
+            if (w->recs[i].id == id && w->recs[i].state != DEAD)
+                return i;
         return -1;
+    }
     uint32_t mask = w->cap_slots - 1;
     for (uint32_t i = hslot(id, mask);; i = (i + 1) & mask) {
         uint32_t s = w->slots[i];
@@ -1620,7 +1628,7 @@ static int w_link(Window *w, uint64_t id, int64_t offset, Ptr msg, Py_ssize_t ms
         return FAIL;
     }
     if (grow((void **)&w->recs, &w->cap_recs, w->n_recs + 1, sizeof(Rec)) ||
-        ((w->n_live + 1) * 4 > w->cap_slots * 3 && w_rehash(w, w->n_live + 1)))
+        (w->n_live + 1 > SCANNED && (w->n_live + 1) * 4 > w->cap_slots * 3 && w_rehash(w, w->n_live + 1)))
         return FAIL;
     uint32_t me = w->n_recs;
     Rec *r = &w->recs[me];
@@ -1636,7 +1644,8 @@ static int w_link(Window *w, uint64_t id, int64_t offset, Ptr msg, Py_ssize_t ms
     }
     w->n_recs++;
     w->n_live++;
-    w_place(w, me); /* before its parents are looked up: a node may wait for itself */
+    if (w->cap_slots) /* before its parents are looked up: a node may wait for itself */
+        w_place(w, me);
     uint32_t waiting = 0;
     for (Py_ssize_t i = 0; i < n_deps; i++) {
         int64_t parent = w_find(w, deps[i], NULL);
@@ -1767,7 +1776,7 @@ static int w_compact(Window *w)
     w->n_recs = j;
     w->arena_len = pos;
     w->arena_dead = 0;
-    return w_rehash(w, j);
+    return w->cap_slots ? w_rehash(w, j) : 0;
 }
 
 /* Finish the in-flight record i (the caller has marked the id finished): its children's counts
@@ -1778,8 +1787,10 @@ static int w_finish(Window *w, uint32_t i, PyObject *freed)
     if (r->hasobj && rec_keep(w, r, NULL))
         return FAIL;
     uint32_t at = 0;
-    w_find(w, r->id, &at);
-    w_unplace(w, at);
+    if (w->cap_slots) {
+        w_find(w, r->id, &at);
+        w_unplace(w, at);
+    }
     r->state = DEAD;
     w->n_live--;
     uint32_t e = r->head, last = 0;
