@@ -1063,13 +1063,13 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 #define MAX_WAITING ((1u << 26) - 1)
 
-/* 24 bytes a node; the rest lies in its span of the arena: [offset] [message] dependencies [info]
+/* 20 bytes a node; the rest lies in its span of the arena: [offset] [message] dependencies [info]
  * (offset: where the message lies in the file, kept by an eager window; message: a lazy
  * window's, or an eager one's given no offset; info: its NodeInfo's fields packed) */
 typedef struct {
-    uint64_t id;
+    uint32_t id_lo, id_hi; /* its id (RID), in halves: the record packs to 20 bytes */
     uint32_t data;        /* its span of the arena, up to the next record's */
-    uint32_t head, tail;  /* its children: a chain of edges (1-based; 0 none) */
+    uint32_t head;        /* its children, the latest first: a chain of edges (1-based; 0 none) */
     uint32_t waiting : 26;
     uint32_t state : 2;   /* 0 blocked, 1 issuable, 2 in flight, DEAD finished */
     uint32_t packed : 1;  /* the span holds its NodeInfo's fields */
@@ -1077,25 +1077,27 @@ typedef struct {
     uint32_t hasobj : 1;  /* `objs` holds its NodeInfo: the reference's, or a lazy window's made */
 } Rec;
 
+#define RID(r) ((uint64_t)(r)->id_hi << 32 | (r)->id_lo)
+
 typedef struct {
     uint32_t child, next; /* child: a record's index; next: the next edge (1-based; 0 none) */
 } Edge;
 
 typedef struct {
     PyObject_HEAD
-    Spec sp;
-    int eager;
+    Spec sp;              /* holds a reference to info_type */
     uint64_t limit;
-    PyObject *bits, *finished, *unseen, *ready, *heappush, *lazy_info, *info_type;
+    PyObject *bits, *finished, *unseen, *ready, *heappush, *lazy_info;
     PyObject *objs;       /* id -> NodeInfo of the records with hasobj (rare), or NULL */
     Rec *recs;
-    uint32_t n_recs, cap_recs, n_live;
     uint32_t *slots;      /* open addressing, linear probing: a record's index + 1; 0 empty */
-    uint32_t cap_slots;   /* a power of 2, or 0: no table yet, the records are scanned */
     Edge *edges;
-    uint32_t n_edges, cap_edges, free_edge;
     unsigned char *arena;
+    uint32_t n_recs, cap_recs, n_live;
+    uint32_t cap_slots;   /* a power of 2, or 0: no table yet, the records are scanned */
+    uint32_t n_edges, cap_edges, free_edge;
     uint32_t arena_len, arena_cap, arena_dead;
+    int eager;
 } Window;
 
 static PyTypeObject WindowType;
@@ -1115,7 +1117,7 @@ static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
 {
     if (w->cap_slots == 0) {
         for (uint32_t i = 0; i < w->n_recs; i++)
-            if (w->recs[i].id == id && w->recs[i].state != DEAD)
+            if (RID(&w->recs[i]) == id && w->recs[i].state != DEAD)
                 return i;
         return -1;
     }
@@ -1124,7 +1126,7 @@ static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
         uint32_t s = w->slots[i];
         if (s == 0)
             return -1;
-        if (w->recs[s - 1].id == id) {
+        if (RID(&w->recs[s - 1]) == id) {
             if (at)
                 *at = i;
             return s - 1;
@@ -1134,7 +1136,7 @@ static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
 
 static void w_place(Window *w, uint32_t index)
 {
-    uint32_t mask = w->cap_slots - 1, i = hslot(w->recs[index].id, mask);
+    uint32_t mask = w->cap_slots - 1, i = hslot(RID(&w->recs[index]), mask);
     while (w->slots[i])
         i = (i + 1) & mask;
     w->slots[i] = index + 1;
@@ -1169,7 +1171,7 @@ static void w_unplace(Window *w, uint32_t i)
         uint32_t s = w->slots[j];
         if (s == 0)
             break;
-        uint32_t k = hslot(w->recs[s - 1].id, mask);
+        uint32_t k = hslot(RID(&w->recs[s - 1]), mask);
         if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
             continue; /* its home lies between the hole and it: it stays */
         w->slots[i] = s;
@@ -1548,13 +1550,8 @@ static int add_child(Window *w, uint32_t parent, uint32_t child)
         e = ++w->n_edges;
     }
     w->edges[e - 1].child = child;
-    w->edges[e - 1].next = 0;
-    Rec *p = &w->recs[parent];
-    if (p->tail)
-        w->edges[p->tail - 1].next = e;
-    else
-        p->head = e;
-    p->tail = e;
+    w->edges[e - 1].next = w->recs[parent].head;
+    w->recs[parent].head = e;
     return 0;
 }
 
@@ -1598,7 +1595,7 @@ static int push_ready(Window *w, uint64_t id)
 /* The NodeInfo kept for record r in `objs` (info NULL: none kept): 0 or FAIL */
 static int rec_keep(Window *w, Rec *r, PyObject *info)
 {
-    PyObject *key = PyLong_FromUnsignedLongLong(r->id);
+    PyObject *key = PyLong_FromUnsignedLongLong(RID(r));
     if (key == NULL)
         return FAIL;
     int s = 0;
@@ -1633,7 +1630,8 @@ static int w_link(Window *w, uint64_t id, int64_t offset, Ptr msg, Py_ssize_t ms
     uint32_t me = w->n_recs;
     Rec *r = &w->recs[me];
     memset(r, 0, sizeof *r);
-    r->id = id;
+    r->id_lo = (uint32_t)id;
+    r->id_hi = (uint32_t)(id >> 32);
     if (pack(w, r, offset, msg, msg_len, deps, n_deps, d))
         return FAIL;
     if (info != NULL && rec_keep(w, r, info)) {
@@ -1708,7 +1706,7 @@ static PyObject *w_info(Window *w, uint32_t i)
 {
     Rec *r = &w->recs[i];
     if (r->hasobj) {
-        PyObject *key = PyLong_FromUnsignedLongLong(r->id);
+        PyObject *key = PyLong_FromUnsignedLongLong(RID(r));
         if (key == NULL)
             return NULL;
         PyObject *have = PyDict_GetItemWithError(w->objs, key);
@@ -1720,7 +1718,7 @@ static PyObject *w_info(Window *w, uint32_t i)
     }
     if (r->packed) {
         Parsed d;
-        unpack(w, r, r->id, &d);
+        unpack(w, r, RID(r), &d);
         return build_info(&d, &w->sp);
     }
     Py_ssize_t n;
@@ -1788,34 +1786,45 @@ static int w_finish(Window *w, uint32_t i, PyObject *freed)
         return FAIL;
     uint32_t at = 0;
     if (w->cap_slots) {
-        w_find(w, r->id, &at);
+        w_find(w, RID(r), &at);
         w_unplace(w, at);
     }
     r->state = DEAD;
     w->n_live--;
-    uint32_t e = r->head, last = 0;
-    for (; e; last = e, e = w->edges[e - 1].next) {
-        Rec *c = &w->recs[w->edges[e - 1].child];
+    /* the children in the order they were added (the chain holds the latest first) */
+    uint32_t small[16], *order = small, n = 0, last = 0;
+    for (uint32_t e = r->head; e; last = e, e = w->edges[e - 1].next)
+        n++;
+    if (n > 16 && (order = PyMem_Malloc((size_t)n * sizeof *order)) == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    uint32_t k = n;
+    for (uint32_t e = r->head; e; e = w->edges[e - 1].next)
+        order[--k] = w->edges[e - 1].child;
+    int fail = 0;
+    for (k = 0; k < n && !fail; k++) {
+        Rec *c = &w->recs[order[k]];
         if (--c->waiting == 0 && c->state == 0) {
             c->state = 1;
-            PyObject *x = PyLong_FromUnsignedLongLong(c->id);
-            if (x == NULL || PyList_Append(freed, x) < 0) {
-                Py_XDECREF(x);
-                return FAIL;
-            }
-            PyObject *res = PyObject_CallFunctionObjArgs(w->heappush, w->ready, x, NULL);
-            Py_DECREF(x);
-            if (res == NULL)
-                return FAIL;
-            Py_DECREF(res);
+            PyObject *x = PyLong_FromUnsignedLongLong(RID(c)), *res = NULL;
+            if (x != NULL && PyList_Append(freed, x) == 0)
+                res = PyObject_CallFunctionObjArgs(w->heappush, w->ready, x, NULL);
+            Py_XDECREF(x);
+            fail = res == NULL;
+            Py_XDECREF(res);
         }
     }
+    if (order != small)
+        PyMem_Free(order);
+    if (fail)
+        return FAIL;
     r = &w->recs[i];
     if (last) { /* the chain onto the free list */
         w->edges[last - 1].next = w->free_edge;
         w->free_edge = r->head;
     }
-    r->head = r->tail = 0;
+    r->head = 0;
     if (r->packed)
         atom_drop(packed_name(w, r));
     w->arena_dead += span(w, i);
@@ -1867,7 +1876,7 @@ static PyObject *Window_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     w->sp.comm_coll = PyLong_AsLong(comm_coll);
     w->eager = PyObject_IsTrue(eager);
     w->limit = PyLong_AsUnsignedLongLong(limit);
-    w->info_type = Py_NewRef(info_type);
+    Py_INCREF(info_type); /* released with the window (sp.info_type) */
     w->bits = Py_NewRef(bits);
     w->finished = Py_NewRef(finished);
     w->unseen = Py_NewRef(unseen);
@@ -1891,7 +1900,7 @@ static void Window_dealloc(Window *w)
     PyMem_Free(w->slots);
     PyMem_Free(w->edges);
     PyMem_Free(w->arena);
-    Py_XDECREF(w->info_type);
+    Py_XDECREF(w->sp.info_type);
     Py_XDECREF(w->bits);
     Py_XDECREF(w->finished);
     Py_XDECREF(w->unseen);
@@ -1935,7 +1944,7 @@ static PyObject *Window_getitem(Window *w, PyObject *key)
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
     }
-    return record_of(w, w->recs[i].id);
+    return record_of(w, RID(&w->recs[i]));
 }
 
 static int Window_contains(Window *w, PyObject *key)
@@ -1951,7 +1960,7 @@ static PyObject *Window_iter(Window *w)
     for (uint32_t i = 0; i < w->n_recs; i++) {
         if (w->recs[i].state == DEAD)
             continue;
-        PyObject *x = PyLong_FromUnsignedLongLong(w->recs[i].id);
+        PyObject *x = PyLong_FromUnsignedLongLong(RID(&w->recs[i]));
         if (x == NULL || PyList_Append(ids, x) < 0) {
             Py_XDECREF(x);
             Py_DECREF(ids);
@@ -1973,7 +1982,7 @@ static PyObject *Window_get(Window *w, PyObject *const *args, Py_ssize_t nargs)
     int64_t i = w_lookup(w, args[0]);
     if (i < 0)
         return Py_NewRef(nargs == 2 ? args[1] : Py_None);
-    return record_of(w, w->recs[i].id);
+    return record_of(w, RID(&w->recs[i]));
 }
 
 static PyObject *Window_info(Window *w, PyObject *key)
@@ -2172,11 +2181,13 @@ static PyObject *Record_get(Record *self, void *which)
             Py_RETURN_NONE;
         PyObject *l = PyList_New(0);
         for (uint32_t e = r->head; l && e; e = w->edges[e - 1].next) {
-            PyObject *x = PyLong_FromUnsignedLongLong(w->recs[w->edges[e - 1].child].id);
+            PyObject *x = PyLong_FromUnsignedLongLong(RID(&w->recs[w->edges[e - 1].child]));
             if (x == NULL || PyList_Append(l, x) < 0)
                 Py_CLEAR(l);
             Py_XDECREF(x);
         }
+        if (l && PyList_Reverse(l) < 0) /* as added: the chain holds the latest first */
+            Py_CLEAR(l);
         return l;
     }
     default:
