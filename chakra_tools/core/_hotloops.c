@@ -1995,6 +1995,18 @@ static PyObject *Window_info(Window *w, PyObject *key)
     return w_info(w, (uint32_t)i);
 }
 
+/* taken(id): an issuable node now in flight (ETFeeder.next_issuable, without a Record view) */
+static PyObject *Window_taken(Window *w, PyObject *key)
+{
+    int64_t i = w_lookup(w, key);
+    if (i < 0) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    w->recs[i].state = 2;
+    Py_RETURN_NONE;
+}
+
 /* link(id, deps, info, raw): a node the reference decoded, linked in as _link_reference links it */
 static PyObject *Window_link(Window *w, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2095,6 +2107,7 @@ static PyMethodDef Window_methods[] = {
     {"link", (PyCFunction)(void (*)(void))Window_link, METH_FASTCALL,
      "link(id, deps, info, raw): a node the reference decoded, linked in (the caller checked it is new)"},
     {"nbytes", (PyCFunction)Window_nbytes, METH_NOARGS, "nbytes() -> the bytes the window holds"},
+    {"taken", (PyCFunction)Window_taken, METH_O, "taken(id): the node is in flight (its state 2)"},
     {"trim", (PyCFunction)Window_trim, METH_NOARGS, "trim(): spare room given back"},
     {NULL, NULL, 0, NULL},
 };

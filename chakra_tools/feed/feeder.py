@@ -381,7 +381,11 @@ class ETFeeder:
         if not self._ready:
             return None
         nid = heapq.heappop(self._ready)
-        self._loaded[nid].state = 2
+        loaded = self._loaded
+        if type(loaded) is dict:
+            loaded[nid].state = 2
+        else:
+            loaded.taken(nid)  # as the line above, without making a record view
         self._in_flight += 1
         return nid
 
