@@ -20,6 +20,7 @@
  *         communication node; every contract attribute of its contract kind.
  *
  *     decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) | None
+ *     Window(...): a feeder's window of loaded nodes as C records
  *     load_node(window, msg[, offset]) -> id | None
  *     load_frames(window, buf, pos, base, budget) -> (pos, loaded)
  *     finish_node(window, nid) -> freed | None
@@ -806,27 +807,37 @@ typedef struct {
     long max_type, comm_coll;
 } Spec;
 
+/* Everything of one Node message that the feeder keeps, as numbers and spans of the message (or
+ * of a window's arena): what `build_info` makes a NodeInfo of, and the resolved dependencies. */
 typedef struct {
-    uint64_t id, ids[2 * MAX_DEPS]; /* the id and the dependencies as numbers */
-    int n_ids;
-    PyObject *nid, *deps, *info;
-} Decoded;
+    uint64_t id, start, dur;
+    int64_t type;
+    int is_cpu, has_inv, n_deps;
+    Ptr name, pg; /* pg NULL: no pg_name string */
+    Py_ssize_t name_len, pg_len, n_inv;
+    int slot_kind[N_SLOTS];
+    uint64_t slot_v[N_SLOTS];
+    unsigned char inv[256];
+    uint64_t deps[2 * MAX_DEPS];
+} Parsed;
 
-/* One Node message into *d (new references in d->nid, d->deps, d->info): 0, PUNT (nothing
- * set), or FAIL (a Python exception). */
-static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
+/* One Node message read into *d: 0, or PUNT (where the reference might differ or must word an
+ * error). Makes no Python object. */
+static int parse(Ptr p, Py_ssize_t size, const Spec *sp, Parsed *d)
 {
     Ptr end = p + size;
-    int use_data = sp->use_data, use_ctrl = sp->use_ctrl;
-    long max_type = sp->max_type, comm_coll = sp->comm_coll;
-
-    uint64_t id = 0, start = 0, dur = 0, data[MAX_DEPS], ctrl[MAX_DEPS];
-    int64_t type = 0;
-    int n_data = 0, n_ctrl = 0, is_cpu = 0;
-    Ptr name = (Ptr) "", pg = NULL, involved = NULL;
-    Py_ssize_t name_len = 0, pg_len = 0, involved_len = 0;
-    int slot_kind[N_SLOTS] = {0};
-    uint64_t slot_v[N_SLOTS];
+    uint64_t data[MAX_DEPS], ctrl[MAX_DEPS];
+    int n_data = 0, n_ctrl = 0;
+    Ptr involved = NULL;
+    Py_ssize_t involved_len = 0;
+    d->id = d->start = d->dur = 0;
+    d->type = 0;
+    d->is_cpu = 0;
+    d->name = (Ptr) "";
+    d->name_len = 0;
+    d->pg = NULL;
+    d->pg_len = 0;
+    memset(d->slot_kind, 0, sizeof d->slot_kind);
 
     Field fd;
     while (p < end) {
@@ -840,16 +851,16 @@ static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
         case 1: case 3: case 6: case 7:
             if (w != 0)
                 return PUNT;
-            if (f == 1) id = v;
-            else if (f == 3) type = (int32_t)(uint32_t)v;
-            else if (f == 6) start = v;
-            else dur = v;
+            if (f == 1) d->id = v;
+            else if (f == 3) d->type = (int32_t)(uint32_t)v;
+            else if (f == 6) d->start = v;
+            else d->dur = v;
             break;
         case 2:
             if (w != 2 || !utf8_ok(s, n))
                 return PUNT;
-            name = s;
-            name_len = n;
+            d->name = s;
+            d->name_len = n;
             break;
         case 4: case 5:
             if (add_ids(s, n, w, v, f == 5 ? data : ctrl, f == 5 ? &n_data : &n_ctrl))
@@ -866,16 +877,16 @@ static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
             int slot;
             if (name_is(&a, "is_cpu_op", 9)) {
                 if (a.kind == 27)
-                    is_cpu = a.v != 0;
+                    d->is_cpu = a.v != 0;
             } else if ((slot = int_slot(&a)) >= 0) {
                 if (is_int_kind(a.kind)) {
-                    slot_kind[slot] = a.kind;
-                    slot_v[slot] = a.v;
+                    d->slot_kind[slot] = a.kind;
+                    d->slot_v[slot] = a.v;
                 }
             } else if (name_is(&a, "pg_name", 7)) {
                 if (a.kind == 29) {
-                    pg = a.s;
-                    pg_len = a.n;
+                    d->pg = a.s;
+                    d->pg_len = a.n;
                 }
             } else if (name_is(&a, "involved_dim", 12) && a.kind == 28) {
                 involved = a.s;
@@ -887,29 +898,27 @@ static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
             return PUNT;
         }
     }
-    if (type < 0 || type > max_type)
+    if (d->type < 0 || d->type > sp->max_type)
         return PUNT;
 
     /* deps: data then control (as the feeder resolves them), each id once, first place kept */
-    uint64_t *deps = d->ids;
     int n_deps = 0;
     for (int k = 0; k < 2; k++) {
         const uint64_t *ids = k == 0 ? data : ctrl;
-        int count = k == 0 ? (use_data ? n_data : 0) : (use_ctrl ? n_ctrl : 0);
+        int count = k == 0 ? (sp->use_data ? n_data : 0) : (sp->use_ctrl ? n_ctrl : 0);
         for (int i = 0; i < count; i++) {
             int dup = 0;
             for (int j = 0; j < n_deps && !dup; j++)
-                dup = deps[j] == ids[i];
+                dup = d->deps[j] == ids[i];
             if (!dup)
-                deps[n_deps++] = ids[i];
+                d->deps[n_deps++] = ids[i];
         }
     }
+    d->n_deps = n_deps;
 
     /* the involved_dim values: a BoolList's field 1, packed or not */
-    PyObject *items[18] = {NULL};
-    PyObject *dep_tuple = NULL, *nid = NULL, *info = NULL;
-    Py_ssize_t n_inv = 0;
-    unsigned char inv[256];
+    d->has_inv = involved != NULL;
+    d->n_inv = 0;
     if (involved != NULL) {
         Ptr q = involved, qe = involved + involved_len;
         while (q < qe) {
@@ -919,97 +928,92 @@ static int decode(Ptr p, Py_ssize_t size, const Spec *sp, Decoded *d)
             if (fd.f != 1)
                 continue;
             if (fd.w == 0) {
-                if (n_inv >= 256)
+                if (d->n_inv >= 256)
                     return PUNT;
-                inv[n_inv++] = fd.v != 0;
+                d->inv[d->n_inv++] = fd.v != 0;
             } else { /* packed: check_list saw every other wire type off */
                 Ptr r = fd.s, re = fd.s + fd.n;
                 while (r < re) {
-                    if (n_inv >= 256 || rd_varint(&r, re, &v))
+                    if (d->n_inv >= 256 || rd_varint(&r, re, &v))
                         return PUNT;
-                    inv[n_inv++] = v != 0;
+                    d->inv[d->n_inv++] = v != 0;
                 }
             }
         }
     }
+    return 0;
+}
 
-    dep_tuple = PyTuple_New(n_deps);
-    if (dep_tuple == NULL)
-        goto fail;
-    for (int i = 0; i < n_deps; i++) {
-        PyObject *d = PyLong_FromUnsignedLongLong(deps[i]);
-        if (d == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(dep_tuple, i, d);
-    }
-    nid = PyLong_FromUnsignedLongLong(id);
-    items[0] = nid;
-    Py_XINCREF(nid);
-    items[1] = PyUnicode_DecodeUTF8((const char *)name, name_len, "strict");
-    items[2] = PyLong_FromLongLong(type);
-    items[3] = PyLong_FromUnsignedLongLong(dur);
-    items[4] = PyBool_FromLong(is_cpu);
+/* The NodeInfo of a parsed node (a new reference, untracked by the cyclic GC), or NULL. */
+static PyObject *build_info(const Parsed *d, const Spec *sp)
+{
+    PyObject *items[18] = {NULL};
+    items[0] = PyLong_FromUnsignedLongLong(d->id);
+    items[1] = PyUnicode_DecodeUTF8((const char *)d->name, d->name_len, "strict");
+    items[2] = PyLong_FromLongLong(d->type);
+    items[3] = PyLong_FromUnsignedLongLong(d->dur);
+    items[4] = PyBool_FromLong(d->is_cpu);
     for (int i = 0; i < N_SLOTS; i++) {
         /* NodeInfo's order: num_ops, tensor_size, comm_type, comm_size, comm_src, comm_dst, comm_tag
          * at 5..11; duration_ns, tid, stream at 15..17 */
         int at = i < 7 ? 5 + i : 8 + i;
         PyObject *val;
-        if (slot_kind[i])
-            val = int_value(slot_kind[i], slot_v[i]);
-        else if (i == 0 || i == 1 || i == 3 || (i == 2 && type == comm_coll))
+        if (d->slot_kind[i])
+            val = int_value(d->slot_kind[i], d->slot_v[i]);
+        else if (i == 0 || i == 1 || i == 3 || (i == 2 && d->type == sp->comm_coll))
             val = PyLong_FromLong(0);  /* num_ops, tensor_size, comm_size: 0; a COMM_COLL's comm_type: 0 */
-        else {
-            val = Py_None;
-            Py_INCREF(val);
-        }
+        else
+            val = Py_NewRef(Py_None);
         items[at] = val;
     }
-    items[12] = pg ? PyUnicode_DecodeUTF8((const char *)pg, pg_len, "strict") : PyUnicode_New(0, 0);
-    if (involved != NULL) {
-        items[13] = PyTuple_New(n_inv);
-        if (items[13] != NULL)
-            for (Py_ssize_t i = 0; i < n_inv; i++) {
-                PyObject *b = inv[i] ? Py_True : Py_False;
-                Py_INCREF(b);
-                PyTuple_SET_ITEM(items[13], i, b);
-            }
-    } else {
-        items[13] = Py_None;
-        Py_INCREF(Py_None);
-    }
-    items[14] = PyLong_FromUnsignedLongLong(start);
+    items[12] = d->pg ? PyUnicode_DecodeUTF8((const char *)d->pg, d->pg_len, "strict") : PyUnicode_New(0, 0);
+    if (d->has_inv) {
+        items[13] = PyTuple_New(d->n_inv);
+        if (items[13] != NULL) {
+            for (Py_ssize_t i = 0; i < d->n_inv; i++)
+                PyTuple_SET_ITEM(items[13], i, Py_NewRef(d->inv[i] ? Py_True : Py_False));
+            if (d->n_inv)
+                PyObject_GC_UnTrack(items[13]);
+        }
+    } else
+        items[13] = Py_NewRef(Py_None);
+    items[14] = PyLong_FromUnsignedLongLong(d->start);
     for (int i = 0; i < 18; i++)
         if (items[i] == NULL)
             goto fail;
-    int items13_tracked = n_inv > 0;
     PyTypeObject *t = sp->info_type;
-    info = t->tp_alloc(t, 18);
+    PyObject *info = t->tp_alloc(t, 18);
     if (info == NULL)
         goto fail;
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 18; i++)
         PyTuple_SET_ITEM(info, i, items[i]);
-        items[i] = NULL;
-    }
-    /* Nothing in them can refer back to a container: untracked now, the cyclic collector need not
-     * walk a feeder's window of them again and again (as it untracks plain tuples of numbers) */
+    /* Nothing in it can refer back to a container: untracked, the cyclic collector need not walk
+     * it (as it untracks plain tuples of numbers) */
     PyObject_GC_UnTrack(info);
-    if (items13_tracked)
-        PyObject_GC_UnTrack(PyTuple_GET_ITEM(info, 13));
-    if (n_deps)
-        PyObject_GC_UnTrack(dep_tuple);
-    d->id = id;
-    d->n_ids = n_deps;
-    d->nid = nid;
-    d->deps = dep_tuple;
-    d->info = info;
-    return 0;
+    return info;
 fail:
     for (int i = 0; i < 18; i++)
         Py_XDECREF(items[i]);
-    Py_XDECREF(dep_tuple);
-    Py_XDECREF(nid);
-    Py_XDECREF(info);
-    return FAIL;
+    return NULL;
+}
+
+/* A tuple of ids (untracked), or NULL. */
+static PyObject *id_tuple(const uint64_t *ids, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(ids[i]);
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    if (n)
+        PyObject_GC_UnTrack(t);
+    return t;
 }
 
 static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1020,254 +1024,1284 @@ static PyObject *decode_node(PyObject *self, PyObject *const *args, Py_ssize_t n
                PyLong_AsLong(args[4]), PyLong_AsLong(args[5])};
     if (sp.use_data < 0 || sp.use_ctrl < 0 || PyErr_Occurred())
         return NULL;
-    Decoded d;
-    int r = decode((Ptr)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &sp, &d);
-    if (r == FAIL)
-        return NULL;
-    if (r == PUNT)
+    Parsed d;
+    if (parse((Ptr)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &sp, &d))
         Py_RETURN_NONE;
-    PyObject *out = PyTuple_New(3);
-    if (out == NULL) {
-        Py_DECREF(d.nid);
-        Py_DECREF(d.deps);
-        Py_DECREF(d.info);
+    PyObject *deps = id_tuple(d.deps, d.n_deps), *info = deps ? build_info(&d, &sp) : NULL;
+    if (info == NULL) {
+        Py_XDECREF(deps);
         return NULL;
     }
-    PyTuple_SET_ITEM(out, 0, d.nid);
-    PyTuple_SET_ITEM(out, 1, d.deps);
-    PyTuple_SET_ITEM(out, 2, d.info);
-    return out;
+    return Py_BuildValue("(KNN)", (unsigned long long)d.id, deps, info);
 }
 
-/* ---- load_node: decode_node and the feeder's window bookkeeping (feed/feeder.py `_load`) -------
+/* ---- Window: a feeder's window of loaded nodes, compact (feed/feeder.py) -----------------------
  *
- *     load_node(window, msg[, offset]) -> id | None
- *         (twin: hotloops._load_node_twin loads no node; ETFeeder._load, the reference, does)
- *         offset: where the message lies in the file; an eager window keeps it in the record's
- *         raw slot instead of the message (the info holds what a simulator reads).
- *         window = (loaded, finished bits, unseen, ready, heappush, record type, eager,
- *                   use_data, use_ctrl, info_type, max_type, comm_coll, bitmap_limit): the
- *         feeder's own containers, changed here as `_load` changes them: the node's record (its
- *         slots raw, info, deps, waiting, children, state) into `loaded`, linked to its loaded
- *         parents' children or to `unseen`, given the children that waited for it, pushed on
- *         `ready` if nothing holds it. Returns None, having changed nothing, where decode_node
- *         would, and for an id (the node's or a dependency's) at or above bitmap_limit or one
- *         already loaded or finished: the reference loads those.
+ *     Window(eager, use_data, use_ctrl, info_type, max_type, comm_coll, bitmap_limit, bits, finished,
+ *            unseen, ready, heappush, lazy_info)
+ *         (twin: the feeder's reference window, a dict of `_Loaded` records that `_link_reference`
+ *         and `_finish_record` change) The nodes one feeder has read and not finished, held as C
+ *         records, not Python objects: per node a 24-byte record (id, waiting count and state,
+ *         its children as a chain of 8-byte edges) and in an arena its file offset, its
+ *         dependencies and (eager) the NodeInfo's fields packed, its name an id in a table of
+ *         names the whole process shares; a NodeInfo is made each time it is asked for (a few
+ *         hundred ns; a replayer asks once or twice a node). About 60 bytes a node of a
+ *         generated GPT where the dict of records, NodeInfos and numbers held 650. A lazy
+ *         window keeps each message in the arena instead, and the NodeInfo the reference's way
+ *         (lazy_info(message), kept once made); so do the nodes the reference decoded (`link`),
+ *         in `objs`. finished: the feeder's FinishedIds, bits its bitmap (ids from bitmap_limit
+ *         on go through `in finished` and `finished.add`); unseen: absent id -> ids waiting for
+ *         it; ready: the heap of issuable ids (heappush).
+ *
+ *     A mapping of id -> record (`Record`, a view with the `_Loaded` slots: raw, info, deps,
+ *     waiting, children, state; waiting, state and info settable), in the order the nodes were
+ *     read; and link, info, nbytes, trim (their docstrings). load_node, load_frames and
+ *     finish_node below change it as the reference changes its dict. Finished records leave
+ *     holes that are compacted away once they outnumber the live ones.
  */
-#include <structmember.h>
+#define DEAD 3
 
-enum { R_RAW, R_INFO, R_DEPS, R_WAITING, R_CHILDREN, R_STATE, N_RECORD_SLOTS };
-static const char *const RECORD_NAMES[N_RECORD_SLOTS] = {"raw", "info", "deps", "waiting", "children", "state"};
-static PyTypeObject *record_type = NULL; /* the class record_off is for (a new reference) */
-static Py_ssize_t record_off[N_RECORD_SLOTS];
+#define MAX_WAITING ((1u << 26) - 1)
 
-#define RSLOT(obj, i) (*(PyObject **)((char *)(obj) + record_off[i]))
+/* 20 bytes a node; the rest lies in its span of the arena: [offset] [message] dependencies [info]
+ * (offset: where the message lies in the file, kept by an eager window; message: a lazy
+ * window's, or an eager one's given no offset; info: its NodeInfo's fields packed) */
+typedef struct {
+    uint32_t id_lo, id_hi; /* its id (RID), in halves: the record packs to 20 bytes */
+    uint32_t data;        /* its span of the arena, up to the next record's */
+    uint32_t head;        /* its children, the latest first: a chain of edges (1-based; 0 none) */
+    uint32_t waiting : 26;
+    uint32_t state : 2;   /* 0 blocked, 1 issuable, 2 in flight, DEAD finished */
+    uint32_t packed : 1;  /* the span holds its NodeInfo's fields */
+    uint32_t hasoff : 1, hasraw : 1;
+    uint32_t hasobj : 1;  /* `objs` holds its NodeInfo: the reference's, or a lazy window's made */
+} Rec;
 
-/* The record class's slot offsets, read once per class off its own member table (the one
- * __slots__ makes); 0, or PUNT if the class itself does not define each as a slot. */
-static int record_slots(PyTypeObject *t)
+#define RID(r) ((uint64_t)(r)->id_hi << 32 | (r)->id_lo)
+
+typedef struct {
+    uint32_t child, next; /* child: a record's index; next: the next edge (1-based; 0 none) */
+} Edge;
+
+typedef struct {
+    PyObject_HEAD
+    Spec sp;              /* holds a reference to info_type */
+    uint64_t limit;
+    PyObject *bits, *finished, *unseen, *ready, *heappush, *lazy_info;
+    PyObject *objs;       /* id -> NodeInfo of the records with hasobj (rare), or NULL */
+    Rec *recs;
+    uint32_t *slots;      /* open addressing, linear probing: a record's index + 1; 0 empty */
+    Edge *edges;
+    unsigned char *arena;
+    uint32_t n_recs, cap_recs, n_live;
+    uint32_t cap_slots;   /* a power of 2, or 0: no table yet, the records are scanned */
+    uint32_t n_edges, cap_edges, free_edge;
+    uint32_t arena_len, arena_cap, arena_dead;
+    int eager;
+} Window;
+
+static PyTypeObject WindowType;
+static PyTypeObject RecordType;
+
+static inline uint32_t hslot(uint64_t id, uint32_t mask)
 {
-    if (t == record_type)
-        return 0;
-    if (!PyType_Check(t) || t->tp_members == NULL)
-        return PUNT;
-    int found = 0;
-    for (PyMemberDef *m = t->tp_members; m->name != NULL; m++)
-        for (int i = 0; i < N_RECORD_SLOTS; i++)
-            if (m->type == T_OBJECT_EX && strcmp(m->name, RECORD_NAMES[i]) == 0) {
-                record_off[i] = m->offset;
-                found |= 1 << i;
-            }
-    if (found != (1 << N_RECORD_SLOTS) - 1) {
-        Py_CLEAR(record_type); /* record_off now mixes classes: no class may use it */
-        return PUNT;
+    return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+/* Up to this many live records a window has no table: a scan of them is as quick as a probe, and
+ * a held rank file of a few dozen nodes saves the table's bytes (a tenth of its window) */
+#define SCANNED 64
+
+/* The record of id, or -1; *at: its hash slot */
+static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
+{
+    if (w->cap_slots == 0) {
+        for (uint32_t i = 0; i < w->n_recs; i++)
+            if (RID(&w->recs[i]) == id && w->recs[i].state != DEAD)
+                return i;
+        return -1;
     }
-    Py_XSETREF(record_type, (PyTypeObject *)Py_NewRef(t));
+    uint32_t mask = w->cap_slots - 1;
+    for (uint32_t i = hslot(id, mask);; i = (i + 1) & mask) {
+        uint32_t s = w->slots[i];
+        if (s == 0)
+            return -1;
+        if (RID(&w->recs[s - 1]) == id) {
+            if (at)
+                *at = i;
+            return s - 1;
+        }
+    }
+}
+
+static void w_place(Window *w, uint32_t index)
+{
+    uint32_t mask = w->cap_slots - 1, i = hslot(RID(&w->recs[index]), mask);
+    while (w->slots[i])
+        i = (i + 1) & mask;
+    w->slots[i] = index + 1;
+}
+
+/* The table sized for `live` records (load at most 3/4), every live record placed again. */
+static int w_rehash(Window *w, uint32_t live)
+{
+    uint32_t cap = 8;
+    while (cap * 3 < live * 4 + 4)
+        cap <<= 1;
+    uint32_t *slots = PyMem_Calloc(cap, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    PyMem_Free(w->slots);
+    w->slots = slots;
+    w->cap_slots = cap;
+    for (uint32_t i = 0; i < w->n_recs; i++)
+        if (w->recs[i].state != DEAD)
+            w_place(w, i);
     return 0;
 }
 
-static inline void set_rslot(PyObject *rec, int i, PyObject *value) /* steals value */
+/* Backward-shift deletion: the table stays as if the id had never been placed. */
+static void w_unplace(Window *w, uint32_t i)
 {
-    Py_XSETREF(RSLOT(rec, i), value);
+    uint32_t mask = w->cap_slots - 1, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint32_t s = w->slots[j];
+        if (s == 0)
+            break;
+        uint32_t k = hslot(RID(&w->recs[s - 1]), mask);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue; /* its home lies between the hole and it: it stays */
+        w->slots[i] = s;
+        i = j;
+    }
+    w->slots[i] = 0;
 }
 
-static inline int finished_bit(PyObject *bits, uint64_t i)
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t item)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t c = *cap ? *cap : 8;
+    while (c < need)
+        c *= 2;
+    if (c > UINT32_MAX - 1 || c * item > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    void *q = PyMem_Realloc(*p, c * item);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    *p = q;
+    *cap = (uint32_t)c;
+    return 0;
+}
+
+/* -- names: one copy of each node name for all the windows of the process, however many nodes and
+ * ranks repeat it (the ranks of one job name their nodes alike: 925 of a generated GPT rank's
+ * 4,100 window bytes were names), counted, freed with the last node that uses it ------------ */
+typedef struct {
+    uint64_t hash;
+    uint32_t refs, len;
+    char s[];
+} Atom;
+
+static Atom **atoms = NULL;      /* by id - 1; a free id holds (next free id << 1 | 1) */
+static uint32_t n_atoms = 0, cap_atoms = 0, atom_free = 0, atoms_live = 0;
+static uint32_t *atom_slots = NULL; /* open addressing: an id, 0 empty */
+static uint32_t cap_atom_slots = 0;
+
+static inline uint64_t name_hash(Ptr s, Py_ssize_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void atom_place(uint32_t id)
+{
+    uint32_t mask = cap_atom_slots - 1, i = hslot(atoms[id - 1]->hash, mask);
+    while (atom_slots[i])
+        i = (i + 1) & mask;
+    atom_slots[i] = id;
+}
+
+static int atoms_rehash(uint32_t live)
+{
+    uint32_t cap = 64;
+    while (cap * 3 < live * 4 + 4)
+        cap <<= 1;
+    uint32_t *slots = PyMem_RawCalloc(cap, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    PyMem_RawFree(atom_slots);
+    atom_slots = slots;
+    cap_atom_slots = cap;
+    for (uint32_t id = 1; id <= n_atoms; id++)
+        if (!((uintptr_t)atoms[id - 1] & 1))
+            atom_place(id);
+    return 0;
+}
+
+/* The id of the name (s, n), counted once more: a new one made if none is live; 0 on an error. */
+static uint32_t atom_get(Ptr s, Py_ssize_t n)
+{
+    if (n > UINT32_MAX) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    uint64_t h = name_hash(s, n);
+    if (cap_atom_slots) {
+        uint32_t mask = cap_atom_slots - 1;
+        for (uint32_t i = hslot(h, mask); atom_slots[i]; i = (i + 1) & mask) {
+            Atom *a = atoms[atom_slots[i] - 1];
+            if (a->hash == h && a->len == n && memcmp(a->s, s, n) == 0) {
+                a->refs++;
+                return atom_slots[i];
+            }
+        }
+    }
+    if ((atoms_live + 1) * 4 > cap_atom_slots * 3 && atoms_rehash(atoms_live + 1))
+        return 0;
+    uint32_t id = atom_free;
+    if (id == 0 && grow((void **)&atoms, &cap_atoms, n_atoms + 1, sizeof *atoms))
+        return 0;
+    Atom *a = PyMem_RawMalloc(sizeof(Atom) + (size_t)n);
+    if (a == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (id)
+        atom_free = (uint32_t)((uintptr_t)atoms[id - 1] >> 1);
+    else
+        id = ++n_atoms;
+    a->hash = h;
+    a->refs = 1;
+    a->len = (uint32_t)n;
+    memcpy(a->s, s, n);
+    atoms[id - 1] = a;
+    atoms_live++;
+    atom_place(id);
+    return id;
+}
+
+/* One use of the name fewer: freed with its last. */
+static void atom_drop(uint32_t id)
+{
+    Atom *a = atoms[id - 1];
+    if (--a->refs)
+        return;
+    uint32_t mask = cap_atom_slots - 1, i = hslot(a->hash, mask);
+    while (atom_slots[i] != id)
+        i = (i + 1) & mask;
+    for (uint32_t j = i;;) { /* backward-shift deletion, as w_unplace */
+        j = (j + 1) & mask;
+        uint32_t t = atom_slots[j];
+        if (t == 0)
+            break;
+        uint32_t k = hslot(atoms[t - 1]->hash, mask);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        atom_slots[i] = t;
+        i = j;
+    }
+    atom_slots[i] = 0;
+    PyMem_RawFree(a);
+    atoms[id - 1] = (Atom *)((uintptr_t)atom_free << 1 | 1);
+    atom_free = id;
+    atoms_live--;
+}
+
+/* -- the arena: a record's dependencies, then (packed) its NodeInfo's fields ---------------------- */
+static inline void put_vi(unsigned char **q, uint64_t v)
+{
+    while (v >= 0x80) {
+        *(*q)++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *(*q)++ = (unsigned char)v;
+}
+
+static inline uint64_t get_vi(Ptr *q)
+{
+    uint64_t v = 0;
+    for (int s = 0;; s += 7) {
+        unsigned b = *(*q)++;
+        v |= (uint64_t)(b & 0x7F) << s;
+        if (b < 0x80)
+            return v;
+    }
+}
+
+/* Room for n more bytes of arena; 0 or FAIL. */
+static int arena_room(Window *w, uint64_t n)
+{
+    if ((uint64_t)w->arena_len + n > UINT32_MAX - 1) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    return grow((void **)&w->arena, &w->arena_cap, w->arena_len + (uint32_t)n, 1);
+}
+
+/* The dependencies (and with d, the info's fields) of record r appended to the arena. */
+static int pack(Window *w, Rec *r, int64_t offset, Ptr msg, Py_ssize_t msg_len, const uint64_t *deps,
+                Py_ssize_t n_deps, const Parsed *d)
+{
+    uint64_t need = 10 + 10 * (uint64_t)n_deps + 10 + (msg ? 10 + (uint64_t)msg_len : 0);
+    if (d)
+        need += 2 + 20 + 2 + 11 * N_SLOTS + 20 + d->pg_len + 2 + 32;
+    if (arena_room(w, need))
+        return FAIL;
+    uint32_t name = 0;
+    if (d && (name = atom_get(d->name, d->name_len)) == 0)
+        return FAIL;
+    unsigned char *start = w->arena + w->arena_len, *q = start;
+    if (offset >= 0)
+        put_vi(&q, (uint64_t)offset);
+    if (msg) {
+        put_vi(&q, (uint64_t)msg_len);
+        memcpy(q, msg, msg_len);
+        q += msg_len;
+    }
+    put_vi(&q, (uint64_t)n_deps);
+    for (Py_ssize_t i = 0; i < n_deps; i++)
+        put_vi(&q, deps[i]);
+    if (d) {
+        unsigned mask = 0;
+        for (int i = 0; i < N_SLOTS; i++)
+            if (d->slot_kind[i])
+                mask |= 1u << i;
+        put_vi(&q, (uint64_t)d->type);
+        *q++ = (unsigned char)(d->is_cpu | (d->pg != NULL) << 1 | d->has_inv << 2);
+        put_vi(&q, d->dur);
+        put_vi(&q, d->start);
+        put_vi(&q, mask);
+        for (int i = 0; i < N_SLOTS; i++)
+            if (d->slot_kind[i]) {
+                *q++ = (unsigned char)d->slot_kind[i];
+                put_vi(&q, d->slot_v[i]);
+            }
+        put_vi(&q, name);
+        if (d->pg) {
+            put_vi(&q, (uint64_t)d->pg_len);
+            memcpy(q, d->pg, d->pg_len);
+            q += d->pg_len;
+        }
+        if (d->has_inv) {
+            put_vi(&q, (uint64_t)d->n_inv);
+            for (Py_ssize_t i = 0; i < d->n_inv; i += 8) {
+                unsigned char b = 0;
+                for (int k = 0; k < 8 && i + k < d->n_inv; k++)
+                    b |= (unsigned char)(d->inv[i + k] << k);
+                *q++ = b;
+            }
+        }
+    }
+    r->data = w->arena_len;
+    r->packed = d != NULL;
+    r->hasoff = offset >= 0;
+    r->hasraw = msg != NULL;
+    w->arena_len += (uint32_t)(q - start);
+    return 0;
+}
+
+/* Where record r's span holds its message (*n bytes), or NULL */
+static Ptr rec_msg(const Window *w, const Rec *r, Py_ssize_t *n)
+{
+    Ptr q = w->arena + r->data;
+    if (r->hasoff)
+        get_vi(&q);
+    if (!r->hasraw)
+        return NULL;
+    *n = (Py_ssize_t)get_vi(&q);
+    return q;
+}
+
+/* Where record r's span holds its dependencies */
+static Ptr rec_deps_at(const Window *w, const Rec *r)
+{
+    Ptr q = w->arena + r->data;
+    if (r->hasoff)
+        get_vi(&q);
+    if (r->hasraw)
+        q += get_vi(&q);
+    return q;
+}
+
+static int64_t rec_offset(const Window *w, const Rec *r)
+{
+    Ptr q = w->arena + r->data;
+    return r->hasoff ? (int64_t)get_vi(&q) : -1;
+}
+
+/* The packed info of record r read back into *d (spans into the arena: use before it changes). */
+static void unpack(const Window *w, const Rec *r, uint64_t id, Parsed *d)
+{
+    Ptr q = rec_deps_at(w, r);
+    uint64_t n = get_vi(&q);
+    for (uint64_t i = 0; i < n; i++)
+        get_vi(&q);
+    d->id = id;
+    d->type = (int64_t)get_vi(&q);
+    unsigned flags = *q++;
+    d->is_cpu = flags & 1;
+    d->has_inv = flags >> 2 & 1;
+    d->dur = get_vi(&q);
+    d->start = get_vi(&q);
+    unsigned mask = (unsigned)get_vi(&q);
+    for (int i = 0; i < N_SLOTS; i++) {
+        d->slot_kind[i] = 0;
+        if (mask >> i & 1) {
+            d->slot_kind[i] = *q++;
+            d->slot_v[i] = get_vi(&q);
+        }
+    }
+    Atom *a = atoms[get_vi(&q) - 1];
+    d->name = (Ptr)a->s;
+    d->name_len = a->len;
+    d->pg = NULL;
+    d->pg_len = 0;
+    if (flags & 2) {
+        d->pg_len = (Py_ssize_t)get_vi(&q);
+        d->pg = q;
+        q += d->pg_len;
+    }
+    d->n_inv = 0;
+    if (d->has_inv) {
+        d->n_inv = (Py_ssize_t)get_vi(&q);
+        for (Py_ssize_t i = 0; i < d->n_inv; i++)
+            d->inv[i] = q[i >> 3] >> (i & 7) & 1;
+    }
+}
+
+/* The name (atom id) a packed record holds */
+static uint32_t packed_name(const Window *w, const Rec *r)
+{
+    Ptr q = rec_deps_at(w, r);
+    uint64_t n = get_vi(&q);
+    for (uint64_t i = 0; i < n; i++)
+        get_vi(&q);
+    get_vi(&q);  /* type */
+    q++;         /* flags */
+    get_vi(&q);  /* dur */
+    get_vi(&q);  /* start */
+    unsigned mask = (unsigned)get_vi(&q);
+    for (int i = 0; i < N_SLOTS; i++)
+        if (mask >> i & 1) {
+            q++;
+            get_vi(&q);
+        }
+    return (uint32_t)get_vi(&q);
+}
+
+static PyObject *rec_deps(const Window *w, const Rec *r)
+{
+    Ptr q = rec_deps_at(w, r);
+    uint64_t n = get_vi(&q);
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (t == NULL)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(get_vi(&q));
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, x);
+    }
+    return t;
+}
+
+/* -- linking a node into the window ------------------------------------------------------------ */
+static inline int bit_set(PyObject *bits, uint64_t i)
 {
     return (Py_ssize_t)(i >> 3) < PyByteArray_GET_SIZE(bits) &&
            (((unsigned char *)PyByteArray_AS_STRING(bits))[i >> 3] >> (i & 7) & 1);
 }
 
-/* nid appended to `lists[key]`, a new list if absent (dict.setdefault(key, []).append(nid)) */
-static int append_to(PyObject *lists, PyObject *key, PyObject *nid)
+/* Whether id has finished (FinishedIds.__contains__): 1, 0 or FAIL. */
+static int w_finished(const Window *w, uint64_t id)
 {
+    if (id < w->limit)
+        return bit_set(w->bits, id);
+    PyObject *x = PyLong_FromUnsignedLongLong(id);
+    if (x == NULL)
+        return FAIL;
+    int r = PySequence_Contains(w->finished, x); /* FinishedIds: its set of large ids */
+    Py_DECREF(x);
+    return r < 0 ? FAIL : r;
+}
+
+static int add_child(Window *w, uint32_t parent, uint32_t child)
+{
+    uint32_t e = w->free_edge;
+    if (e)
+        w->free_edge = w->edges[e - 1].next;
+    else {
+        if (grow((void **)&w->edges, &w->cap_edges, w->n_edges + 1, sizeof(Edge)))
+            return FAIL;
+        e = ++w->n_edges;
+    }
+    w->edges[e - 1].child = child;
+    w->edges[e - 1].next = w->recs[parent].head;
+    w->recs[parent].head = e;
+    return 0;
+}
+
+/* nid appended to `lists[key]`, a new list if absent (dict.setdefault(key, []).append(nid)) */
+static int append_to(PyObject *lists, uint64_t key_id, uint64_t nid_id)
+{
+    PyObject *key = PyLong_FromUnsignedLongLong(key_id), *nid = PyLong_FromUnsignedLongLong(nid_id);
+    int r = FAIL;
+    if (key == NULL || nid == NULL)
+        goto out;
     PyObject *l = PyDict_GetItemWithError(lists, key);
     if (l == NULL) {
         if (PyErr_Occurred() || (l = PyList_New(0)) == NULL)
-            return FAIL;
+            goto out;
         PyObject_GC_UnTrack(l); /* a list of ids: the cyclic collector need not walk it */
-        int r = PyDict_SetItem(lists, key, l);
+        int s = PyDict_SetItem(lists, key, l);
         Py_DECREF(l); /* the dict holds it */
-        if (r < 0)
-            return FAIL;
+        if (s < 0)
+            goto out;
     }
-    return PyList_Append(l, nid) < 0 ? FAIL : 0;
+    r = PyList_Append(l, nid) < 0 ? FAIL : 0;
+out:
+    Py_XDECREF(key);
+    Py_XDECREF(nid);
+    return r;
 }
 
-/* the record's children: nid added (the list is made for the first child) */
-static int add_child(PyObject *rec, PyObject *nid)
+static int push_ready(Window *w, uint64_t id)
 {
-    PyObject *ch = RSLOT(rec, R_CHILDREN);
-    if (ch != NULL && PyList_Check(ch))
-        return PyList_Append(ch, nid) < 0 ? FAIL : 0;
-    if ((ch = PyList_New(1)) == NULL)
+    PyObject *x = PyLong_FromUnsignedLongLong(id);
+    if (x == NULL)
         return FAIL;
-    PyObject_GC_UnTrack(ch); /* a list of ids */
-    PyList_SET_ITEM(ch, 0, Py_NewRef(nid));
-    set_rslot(rec, R_CHILDREN, ch);
+    PyObject *r = PyObject_CallFunctionObjArgs(w->heappush, w->ready, x, NULL);
+    Py_DECREF(x);
+    if (r == NULL)
+        return FAIL;
+    Py_DECREF(r);
     return 0;
 }
 
-/* raw: the record's raw slot (a new reference: the message, or where it lies in the file) */
-static int link_node(PyObject *const *w, PyObject *raw, int eager, Decoded *d, PyObject *rec)
+/* The NodeInfo kept for record r in `objs` (info NULL: none kept): 0 or FAIL */
+static int rec_keep(Window *w, Rec *r, PyObject *info)
 {
-    PyObject *loaded = w[0], *bits = w[1], *unseen = w[2], *nid = d->nid;
-    set_rslot(rec, R_RAW, raw);
-    set_rslot(rec, R_INFO, Py_NewRef(eager ? d->info : Py_None));
-    set_rslot(rec, R_DEPS, Py_NewRef(d->deps));
-    set_rslot(rec, R_CHILDREN, Py_NewRef(Py_None));
-    if (PyDict_SetItem(loaded, nid, rec) < 0)
+    PyObject *key = PyLong_FromUnsignedLongLong(RID(r));
+    if (key == NULL)
         return FAIL;
-    long waiting = 0;
-    for (int i = 0; i < d->n_ids; i++) {
-        PyObject *dep = PyTuple_GET_ITEM(d->deps, i);
-        PyObject *parent = PyDict_GetItemWithError(loaded, dep);
-        if (parent != NULL) {
+    int s = 0;
+    if (info != NULL) {
+        if (w->objs == NULL && (w->objs = PyDict_New()) == NULL)
+            s = FAIL;
+        else
+            s = PyDict_SetItem(w->objs, key, info) < 0 ? FAIL : 0;
+        r->hasobj = s == 0;
+    } else if (r->hasobj) {
+        s = PyDict_DelItem(w->objs, key) < 0 ? FAIL : 0;
+        r->hasobj = 0;
+    }
+    Py_DECREF(key);
+    return s;
+}
+
+/* A new node linked in as `_link_reference` links it: its record (with offset >= 0 its file
+ * offset, with msg its message, with info a NodeInfo to keep, with d its info packed), linked
+ * to its loaded parents or to `unseen`, given the children that waited for it, pushed on `ready`
+ * if nothing holds it. The caller has seen that the id is new. */
+static int w_link(Window *w, uint64_t id, int64_t offset, Ptr msg, Py_ssize_t msg_len, PyObject *info,
+                  const uint64_t *deps, Py_ssize_t n_deps, const Parsed *d)
+{
+    if (n_deps > MAX_WAITING) {
+        PyErr_SetString(PyExc_OverflowError, "a node with more dependencies than the window counts");
+        return FAIL;
+    }
+    if (grow((void **)&w->recs, &w->cap_recs, w->n_recs + 1, sizeof(Rec)) ||
+        (w->n_live + 1 > SCANNED && (w->n_live + 1) * 4 > w->cap_slots * 3 && w_rehash(w, w->n_live + 1)))
+        return FAIL;
+    uint32_t me = w->n_recs;
+    Rec *r = &w->recs[me];
+    memset(r, 0, sizeof *r);
+    r->id_lo = (uint32_t)id;
+    r->id_hi = (uint32_t)(id >> 32);
+    if (pack(w, r, offset, msg, msg_len, deps, n_deps, d))
+        return FAIL;
+    if (info != NULL && rec_keep(w, r, info)) {
+        if (d)
+            atom_drop(packed_name(w, r));
+        w->arena_len = r->data;
+        return FAIL;
+    }
+    w->n_recs++;
+    w->n_live++;
+    if (w->cap_slots) /* before its parents are looked up: a node may wait for itself */
+        w_place(w, me);
+    uint32_t waiting = 0;
+    for (Py_ssize_t i = 0; i < n_deps; i++) {
+        int64_t parent = w_find(w, deps[i], NULL);
+        if (parent >= 0) {
             waiting++;
-            if (add_child(parent, nid))
+            if (add_child(w, (uint32_t)parent, me))
                 return FAIL;
-        } else if (PyErr_Occurred())
+            continue;
+        }
+        int done = w_finished(w, deps[i]);
+        if (done == FAIL)
             return FAIL;
-        else if (!finished_bit(bits, d->ids[i])) {
+        if (!done) {
             waiting++;
-            if (append_to(unseen, dep, nid))
+            if (append_to(w->unseen, deps[i], id))
                 return FAIL;
         }
     }
-    if (PyDict_GET_SIZE(unseen)) { /* the nodes read earlier that wait for this one */
-        PyObject *waiters = PyDict_GetItemWithError(unseen, nid);
+    if (PyDict_GET_SIZE(w->unseen)) { /* the nodes read earlier that wait for this one */
+        PyObject *key = PyLong_FromUnsignedLongLong(id);
+        if (key == NULL)
+            return FAIL;
+        PyObject *waiters = PyDict_GetItemWithError(w->unseen, key);
         if (waiters != NULL) {
             Py_INCREF(waiters);
-            int r = PyDict_DelItem(unseen, nid);
-            PyObject *ch = RSLOT(rec, R_CHILDREN);
-            if (r == 0 && PyList_GET_SIZE(waiters)) {
-                if (ch == Py_None) {
-                    set_rslot(rec, R_CHILDREN, waiters);
-                    waiters = NULL;
+            int r2 = PyDict_DelItem(w->unseen, key);
+            for (Py_ssize_t i = 0; r2 == 0 && i < PyList_GET_SIZE(waiters); i++) {
+                uint64_t c = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(waiters, i));
+                int64_t ci = PyErr_Occurred() ? -1 : w_find(w, c, NULL);
+                if (ci < 0) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(waiters, i));
+                    r2 = FAIL;
                 } else
-                    r = PyList_SetSlice(ch, PyList_GET_SIZE(ch), PyList_GET_SIZE(ch), waiters);
+                    r2 = add_child(w, me, (uint32_t)ci);
             }
-            Py_XDECREF(waiters);
-            if (r < 0)
+            Py_DECREF(waiters);
+            if (r2) {
+                Py_DECREF(key);
                 return FAIL;
-        } else if (PyErr_Occurred())
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
             return FAIL;
+        }
+        Py_DECREF(key);
     }
-    PyObject *count = PyLong_FromLong(waiting);
-    if (count == NULL)
+    r = &w->recs[me];
+    r->waiting = waiting;
+    r->state = waiting == 0;
+    return waiting == 0 ? push_ready(w, id) : 0;
+}
+
+/* The NodeInfo of record i (a new reference): the one it holds, or made from the arena (kept
+ * while the node is in flight); a lazy window's made by lazy_info from the message, and kept. */
+/* The NodeInfo of record i (a new reference): the one `objs` keeps, or made from the packed fields
+ * (each time: nothing per node stays a Python object), or a lazy window's made from its message by
+ * lazy_info (and kept, as the reference keeps it); None where there is none yet. */
+static PyObject *w_info(Window *w, uint32_t i)
+{
+    Rec *r = &w->recs[i];
+    if (r->hasobj) {
+        PyObject *key = PyLong_FromUnsignedLongLong(RID(r));
+        if (key == NULL)
+            return NULL;
+        PyObject *have = PyDict_GetItemWithError(w->objs, key);
+        Py_DECREF(key);
+        if (have != NULL)
+            return Py_NewRef(have);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if (r->packed) {
+        Parsed d;
+        unpack(w, r, RID(r), &d);
+        return build_info(&d, &w->sp);
+    }
+    Py_ssize_t n;
+    Ptr m = rec_msg(w, r, &n);
+    if (m == NULL)
+        Py_RETURN_NONE;
+    PyObject *msg = PyBytes_FromStringAndSize((const char *)m, n);
+    if (msg == NULL)
+        return NULL;
+    PyObject *info = PyObject_CallOneArg(w->lazy_info, msg);
+    Py_DECREF(msg);
+    if (info == NULL || rec_keep(w, &w->recs[i], info)) {
+        Py_XDECREF(info);
+        return NULL;
+    }
+    return info;
+}
+
+/* -- compaction: finished records and their arena bytes given back -------------------------------- */
+/* The arena bytes of record i: up to the next record's (spans lie in record order, dead ones too) */
+static inline uint32_t span(const Window *w, uint32_t i)
+{
+    return (i + 1 < w->n_recs ? w->recs[i + 1].data : w->arena_len) - w->recs[i].data;
+}
+
+static int w_compact(Window *w)
+{
+    uint32_t *remap = PyMem_Malloc((size_t)(w->n_recs ? w->n_recs : 1) * sizeof *remap);
+    if (remap == NULL) {
+        PyErr_NoMemory();
         return FAIL;
-    set_rslot(rec, R_WAITING, count);
-    set_rslot(rec, R_STATE, PyLong_FromLong(waiting == 0)); /* 1 issuable, 0 blocked: small ints */
-    if (waiting == 0) {
-        PyObject *r = PyObject_CallFunctionObjArgs(w[4], w[3], nid, NULL); /* heappush(ready, nid) */
-        if (r == NULL)
-            return FAIL;
-        Py_DECREF(r);
+    }
+    uint32_t j = 0, pos = 0;
+    for (uint32_t i = 0; i < w->n_recs; i++) {
+        Rec *r = &w->recs[i];
+        if (r->state == DEAD) {
+            remap[i] = UINT32_MAX;
+            continue;
+        }
+        uint32_t len = span(w, i);
+        memmove(w->arena + pos, w->arena + r->data, len); /* spans lie in record order */
+        r->data = pos;
+        pos += len;
+        remap[i] = j;
+        if (i != j)
+            w->recs[j] = *r;
+        j++;
+    }
+    for (uint32_t i = 0; i < j; i++)
+        for (uint32_t e = w->recs[i].head; e; e = w->edges[e - 1].next)
+            w->edges[e - 1].child = remap[w->edges[e - 1].child];
+    PyMem_Free(remap);
+    w->n_recs = j;
+    w->arena_len = pos;
+    w->arena_dead = 0;
+    return w->cap_slots ? w_rehash(w, j) : 0;
+}
+
+/* Finish the in-flight record i (the caller has marked the id finished): its children's counts
+ * lowered, those freed pushed on `ready` and appended to `freed`; the record dropped. */
+static int w_finish(Window *w, uint32_t i, PyObject *freed)
+{
+    Rec *r = &w->recs[i];
+    if (r->hasobj && rec_keep(w, r, NULL))
+        return FAIL;
+    uint32_t at = 0;
+    if (w->cap_slots) {
+        w_find(w, RID(r), &at);
+        w_unplace(w, at);
+    }
+    r->state = DEAD;
+    w->n_live--;
+    /* the children in the order they were added (the chain holds the latest first) */
+    uint32_t small[16], *order = small, n = 0, last = 0;
+    for (uint32_t e = r->head; e; last = e, e = w->edges[e - 1].next)
+        n++;
+    if (n > 16 && (order = PyMem_Malloc((size_t)n * sizeof *order)) == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    uint32_t k = n;
+    for (uint32_t e = r->head; e; e = w->edges[e - 1].next)
+        order[--k] = w->edges[e - 1].child;
+    int fail = 0;
+    for (k = 0; k < n && !fail; k++) {
+        Rec *c = &w->recs[order[k]];
+        if (--c->waiting == 0 && c->state == 0) {
+            c->state = 1;
+            PyObject *x = PyLong_FromUnsignedLongLong(RID(c)), *res = NULL;
+            if (x != NULL && PyList_Append(freed, x) == 0)
+                res = PyObject_CallFunctionObjArgs(w->heappush, w->ready, x, NULL);
+            Py_XDECREF(x);
+            fail = res == NULL;
+            Py_XDECREF(res);
+        }
+    }
+    if (order != small)
+        PyMem_Free(order);
+    if (fail)
+        return FAIL;
+    r = &w->recs[i];
+    if (last) { /* the chain onto the free list */
+        w->edges[last - 1].next = w->free_edge;
+        w->free_edge = r->head;
+    }
+    r->head = 0;
+    if (r->packed)
+        atom_drop(packed_name(w, r));
+    w->arena_dead += span(w, i);
+    uint32_t dead = w->n_recs - w->n_live;
+    if (dead >= 64 && dead > w->n_live)
+        return w_compact(w);
+    if (w->n_live == 0) /* nothing left, not even an edge in use */
+        w->n_recs = w->arena_len = w->arena_dead = w->n_edges = w->free_edge = 0;
+    return 0;
+}
+
+/* The id as a u64: 1, or 0 if it is no such id (not an int, negative, too large; nothing set). */
+static int as_id(PyObject *o, uint64_t *id)
+{
+    if (!PyLong_Check(o))
+        return 0;
+    *id = PyLong_AsUnsignedLongLong(o);
+    if (*id == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* -- the type ------------------------------------------------------------------------------------ */
+static PyObject *Window_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *eager, *use_data, *use_ctrl, *info_type, *max_type, *comm_coll, *limit, *bits, *finished, *unseen,
+        *ready, *heappush, *lazy_info;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Window takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "Window", 13, 13, &eager, &use_data, &use_ctrl, &info_type, &max_type,
+                           &comm_coll, &limit, &bits, &finished, &unseen, &ready, &heappush, &lazy_info))
+        return NULL;
+    if (!info_type_ok((PyTypeObject *)info_type) || !PyByteArray_Check(bits) ||
+        !PyDict_CheckExact(unseen) || !PyList_CheckExact(ready)) {
+        PyErr_SetString(PyExc_TypeError, "Window: not a feeder's containers");
+        return NULL;
+    }
+    Window *w = (Window *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    w->sp.use_data = PyObject_IsTrue(use_data);
+    w->sp.use_ctrl = PyObject_IsTrue(use_ctrl);
+    w->sp.info_type = (PyTypeObject *)info_type;
+    w->sp.max_type = PyLong_AsLong(max_type);
+    w->sp.comm_coll = PyLong_AsLong(comm_coll);
+    w->eager = PyObject_IsTrue(eager);
+    w->limit = PyLong_AsUnsignedLongLong(limit);
+    Py_INCREF(info_type); /* released with the window (sp.info_type) */
+    w->bits = Py_NewRef(bits);
+    w->finished = Py_NewRef(finished);
+    w->unseen = Py_NewRef(unseen);
+    w->ready = Py_NewRef(ready);
+    w->heappush = Py_NewRef(heappush);
+    w->lazy_info = Py_NewRef(lazy_info);
+    if (PyErr_Occurred() || w->sp.use_data < 0 || w->sp.use_ctrl < 0 || w->eager < 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    return (PyObject *)w;
+}
+
+static void Window_dealloc(Window *w)
+{
+    for (uint32_t i = 0; i < w->n_recs; i++)
+        if (w->recs[i].packed && w->recs[i].state != DEAD)
+            atom_drop(packed_name(w, &w->recs[i]));
+    Py_XDECREF(w->objs);
+    PyMem_Free(w->recs);
+    PyMem_Free(w->slots);
+    PyMem_Free(w->edges);
+    PyMem_Free(w->arena);
+    Py_XDECREF(w->sp.info_type);
+    Py_XDECREF(w->bits);
+    Py_XDECREF(w->finished);
+    Py_XDECREF(w->unseen);
+    Py_XDECREF(w->ready);
+    Py_XDECREF(w->heappush);
+    Py_XDECREF(w->lazy_info);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static Py_ssize_t Window_len(Window *w)
+{
+    return w->n_live;
+}
+
+static int64_t w_lookup(Window *w, PyObject *key)
+{
+    uint64_t id;
+    return as_id(key, &id) ? w_find(w, id, NULL) : -1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    Window *w;
+    uint64_t id;
+} Record;
+
+static PyObject *record_of(Window *w, uint64_t id)
+{
+    Record *r = PyObject_New(Record, &RecordType);
+    if (r == NULL)
+        return NULL;
+    r->w = (Window *)Py_NewRef(w);
+    r->id = id;
+    return (PyObject *)r;
+}
+
+static PyObject *Window_getitem(Window *w, PyObject *key)
+{
+    int64_t i = w_lookup(w, key);
+    if (i < 0) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    return record_of(w, RID(&w->recs[i]));
+}
+
+static int Window_contains(Window *w, PyObject *key)
+{
+    return w_lookup(w, key) >= 0;
+}
+
+static PyObject *Window_iter(Window *w)
+{
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < w->n_recs; i++) {
+        if (w->recs[i].state == DEAD)
+            continue;
+        PyObject *x = PyLong_FromUnsignedLongLong(RID(&w->recs[i]));
+        if (x == NULL || PyList_Append(ids, x) < 0) {
+            Py_XDECREF(x);
+            Py_DECREF(ids);
+            return NULL;
+        }
+        Py_DECREF(x);
+    }
+    PyObject *it = PyObject_GetIter(ids);
+    Py_DECREF(ids);
+    return it;
+}
+
+static PyObject *Window_get(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(id[, default])");
+        return NULL;
+    }
+    int64_t i = w_lookup(w, args[0]);
+    if (i < 0)
+        return Py_NewRef(nargs == 2 ? args[1] : Py_None);
+    return record_of(w, RID(&w->recs[i]));
+}
+
+static PyObject *Window_info(Window *w, PyObject *key)
+{
+    int64_t i = w_lookup(w, key);
+    if (i < 0) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    return w_info(w, (uint32_t)i);
+}
+
+/* taken(id): an issuable node now in flight (ETFeeder.next_issuable, without a Record view) */
+static PyObject *Window_taken(Window *w, PyObject *key)
+{
+    int64_t i = w_lookup(w, key);
+    if (i < 0) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    w->recs[i].state = 2;
+    Py_RETURN_NONE;
+}
+
+/* link(id, deps, info, raw): a node the reference decoded, linked in as _link_reference links it */
+static PyObject *Window_link(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t id;
+    if (nargs != 4 || !as_id(args[0], &id) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "link(id, deps, info, raw): id an int of 64 bits, deps a tuple");
+        return NULL;
+    }
+    if (w_find(w, id, NULL) >= 0) {
+        PyErr_Format(PyExc_ValueError, "node %llu is loaded already", (unsigned long long)id);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
+    uint64_t *deps = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *deps);
+    if (deps == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!as_id(PyTuple_GET_ITEM(args[1], i), &deps[i])) {
+            PyMem_Free(deps);
+            PyErr_SetString(PyExc_TypeError, "link: a dependency that is not an id of 64 bits");
+            return NULL;
+        }
+    PyObject *info = args[2] == Py_None ? NULL : args[2];
+    int64_t offset = -1;
+    Ptr msg = NULL;
+    Py_ssize_t msg_len = 0;
+    if (PyLong_Check(args[3])) {
+        offset = PyLong_AsLongLong(args[3]);
+        if (offset < 0) {
+            PyMem_Free(deps);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "link: a negative offset");
+            return NULL;
+        }
+    } else if (PyBytes_Check(args[3])) {
+        msg = (Ptr)PyBytes_AS_STRING(args[3]);
+        msg_len = PyBytes_GET_SIZE(args[3]);
+    } else {
+        PyMem_Free(deps);
+        PyErr_SetString(PyExc_TypeError, "link: raw is the offset (an int) or the message (bytes)");
+        return NULL;
+    }
+    int r = w_link(w, id, offset, msg, msg_len, info, deps, n, NULL);
+    PyMem_Free(deps);
+    if (r)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Window_nbytes(Window *w, PyObject *unused)
+{
+    size_t n = sizeof(Window) + (size_t)w->cap_recs * sizeof(Rec) + (size_t)w->cap_slots * 4 +
+               (size_t)w->cap_edges * sizeof(Edge) + w->arena_cap;
+    if (w->objs)
+        n += (size_t)PyDict_GET_SIZE(w->objs) * 250;
+    return PyLong_FromSize_t(n);
+}
+
+static int shrink(void **p, uint32_t *cap, uint32_t need, size_t item)
+{
+    if (*cap <= need)
+        return 0;
+    if (need == 0) {
+        PyMem_Free(*p);
+        *p = NULL;
+        *cap = 0;
+        return 0;
+    }
+    /* a fresh block, not a realloc: a block cut short leaves its tail as a hole few others fit */
+    void *q = PyMem_Malloc((size_t)need * item);
+    if (q != NULL) {
+        memcpy(q, *p, (size_t)need * item);
+        PyMem_Free(*p);
+        *p = q;
+        *cap = need;
     }
     return 0;
 }
 
-/* What load_node and load_frames read off a window: 0 with *sp, *limit and *eager set; PUNT where
- * it is not a window this file knows (the reference loads then); FAIL. */
-static int window_spec(PyObject *window, Spec *sp, uint64_t *limit, int *eager)
+/* trim(): the arrays cut to what they hold (the feeder calls it at end of file) */
+static PyObject *Window_trim(Window *w, PyObject *unused)
 {
-    if (!PyTuple_CheckExact(window) || PyTuple_GET_SIZE(window) != 13)
-        return PUNT;
-    PyObject *const *w = &PyTuple_GET_ITEM(window, 0);
-    if (!PyDict_CheckExact(w[0]) || !PyByteArray_Check(w[1]) || !PyDict_CheckExact(w[2]) || !PyList_CheckExact(w[3]) ||
-        !info_type_ok((PyTypeObject *)w[9]) || record_slots((PyTypeObject *)w[5]))
-        return PUNT;
-    Spec s = {PyObject_IsTrue(w[7]), PyObject_IsTrue(w[8]), (PyTypeObject *)w[9], PyLong_AsLong(w[10]),
-              PyLong_AsLong(w[11])};
-    *sp = s;
-    *limit = PyLong_AsUnsignedLongLong(w[12]);
-    *eager = PyObject_IsTrue(w[6]);
-    if (sp->use_data < 0 || sp->use_ctrl < 0 || *eager < 0 || PyErr_Occurred())
-        return FAIL;
+    if (w->arena_dead && w_compact(w))
+        return NULL;
+    shrink((void **)&w->recs, &w->cap_recs, w->n_recs, sizeof(Rec));
+    shrink((void **)&w->arena, &w->arena_cap, w->arena_len, 1);
+    if (!w->free_edge)
+        shrink((void **)&w->edges, &w->cap_edges, w->n_edges, sizeof(Edge));
+    Py_RETURN_NONE;
+}
+
+static PyMappingMethods Window_mapping = {(lenfunc)Window_len, (binaryfunc)Window_getitem, NULL};
+static PySequenceMethods Window_sequence = {.sq_contains = (objobjproc)Window_contains};
+
+static PyMethodDef Window_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))Window_get, METH_FASTCALL, "get(id[, default]): the record, or default"},
+    {"info", (PyCFunction)Window_info, METH_O, "info(id) -> NodeInfo (KeyError if not loaded)"},
+    {"link", (PyCFunction)(void (*)(void))Window_link, METH_FASTCALL,
+     "link(id, deps, info, raw): a node the reference decoded, linked in (the caller checked it is new)"},
+    {"nbytes", (PyCFunction)Window_nbytes, METH_NOARGS, "nbytes() -> the bytes the window holds"},
+    {"taken", (PyCFunction)Window_taken, METH_O, "taken(id): the node is in flight (its state 2)"},
+    {"trim", (PyCFunction)Window_trim, METH_NOARGS, "trim(): spare room given back"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chakra_tools.core._hotloops.Window",
+    .tp_basicsize = sizeof(Window),
+    .tp_dealloc = (destructor)Window_dealloc,
+    .tp_as_mapping = &Window_mapping,
+    .tp_as_sequence = &Window_sequence,
+    .tp_iter = (getiterfunc)Window_iter,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A feeder's window of loaded nodes as C records (see _hotloops.c).",
+    .tp_methods = Window_methods,
+    .tp_new = Window_new,
+};
+
+/* -- Record: a view of one loaded node, with the slots of feed/feeder.py's `_Loaded` ----------- */
+
+static PyObject *Record_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *w, *key;
+    uint64_t id;
+    if (!PyArg_UnpackTuple(args, "Record", 2, 2, &w, &key))
+        return NULL;
+    if (!PyObject_TypeCheck(w, &WindowType) || !as_id(key, &id)) {
+        PyErr_SetString(PyExc_TypeError, "Record(window, id)");
+        return NULL;
+    }
+    Record *r = (Record *)type->tp_alloc(type, 0);
+    if (r == NULL)
+        return NULL;
+    r->w = (Window *)Py_NewRef(w);
+    r->id = id;
+    return (PyObject *)r;
+}
+
+static void Record_dealloc(Record *r)
+{
+    Py_XDECREF(r->w);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+/* The record's index in its window, or -1 with KeyError set (finished since) */
+static int64_t rec_index(Record *r)
+{
+    int64_t i = w_find(r->w, r->id, NULL);
+    if (i < 0) {
+        PyObject *x = PyLong_FromUnsignedLongLong(r->id);
+        if (x) {
+            PyErr_SetObject(PyExc_KeyError, x);
+            Py_DECREF(x);
+        }
+    }
+    return i;
+}
+
+static PyObject *Record_get(Record *self, void *which)
+{
+    int64_t i = rec_index(self);
+    if (i < 0)
+        return NULL;
+    Window *w = self->w;
+    Rec *r = &w->recs[i];
+    switch ((int)(intptr_t)which) {
+    case 0: { /* raw */
+        Py_ssize_t n;
+        Ptr m = rec_msg(w, r, &n);
+        if (m)
+            return PyBytes_FromStringAndSize((const char *)m, n);
+        return PyLong_FromLongLong(rec_offset(w, r));
+    }
+    case 1: /* info: None in a lazy window until asked for, as the reference keeps it */
+        if (r->hasobj || r->packed)
+            return w_info(w, (uint32_t)i);
+        Py_RETURN_NONE;
+    case 2:
+        return rec_deps(w, r);
+    case 3:
+        return PyLong_FromUnsignedLong(r->waiting);
+    case 4: { /* children */
+        if (!r->head)
+            Py_RETURN_NONE;
+        PyObject *l = PyList_New(0);
+        for (uint32_t e = r->head; l && e; e = w->edges[e - 1].next) {
+            PyObject *x = PyLong_FromUnsignedLongLong(RID(&w->recs[w->edges[e - 1].child]));
+            if (x == NULL || PyList_Append(l, x) < 0)
+                Py_CLEAR(l);
+            Py_XDECREF(x);
+        }
+        if (l && PyList_Reverse(l) < 0) /* as added: the chain holds the latest first */
+            Py_CLEAR(l);
+        return l;
+    }
+    default:
+        return PyLong_FromLong(r->state);
+    }
+}
+
+static int Record_set(Record *self, PyObject *value, void *which)
+{
+    int64_t i = rec_index(self);
+    if (i < 0)
+        return -1;
+    Rec *r = &self->w->recs[i];
+    int k = (int)(intptr_t)which;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a record's fields cannot be deleted");
+        return -1;
+    }
+    if (k == 1)
+        return rec_keep(self->w, r, value == Py_None ? NULL : value) ? -1 : 0;
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (k == 3 && v >= 0 && v <= MAX_WAITING)
+        r->waiting = (uint32_t)v;
+    else if (k == 5 && v >= 0 && v <= 2)
+        r->state = (uint8_t)v;
+    else {
+        PyErr_SetString(PyExc_ValueError, "waiting: a count; state: 0, 1 or 2");
+        return -1;
+    }
     return 0;
 }
 
-/* One message (p, n) decoded and linked into the window: its id (a new reference), NULL with
- * *punt set where the reference must load it (nothing changed), NULL without it on an error.
- * msg: the message as bytes, or NULL (made here where the record keeps it); offset: where it
- * lies in the file, kept instead of the message by an eager window, or NULL. */
-static PyObject *load_one(PyObject *const *w, const Spec *sp, uint64_t limit, int eager, Ptr p, Py_ssize_t n,
-                          PyObject *msg, PyObject *offset, int *punt)
+static PyGetSetDef Record_getset[] = {
+    {"raw", (getter)Record_get, NULL, "the message, or where it lies in the file", (void *)0},
+    {"info", (getter)Record_get, (setter)Record_set, "the NodeInfo (None: a lazy window's, not made yet)", (void *)1},
+    {"deps", (getter)Record_get, NULL, "the dependencies resolved, as recorded", (void *)2},
+    {"waiting", (getter)Record_get, (setter)Record_set, "how many dependencies it still waits for", (void *)3},
+    {"children", (getter)Record_get, NULL, "the ids that wait for it, or None", (void *)4},
+    {"state", (getter)Record_get, (setter)Record_set, "0 blocked, 1 issuable, 2 in flight", (void *)5},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chakra_tools.core._hotloops.Record",
+    .tp_basicsize = sizeof(Record),
+    .tp_dealloc = (destructor)Record_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One loaded node of a Window, viewed with the slots of feed/feeder.py's _Loaded.",
+    .tp_getset = Record_getset,
+    .tp_new = Record_new,
+};
+
+/* ---- load_node, load_frames, finish_node: the feeder's window changed as the reference changes it
+ *
+ *     load_node(window, msg[, offset]) -> id | None
+ *         (twin: hotloops._load_node_twin loads no node; ETFeeder._load_reference, the reference,
+ *         does) the message parsed and linked into a Window as `_load_reference` links it. An
+ *         eager window keeps the offset instead of the message where one is given. Returns None,
+ *         having changed nothing, where decode_node would, and for an id (the node's or a
+ *         dependency's) at or above bitmap_limit or one already loaded or finished: the reference
+ *         loads those (and reports the repeated id).
+ */
+/* One message (p, n) into the window: 0, PUNT (nothing changed) or FAIL. */
+static int load_one(Window *w, Ptr p, Py_ssize_t n, int64_t offset, uint64_t *id)
 {
-    Decoded d;
-    *punt = 0;
-    int r = decode(p, n, sp, &d);
-    if (r == FAIL)
-        return NULL;
-    if (r == PUNT) {
-        *punt = 1;
-        return NULL;
-    }
-    int skip = d.id >= limit || finished_bit(w[1], d.id);
-    for (int i = 0; i < d.n_ids && !skip; i++)
-        skip = d.ids[i] >= limit;
-    if (!skip && (skip = PyDict_Contains(w[0], d.nid)) < 0)
-        r = FAIL;
-    if (!skip && r == 0) {
-        /* with the info kept, the record keeps where the message lies, not the message */
-        PyObject *raw = eager && offset != NULL ? Py_NewRef(offset)
-                        : msg != NULL ? Py_NewRef(msg) : PyBytes_FromStringAndSize((const char *)p, n);
-        PyTypeObject *rtype = (PyTypeObject *)w[5];
-        PyObject *rec = raw == NULL ? NULL : rtype->tp_alloc(rtype, 0);
-        if (rec == NULL)
-            Py_XDECREF(raw);
-        r = rec == NULL || link_node(w, raw, eager, &d, rec) ? FAIL : 0;
-        /* its slots hold numbers, bytes, NodeInfo, a tuple and a list of ids: no cycle can pass
-         * through it, and a feeder's window of them (a replay holds one per rank) would otherwise
-         * be walked by every full collection: most of the time of opening 1,024 rank files */
-        if (r == 0 && PyObject_GC_IsTracked(rec))
-            PyObject_GC_UnTrack(rec);
-        Py_XDECREF(rec);
-    }
-    Py_DECREF(d.deps);
-    Py_DECREF(d.info);
-    if (r == 0 && !skip)
-        return d.nid;
-    Py_DECREF(d.nid);
-    *punt = r == 0;
-    return NULL;
+    Parsed d;
+    if (parse(p, n, &w->sp, &d))
+        return PUNT;
+    if (d.id >= w->limit || bit_set(w->bits, d.id) || w_find(w, d.id, NULL) >= 0)
+        return PUNT;
+    for (int i = 0; i < d.n_deps; i++)
+        if (d.deps[i] >= w->limit)
+            return PUNT;
+    *id = d.id;
+    /* with the info kept, the record keeps where the message lies, not the message */
+    int keep_msg = !w->eager || offset < 0;
+    return w_link(w, d.id, w->eager ? offset : -1, keep_msg ? p : NULL, n, NULL, d.deps, d.n_deps,
+                  w->eager ? &d : NULL);
 }
 
 static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 2 || nargs > 3 || !PyBytes_Check(args[1]) || (nargs == 3 && !PyLong_CheckExact(args[2])))
+    if (nargs < 2 || nargs > 3 || !PyObject_TypeCheck(args[0], &WindowType) || !PyBytes_Check(args[1]) ||
+        (nargs == 3 && !PyLong_CheckExact(args[2])))
         Py_RETURN_NONE;
-    Spec sp;
-    uint64_t limit;
-    int eager, punt, r = window_spec(args[0], &sp, &limit, &eager);
+    int64_t offset = -1;
+    if (nargs == 3 && ((offset = PyLong_AsLongLong(args[2])) < 0)) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t id;
+    int r = load_one((Window *)args[0], (Ptr)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]), offset, &id);
     if (r == FAIL)
         return NULL;
     if (r == PUNT)
         Py_RETURN_NONE;
-    PyObject *nid = load_one(&PyTuple_GET_ITEM(args[0], 0), &sp, limit, eager, (Ptr)PyBytes_AS_STRING(args[1]),
-                             PyBytes_GET_SIZE(args[1]), args[1], nargs == 3 ? args[2] : NULL, &punt);
-    if (nid == NULL && punt)
-        Py_RETURN_NONE;
-    return nid;
+    return PyLong_FromUnsignedLongLong(id);
 }
 
 /*     load_frames(window, buf, pos, base, budget) -> (pos, loaded)
@@ -1280,117 +2314,72 @@ static PyObject *load_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
  */
 static PyObject *load_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyBytes_Check(args[1]))
-        return Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0);
+    if (nargs != 5 || !PyObject_TypeCheck(args[0], &WindowType) || !PyBytes_Check(args[1]))
+        return Py_BuildValue("(On)", nargs >= 3 ? args[2] : Py_None, (Py_ssize_t)0); /* loads none */
     Py_ssize_t pos = PyLong_AsSsize_t(args[2]), budget = PyLong_AsSsize_t(args[4]);
     long long base = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    Spec sp;
-    uint64_t limit;
-    int eager, r = window_spec(args[0], &sp, &limit, &eager);
-    if (r == FAIL)
-        return NULL;
-    Py_ssize_t n = 0, start = pos;
-    if (r == 0) {
-        PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
-        Ptr buf = (Ptr)PyBytes_AS_STRING(args[1]), end = buf + PyBytes_GET_SIZE(args[1]);
-        while (n < budget && pos >= 0 && buf + pos < end) {
-            Ptr q = buf + pos;
-            uint64_t len;
-            if (rd_varint(&q, end, &len) || len == 0 || len > (uint64_t)(end - q))
-                break;
-            PyObject *offset = PyLong_FromLongLong(base + pos);
-            if (offset == NULL)
-                return NULL;
-            int punt;
-            PyObject *nid = load_one(w, &sp, limit, eager, q, (Py_ssize_t)len, NULL, offset, &punt);
-            Py_DECREF(offset);
-            if (nid == NULL) {
-                if (punt)
-                    break;
-                return NULL;
-            }
-            Py_DECREF(nid);
-            pos = (q - buf) + (Py_ssize_t)len;
-            n++;
-        }
+    Window *w = (Window *)args[0];
+    Py_ssize_t n = 0;
+    Ptr buf = (Ptr)PyBytes_AS_STRING(args[1]), end = buf + PyBytes_GET_SIZE(args[1]);
+    while (n < budget && pos >= 0 && buf + pos < end) {
+        Ptr q = buf + pos;
+        uint64_t len, id;
+        if (rd_varint(&q, end, &len) || len == 0 || len > (uint64_t)(end - q))
+            break;
+        int r = load_one(w, q, (Py_ssize_t)len, base + pos, &id);
+        if (r == FAIL)
+            return NULL;
+        if (r == PUNT)
+            break;
+        pos = (q - buf) + (Py_ssize_t)len;
+        n++;
     }
-    return Py_BuildValue("(nn)", r == 0 ? pos : start, n);
+    return Py_BuildValue("(nn)", pos, n);
 }
 
 /*     finish_node(window, nid) -> freed | None
  *         (twin: hotloops._finish_node_twin finishes no node; ETFeeder._finish_record, the
- *         reference, does) an in-flight node out of `loaded`, its bit set in the finished bitmap,
- *         its children's counts lowered, those at zero and blocked made issuable (pushed on
- *         `ready`): the list of those, in the order of the children. None, having changed
- *         nothing, for a node not loaded or not in flight (the reference raises) or whose bit lies
- *         past the bitmap's end or at or above bitmap_limit (the reference grows it or uses a set).
+ *         reference, does) an in-flight node out of the Window, its id marked finished (the bitmap
+ *         grown as FinishedIds.add grows it, or the set of large ids), its children's counts
+ *         lowered, those at zero and blocked made issuable (pushed on `ready`): the list of those,
+ *         in the order of the children. None, having changed nothing, for a node not loaded or not
+ *         in flight (the reference raises).
  */
+static int mark_finished(Window *w, uint64_t id, PyObject *nid)
+{
+    if (id >= w->limit) { /* FinishedIds.add: its set of large ids */
+        PyObject *r = PyObject_CallMethod(w->finished, "add", "O", nid);
+        Py_XDECREF(r);
+        return r == NULL ? FAIL : 0;
+    }
+    Py_ssize_t byte = (Py_ssize_t)(id >> 3), have = PyByteArray_GET_SIZE(w->bits);
+    if (byte >= have) {
+        Py_ssize_t more = byte + 1 - have > have ? byte + 1 - have : have; /* as FinishedIds.add */
+        if (PyByteArray_Resize(w->bits, have + more) < 0)
+            return FAIL;
+        memset(PyByteArray_AS_STRING(w->bits) + have, 0, more);
+    }
+    ((unsigned char *)PyByteArray_AS_STRING(w->bits))[byte] |= (unsigned char)(1u << (id & 7));
+    return 0;
+}
+
 static PyObject *finish_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 13 || !PyLong_CheckExact(args[1]))
+    uint64_t id;
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], &WindowType) || !as_id(args[1], &id))
         Py_RETURN_NONE;
-    PyObject *const *w = &PyTuple_GET_ITEM(args[0], 0);
-    PyObject *loaded = w[0], *bits = w[1], *nid = args[1];
-    if (!PyDict_CheckExact(loaded) || !PyByteArray_Check(bits) || record_slots((PyTypeObject *)w[5]))
+    Window *w = (Window *)args[0];
+    int64_t i = w_find(w, id, NULL);
+    if (i < 0 || w->recs[i].state != 2)
         Py_RETURN_NONE;
-    int overflow = 0;
-    long long id = PyLong_AsLongLongAndOverflow(nid, &overflow);
-    uint64_t limit = PyLong_AsUnsignedLongLong(w[12]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (overflow || id < 0 || (uint64_t)id >= limit || (id >> 3) >= PyByteArray_GET_SIZE(bits))
-        Py_RETURN_NONE;
-    PyObject *rec = PyDict_GetItemWithError(loaded, nid);
-    if (rec == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    if (Py_TYPE(rec) != record_type || RSLOT(rec, R_STATE) == NULL || PyLong_AsLong(RSLOT(rec, R_STATE)) != 2) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(rec);
     PyObject *freed = PyList_New(0);
-    if (freed == NULL || PyDict_DelItem(loaded, nid) < 0)
-        goto fail;
-    ((unsigned char *)PyByteArray_AS_STRING(bits))[id >> 3] |= (unsigned char)(1u << (id & 7));
-    PyObject *children = RSLOT(rec, R_CHILDREN);
-    if (children != NULL && PyList_Check(children)) {
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children); i++) {
-            PyObject *c = PyList_GET_ITEM(children, i);
-            PyObject *child = PyDict_GetItemWithError(loaded, c);
-            if (child == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetObject(PyExc_KeyError, c);
-                goto fail;
-            }
-            long waiting = PyLong_AsLong(RSLOT(child, R_WAITING)) - 1;
-            if (waiting == -2 && PyErr_Occurred())
-                goto fail;
-            PyObject *count = PyLong_FromLong(waiting);
-            if (count == NULL)
-                goto fail;
-            set_rslot(child, R_WAITING, count);
-            if (waiting == 0 && PyLong_AsLong(RSLOT(child, R_STATE)) == 0) {
-                set_rslot(child, R_STATE, PyLong_FromLong(1));
-                PyObject *r = PyObject_CallFunctionObjArgs(w[4], w[3], c, NULL); /* heappush(ready, c) */
-                if (r == NULL || PyList_Append(freed, c) < 0) {
-                    Py_XDECREF(r);
-                    goto fail;
-                }
-                Py_DECREF(r);
-            }
-        }
+    if (freed == NULL || mark_finished(w, id, args[1]) || w_finish(w, (uint32_t)i, freed)) {
+        Py_XDECREF(freed);
+        return NULL;
     }
-    Py_DECREF(rec);
     return freed;
-fail:
-    Py_DECREF(rec);
-    Py_XDECREF(freed);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -1405,14 +2394,14 @@ static PyMethodDef methods[] = {
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
      "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},
     {"load_node", (PyCFunction)(void (*)(void))load_node, METH_FASTCALL,
-     "load_node(window, msg[, offset]) -> id or None: decode_node, then the node into the feeder's window as\n"
-     "ETFeeder._load puts it there (None: nothing changed, the reference loads it)."},
+     "load_node(window, msg[, offset]) -> id or None: the node parsed and linked into a Window as\n"
+     "ETFeeder._load_reference links it (None: nothing changed, the reference loads it)."},
     {"load_frames", (PyCFunction)(void (*)(void))load_frames, METH_FASTCALL,
      "load_frames(window, buf, pos, base, budget) -> (pos, loaded): the messages of buf from pos on\n"
      "loaded as load_node loads each, up to budget; stops at a frame it cannot take whole or must leave."},
     {"finish_node", (PyCFunction)(void (*)(void))finish_node, METH_FASTCALL,
-     "finish_node(window, nid) -> the children freed, or None: an in-flight node finished in the feeder's\n"
-     "window as ETFeeder._finish_record does (None: nothing changed, the reference does it)."},
+     "finish_node(window, nid) -> the children freed, or None: an in-flight node finished in a Window\n"
+     "as ETFeeder._finish_record finishes it (None: not in flight, nothing changed; the reference raises)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1425,5 +2414,15 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__hotloops(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&WindowType) < 0 || PyType_Ready(&RecordType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Window", (PyObject *)&WindowType) < 0 ||
+        PyModule_AddObjectRef(m, "Record", (PyObject *)&RecordType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

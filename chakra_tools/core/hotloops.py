@@ -1,7 +1,8 @@
 """The core's compiled loops (`_hotloops.c`) or their Python twins, picked once, here.
 
 The writer (`etio.TraceWriter.write_all`) and the validator (`validate.scan_rank`) call
-`encode_frames` and `plain_run`, the feeder (`feed.ETFeeder`) calls `decode_node`, and each reads
+`encode_frames` and `plain_run`, the feeder (`feed.ETFeeder`) keeps its window in a `Window` and
+calls `decode_node`, `load_node`, `load_frames` and `finish_node`, and each reads
 as one algorithm; whether C or Python answers is decided
 at import (the Python twins where the extension is not built or CHAKRA_TOOLS_PURE_PYTHON is set;
 `core.native`) or, for a block of code, by `python_twins()`, which the tests that compare the two
@@ -76,29 +77,34 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: must leave to the reference (the feeder's FrameReader then reads that one)
 #: finish_node(window, nid) -> the children it freed, the node finished in the feeder's window as
 #: `feed.ETFeeder._finish_record` finishes it; or None, nothing changed: "finish it yourself"
+#: Window(...) -> a feeder's window of loaded nodes held as C records, which load_node, load_frames
+#: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
+#: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
           "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
-          "finish_node": _finish_node_twin}
+          "finish_node": _finish_node_twin, "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "decode_node": COMPILED.decode_node,
                                             "load_node": COMPILED.load_node,
                                             "load_frames": COMPILED.load_frames,
-                                            "finish_node": COMPILED.finish_node}
+                                            "finish_node": COMPILED.finish_node,
+                                            "Window": COMPILED.Window}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
 decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
 load_frames = _PICKED["load_frames"]
 finish_node = _PICKED["finish_node"]
+Window = _PICKED["Window"]
 
 
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, decode_node, load_node, load_frames, finish_node
+    global encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window
     try:
-        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node = (_TWINS[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node = (_PICKED[k] for k in _TWINS)
+        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window = (_PICKED[k] for k in _TWINS)

@@ -13,13 +13,18 @@ with `expand()` (the replayer does so before it declares a cross-rank deadlock).
 issuable among the nodes read so far; with the default window (64k nodes) that is the whole
 frontier of any real trace.
 
-The per-node work runs in C where the core's extension is built (`core/hotloops.py`:
-`load_frames` walks the read buffer's frames and, as `load_node` does for one message, decodes
-each Node straight off the wire and links it into the window; `finish_node` finishes one and frees
-its children); `_load_reference` and `_finish_record` are the
-reference, which does every node C leaves to it (anything unusual, ids past the bitmap, repeated
-ids) and all of them under `hotloops.python_twins()` or without the extension: the same nodes,
-order, `NodeInfo`s and diagnostics (tests/feed/test_decode_node.py).
+The per-node work runs in C where the core's extension is built (`core/hotloops.py`): the window
+is a `Window`, C records rather than Python objects (per node its id, file offset, counts, children
+and, packed, its dependencies and `NodeInfo` fields, its name shared with every feeder that has
+it: about 60 bytes a node of a generated GPT where a record, its `NodeInfo` and their numbers took
+650; a `NodeInfo` is made each time it is asked for); `load_frames` walks the read
+buffer's frames and, as `load_node` does for one message, decodes each Node straight off the wire
+and links it into the window; `finish_node` finishes one and frees its children. `_load_reference`
+(with `_link_reference`) and `_finish_record` are the reference, on a dict of `_Loaded` records:
+it decodes every node C leaves to it (anything unusual, ids past the bitmap, repeated ids; the
+`Window` links those in as `_link_reference` would), and does all of them under
+`hotloops.python_twins()` or without the extension: the same nodes, order, `NodeInfo`s and
+diagnostics (tests/feed/test_decode_node.py).
 
 Dependencies are resolved, never rewritten: `lookup(id)` returns the node exactly as recorded. A
 dependency on a node that comes later in the file (forward reference) waits for it; one on a node
@@ -90,13 +95,14 @@ class DeadlockError(ChakraToolsError):
 
 
 class FinishedIds:
-    """Which ids have finished: a growable bitmap for dense ids, a set for the rest."""
+    """Which ids have finished: a growable bitmap for dense ids, a set for the rest (made for the
+    first such id: an empty set is 216 bytes a feeder)."""
 
     __slots__ = ("_bits", "_other")
 
     def __init__(self) -> None:
         self._bits = bytearray()
-        self._other: set[int] = set()
+        self._other: set[int] | None = None
 
     def add(self, i: int) -> None:
         if i < BITMAP_LIMIT:
@@ -104,6 +110,8 @@ class FinishedIds:
             if byte >= len(self._bits):
                 self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
             self._bits[byte] |= 1 << (i & 7)
+        elif self._other is None:
+            self._other = {i}
         else:
             self._other.add(i)
 
@@ -111,15 +119,21 @@ class FinishedIds:
         if i < BITMAP_LIMIT:
             byte = i >> 3
             return byte < len(self._bits) and bool(self._bits[byte] >> (i & 7) & 1)
-        return i in self._other
+        return self._other is not None and i in self._other
 
     def nbytes(self) -> int:
-        return len(self._bits) + 64 * len(self._other)
+        return len(self._bits) + 64 * len(self._other or ())
+
+
+def _lazy_info(msg: bytes) -> NodeInfo:
+    """The `NodeInfo` of a lazy window's node, made from its message when first asked for."""
+    return node_info(pb.Node.FromString(msg))
 
 
 class _Loaded:
-    """One node in the window: its raw message (or, with the info decoded as the node is read, the
-    message's offset in the file), its `NodeInfo`, what it still waits for."""
+    """One node in the reference's window: its raw message (or, with the info decoded as the node
+    is read, the message's offset in the file), its `NodeInfo`, what it still waits for. (A
+    compiled `Window` hands out views with these slots: `hotloops.Record`.)"""
 
     __slots__ = ("raw", "info", "deps", "waiting", "children", "state")
 
@@ -151,35 +165,49 @@ class ETFeeder:
         self._load_node = hotloops.load_node
         self._load_frames = hotloops.load_frames
         self._finish_node = hotloops.finish_node
-        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+        self._diagnostics = diagnostics  # None: made when first needed (350 bytes a held feeder)
         self._use_data = "data" in resolve
         self._use_ctrl = "ctrl" in resolve
-        self._loaded: dict[int, _Loaded] = {}
         self._finished = FinishedIds()
         self._unseen: dict[int, list[int]] = {}  # absent id -> loaded nodes waiting for it
         self._ready: list[int] = []  # heap of issuable ids
+        window = hotloops.Window  # C records, or None: the reference's dict (python_twins())
+        #: id -> record, in file order; what `load_node`, `load_frames` and `finish_node` change
+        self._loaded: dict[int, _Loaded] | hotloops.Window = {} if window is None else window(
+            eager_info, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL, BITMAP_LIMIT,
+            self._finished._bits, self._finished, self._unseen, self._ready, heapq.heappush, _lazy_info)
         self._in_flight = 0
         self._unfinished = 0  # loaded and not finished
         self.nodes_read = 0
         self.nodes_finished = 0
-        #: what `load_node` changes as `_load` would (the containers themselves: never replaced)
-        self._window = (self._loaded, self._finished._bits, self._unseen, self._ready, heapq.heappush, _Loaded,
-                        eager_info, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL,
-                        BITMAP_LIMIT)
+        self._window = self._loaded  # what the compiled loops take (the twins take nothing)
         self._stream = open_binary(path)
         self._frames: FrameReader | None = FrameReader(self._stream, self.path, _read_size(self._stream))
-        self._metadata: Metadata | pb.GlobalMetadata = self._read_metadata()
+        self._metadata: Metadata | bytes = self._read_metadata()
         self._fill()
 
     @property
+    def diagnostics(self) -> Diagnostics:
+        """What the feeder found (repeated ids, dangling dependencies, no metadata): the
+        `Diagnostics` given, or its own."""
+        if self._diagnostics is None:
+            self._diagnostics = Diagnostics()
+        return self._diagnostics
+
+    @diagnostics.setter
+    def diagnostics(self, value: Diagnostics) -> None:
+        self._diagnostics = value
+
+    @property
     def metadata(self) -> Metadata:
-        """The file's GlobalMetadata (decoded at open, made a `Metadata` when first asked for)."""
+        """The file's GlobalMetadata (checked at open; its message, kept, made a `Metadata` when
+        first asked for: a decoded protobuf message held 2.4 KiB of every feeder)."""
         if not isinstance(self._metadata, Metadata):
-            self._metadata = metadata_from_pb(self._metadata)
+            self._metadata = metadata_from_pb(pb.GlobalMetadata.FromString(self._metadata))
         return self._metadata
 
     # -- reading --------------------------------------------------------------------------------
-    def _read_metadata(self) -> Metadata | pb.GlobalMetadata:
+    def _read_metadata(self) -> Metadata | bytes:
         first = self._frames.next_frame()
         if first is None:
             self._close()
@@ -187,7 +215,8 @@ class ETFeeder:
         if looks_like_metadata(first[1]):
             self._refuse_legacy(*first, metadata=True)
             try:
-                return pb.GlobalMetadata.FromString(first[1])
+                pb.GlobalMetadata.FromString(first[1])
+                return first[1]
             except DecodeError:
                 pass
         self._warn("no-metadata", "no GlobalMetadata message: read the first message as a node")
@@ -204,6 +233,8 @@ class ETFeeder:
             self._stream.close()
             self._stream = None  # the closed file and its reader: 0.4 KiB a held feeder
             self._drop_unseen()
+            if type(self._loaded) is not dict:
+                self._loaded.trim()  # the window's spare room, held as long as the feeder
 
     def _read_one(self) -> bool:
         """Decode the next node into the window; False at end of file."""
@@ -261,9 +292,19 @@ class ETFeeder:
                              or nid >= BITMAP_LIMIT and nid in finished):  # inlined `nid in finished`
             self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
             return
-        rec = _Loaded(offset, deps, info) if self._eager_info else _Loaded(msg, deps, None)
-        loaded[nid] = rec
         self._unfinished += 1
+        if type(loaded) is dict:
+            self._link_reference(nid, deps, _Loaded(offset, deps, info) if self._eager_info else _Loaded(msg, deps, None))
+        else:  # a compiled window: it links the node in as _link_reference does
+            loaded.link(nid, deps, info if self._eager_info else None, offset if self._eager_info else msg)
+
+    def _link_reference(self, nid: int, deps: tuple[int, ...], rec: _Loaded) -> None:
+        """The reference of `Window.link`: a new node's record into the window, linked to its
+        parents (or to `_unseen`) and to the children that waited for it; issuable if nothing
+        holds it."""
+        loaded, finished = self._loaded, self._finished
+        bits = finished._bits
+        loaded[nid] = rec
         if deps:
             nbits = len(bits) << 3
             waiting = 0
@@ -340,7 +381,11 @@ class ETFeeder:
         if not self._ready:
             return None
         nid = heapq.heappop(self._ready)
-        self._loaded[nid].state = 2
+        loaded = self._loaded
+        if type(loaded) is dict:
+            loaded[nid].state = 2
+        else:
+            loaded.taken(nid)  # as the line above, without making a record view
         self._in_flight += 1
         return nid
 
@@ -419,6 +464,8 @@ class ETFeeder:
     # -- access ---------------------------------------------------------------------------------
     def info(self, nid: int) -> NodeInfo:
         """The typed contract fields of a loaded node (see `NodeInfo`)."""
+        if type(self._loaded) is not dict:
+            return self._loaded.info(nid)  # made from the record's packed fields
         rec = self._loaded[nid]
         if rec.info is None:
             rec.info = node_info(pb.Node.FromString(rec.raw))  # not eager: raw is the message
@@ -452,6 +499,8 @@ class ETFeeder:
 
     def memory_bytes(self) -> int:
         """A rough count of what the window holds (for benchmarks), bitmap included."""
+        if type(self._loaded) is not dict:
+            return self._loaded.nbytes() + self._finished.nbytes()
         raw = sum(len(r.raw) if isinstance(r.raw, bytes) else 32 for r in self._loaded.values())
         return raw + 400 * len(self._loaded) + self._finished.nbytes()
 
