@@ -97,7 +97,7 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
     # the sweep runs on 2 ranks whatever the source: a 1-rank capture has no network to fit
     sweep = capture("comm_sweep", 2, work / "comm_sweep-2")
     npus = max(targets + [source_ranks, 2])
-    networks = {f"comm_sweep@2": calibrate(sweep, npus=npus)}
+    networks = {"comm_sweep@2": calibrate(sweep, npus=npus)}
     if source_ranks > 1:
         networks = {f"{example}@{source_ranks}": calibrate(source, npus=npus), **networks}
     for name, cal in networks.items():

@@ -189,7 +189,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     npus = max([*feeders, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(feeders)
     backend = (spec or SystemSpec()).backend(npus + 1, str(path))
     for note in backend.notes() if on_warning is not None else ():
-        on_warning(Diagnostic("warning", "implementation-dims", note, file=str(backend.system.source)))
+        on_warning(Diagnostic("warning", "implementation-dims", note, file=backend.system.source))
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)

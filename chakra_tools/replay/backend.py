@@ -45,6 +45,11 @@ COLLECTIVE_OF = {
 }
 
 
+def collective_of(comm_type: int) -> tuple[str, int]:
+    """(the collective the model runs, 1 or 0: 0 divides comm_size by the group) for a comm_type."""
+    return COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+
+
 @dataclass
 class Scales:
     """Multipliers for what-if studies: 0.5 on `compute` = twice as fast GPU kernels."""
@@ -86,6 +91,10 @@ class AnalyticalBackend:
                                                            C.ALL_TO_ALL)}
         if self.roofline is None:
             self.roofline = self.system.roofline
+        ndims = len(self.network.dims)
+        # collective -> the dimensions a collective over every NPU spans (SystemConfig.spanned_dims)
+        self._spans = {c: self.system.spanned_dims(c, ndims)
+                       for c in (C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL)}
 
     # -- compute --------------------------------------------------------------------------------
     def compute_ns(self, rank: int, info: NodeInfo) -> int:
@@ -148,22 +157,21 @@ class AnalyticalBackend:
         implementation list names fewer dimensions than the network has: the dimensions past the
         list are not involved (`SystemConfig.spanned_dims`); as given otherwise."""
         ndims = len(self.network.dims)
-        coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0]
-        spans = self.system.spanned_dims(coll, ndims)
+        spans = self._spans[collective_of(comm_type)[0]]
         if spans == ndims or len(ranks) != self.network.npus:
             return involved_dim
         return tuple(d < spans and (not involved_dim or d >= len(involved_dim) or bool(involved_dim[d]))
                      for d in range(ndims))
 
     def notes(self) -> list[str]:
-        """What a user should know about how these configs are read (said once, before a replay)."""
+        """What a user should know about how the system config (`system.source`) is read, said
+        once before a replay."""
         ndims = len(self.network.dims)
-        short = [c for c in (C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL)
-                 if self.system.spanned_dims(c, ndims) < ndims]
+        short = [c for c, n in self._spans.items() if n < ndims]
         if not short:
             return []
-        n = self.system.spanned_dims(short[0], ndims)
-        return [f"{self.system.source}: {', '.join(f'{c}-implementation' for c in short)} "
+        n = self._spans[short[0]]
+        return [f"{', '.join(f'{c}-implementation' for c in short)} "
                 f"name{'s' if len(short) == 1 else ''} {n} of the network's {ndims} dimensions: as in ASTRA-sim, "
                 f"a collective over every NPU runs on the first {n} only (each group of NPUs that differ "
                 f"there alone); write one implementation per dimension to span them all"]
@@ -182,7 +190,7 @@ class AnalyticalBackend:
                     involved: tuple[bool, ...] | None) -> int:
         if len(ranks) <= 1:
             return 0
-        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        coll, div = collective_of(comm_type)
         if self._local_ring(coll, ranks):  # members end apart even when they start together
             return max(self._staggered(comm_type, size, ranks, involved, (0,) * len(ranks)))
         if div == 0:
@@ -205,8 +213,7 @@ class AnalyticalBackend:
         involved_dim = self.spanned(comm_type, ranks, involved_dim)
         last = max(arrivals_ns)
         tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
-        local = len(ranks) > 1 and self._local_ring(COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE,))[0],
-                                                    tuple(ranks))
+        local = len(ranks) > 1 and self._local_ring(collective_of(comm_type)[0], tuple(ranks))
         if (min(arrivals_ns) == last and not tree and not local) or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
         involved = tuple(involved_dim) if involved_dim else None
@@ -226,7 +233,7 @@ class AnalyticalBackend:
         created on that dimension advances (a localBWAware all-reduce's reduce-scatter and
         all-gather phases, both on an inner dimension, take the two trees in turn), from one
         collective to the next."""
-        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        coll, div = collective_of(comm_type)
         dims = self.group_dims(ranks, involved)
         chunks = self.chunking(size // len(ranks) if div == 0 else size, coll)[1] if dims else 0
         turn = {}
@@ -239,7 +246,7 @@ class AnalyticalBackend:
     def _staggered(self, comm_type: int, size: int, ranks: tuple[int, ...],
                    involved: tuple[bool, ...] | None, starts: tuple[int, ...],
                    turn: dict[int, int] | None = None) -> list[int]:
-        coll, div = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+        coll, div = collective_of(comm_type)
         if div == 0:
             size //= len(ranks)
         local = self._local_ring(coll, ranks)
@@ -298,7 +305,7 @@ class AnalyticalBackend:
     def _uses_tree(self, comm_type: int, ranks: Sequence[int], involved: Sequence[bool] | None) -> bool:
         """Whether a phase of this collective runs a double binary tree, whose members end at
         different times even when they start together."""
-        coll = COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))[0]
+        coll = collective_of(comm_type)[0]
         return any(self._tree_phase(coll, d, n, len(ranks))
                    for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
 

@@ -11,8 +11,8 @@ Derived from ASTRA-sim 2.x's published system layer and its congestion-unaware a
   `active_chunks` chunks at a time (`pipeline_ns`).
 - Within a phase, every packet that an algorithm injects costs one endpoint delay `d` on the way
   between the NPU and the network (ASTRA-sim's memory bus: `endpoint-delay` on the system's own
-  dimensions, a fixed 10 ns on the ring of a communicator group); a step that reduces what it received costs `3 * int(m / local_mem_bw)` ns more
-  (one write, two reads of the message). A ring phase of `S` messages, `P` of them reduced, is then
+  dimensions, a fixed 10 ns on the ring of a communicator group); a step that reduces what it
+  received costs `3 * int(m / local_mem_bw)` ns more (one write, two reads of the message). A ring phase of `S` messages, `P` of them reduced, is then
   `(S + 1) * d + S * net(m) + P * reduce(m)`.
 
 A phase function gets `(n, data, ctx)` (`n` NPUs in the ring of this dimension, `data` bytes

@@ -115,3 +115,20 @@ def test_the_command_is_one_call_of_the_api(shared_fixtures, tmp_path):
     assert api_out.read_text() == cli_out.read_text()
     doc = read_replay_result(api_out)
     assert doc.makespan_ns == 86_000 and {e.work for e in doc.events} == {"comm"}
+
+
+def test_a_short_implementation_list_is_said_once(tmp_path, shared_fixtures):
+    """Ring_4chunks.json (one implementation each) on a 2-D network: trace-replay warns that a
+    collective over every NPU spans dimension 0 only, as in ASTRA-sim, and replays it so."""
+    a = shared_fixtures / "astra-sim"
+    net = tmp_path / "grid.yml"
+    net.write_text("topology: [ Ring, Switch ]\nnpus_count: [ 2, 2 ]\nbandwidth: [ 50, 25 ]\nlatency: [ 500, 700 ]\n")
+    prefix = write_rankset(tmp_path, {r: [coll(1, 1 << 20)] for r in range(4)})
+    res = runner.invoke(app, [str(prefix), "--network", str(net), "--system", str(a / "configs/Ring_4chunks.json")])
+    assert res.exit_code == 0, res.output
+    [line] = [x for x in res.output.splitlines() if "[implementation-dims]" in x]
+    assert line.startswith(f"warning: {a / 'configs/Ring_4chunks.json'}: all-reduce-implementation, ")
+    assert line.count("Ring_4chunks.json") == 1 and "name 1 of the network's 2 dimensions" in line
+    assert "makespan 24.620us" in res.output  # each ring of dimension 0 alone: 518bd51 ends every rank at 24,620 ns
+    plain = runner.invoke(app, [str(prefix), "--network", str(net)])
+    assert "implementation-dims" not in plain.output and "the first 1 only" not in plain.output
