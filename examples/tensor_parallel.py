@@ -1,9 +1,12 @@
 """Tensor parallelism (Megatron-style MLP block) over gloo, CPU: the first layer is split by
 columns, the second by rows, and one all-reduce per block joins the partial sums in forward (and
-one in backward, through an autograd function).
+one in backward, through an autograd function). With `--tp K` below the world size, world/K
+tensor-parallel groups of K consecutive ranks (Megatron-LM's order) run side by side as
+data-parallel replicas, each on its own batch, and every rank all-reduces its gradients with the
+ranks that hold the same shard (one flat bucket, as DDP).
 
     torchrun --nproc-per-node 2 examples/tensor_parallel.py --steps 6
-    trace-capture -- torchrun --nproc-per-node 2 examples/tensor_parallel.py --steps 6
+    trace-capture -- torchrun --nproc-per-node 4 examples/tensor_parallel.py --tp 2   # tp 2 x dp 2
 """
 
 import argparse
@@ -11,6 +14,12 @@ import argparse
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from replicas import average_gradients
+
+
+#: this rank's tensor-parallel group (None: the world), set once in main()
+TP_GROUP = None
 
 
 class CopyToParallel(torch.autograd.Function):
@@ -23,7 +32,7 @@ class CopyToParallel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous()
-        dist.all_reduce(grad)
+        dist.all_reduce(grad, group=TP_GROUP)
         return grad
 
 
@@ -33,12 +42,27 @@ class ReduceFromParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         x = x.contiguous()
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=TP_GROUP)
         return x
 
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def parallel_groups(world: int, tp: int):
+    """(this rank's tensor-parallel group, its data-parallel group); None where the group would
+    be the world or a single rank. Every rank creates every group, as torch requires."""
+    rank, dp = dist.get_rank(), world // tp
+    mine_tp = mine_dp = None
+    if tp < world:
+        for d in range(dp):
+            g = dist.new_group(list(range(d * tp, d * tp + tp))) if tp > 1 else None
+            mine_tp = g if rank // tp == d else mine_tp
+        for t in range(tp):
+            g = dist.new_group(list(range(t, world, tp))) if dp < world else None
+            mine_dp = g if rank % tp == t else mine_dp
+    return mine_tp, mine_dp
 
 
 class ParallelMLP(nn.Module):
@@ -58,24 +82,35 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--tp", type=int, default=0,
+                        help="tensor-parallel degree (default: the world size); the world must be a multiple")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    global TP_GROUP
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(rank)
-    model = nn.Sequential(*[ParallelMLP(args.width, 4 * args.width, world)
+    tp = args.tp or world
+    if world % tp:
+        raise SystemExit(f"--tp {tp} does not divide the world size {world}")
+    dp = world // tp
+    TP_GROUP, dp_group = parallel_groups(world, tp)
+    torch.manual_seed(rank % tp)  # the same shard on every replica
+    model = nn.Sequential(*[ParallelMLP(args.width, 4 * args.width, tp)
                             for _ in range(args.layers)])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    gen = torch.Generator().manual_seed(0)  # every rank sees the same batch
+    gen = torch.Generator().manual_seed(rank // tp)  # a tensor-parallel group shares its batch
     x = torch.randn(args.batch, args.width, generator=gen)
     y = torch.randn(args.batch, args.width, generator=gen)
     for _ in range(args.steps):
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
+        if dp > 1:
+            average_gradients(model, dp_group, dp)
         opt.step()
     if rank == 0:
-        print(f"tensor_parallel: {args.steps} steps on {world} ranks, loss {loss.item():.4f}")
+        print(f"tensor_parallel: {args.steps} steps on {tp} tensor-parallel x {dp} data-parallel "
+              f"ranks, loss {loss.item():.4f}")
     dist.barrier()  # all ranks done before teardown: gloo aborts now and then (torch 2.13,
     dist.destroy_process_group()  # 'terminate called') when a peer is still tearing down
 

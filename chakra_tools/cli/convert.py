@@ -149,18 +149,25 @@ def calibrate(
 @handle_errors
 def scale(
     rankset: Path = typer.Argument(..., metavar="RUN-et", help="A converted capture (folder, prefix or file)."),
-    dp: int = typer.Option(..., "--dp", help="The data-parallel degree (ranks) to rewrite it to."),
+    dp: int = typer.Option(..., "--dp", help="The data-parallel degree to rewrite it to (ranks = tp x pp x dp)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder for PREFIX.RANK.et + comm_group.json."),
     batch: str = typer.Option("per-rank", "--batch",
                               help="per-rank: each rank's batch stays (compute unchanged); global: the job's batch stays (compute scales by old/new degree)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="The captured tensor-parallel degree, where the graph leaves a choice (a 2-rank job whose collectives are on the world is taken as data parallel). Kept as it is."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="The captured pipeline degree, where the graph leaves a choice. Kept as it is."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ) -> None:
-    """Rewrite a converted capture to another data-parallel degree: ranks replicated or dropped,
-    the world group and comm_group.json rewritten, all-gather shares (ZeRO/FSDP) resized, the
-    gradient all-reduce kept, the old degree's collective waits taken out of the step nodes
-    (ProfilerStep#N). Pipeline (send/recv) and tensor-parallel (groups that are not the
-    world) structure is refused, not guessed. The output is validated before it is written.
+    """Rewrite a converted capture to another data-parallel degree. The job's tensor x data x
+    pipeline layout is read off its process groups and send/receive peers (Megatron-LM's rank
+    order: tensor-parallel ranks innermost, then data, then stages); its replicas are copied or
+    dropped, the data-parallel groups, the world and comm_group.json rewritten, send/receive
+    peers moved to their replica, all-gather shares (ZeRO/FSDP) resized, the gradient all-reduce
+    kept, the old degree's collective waits taken out of the step nodes (ProfilerStep#N). The
+    tensor-parallel and pipeline degrees are kept: changing them re-splits layers, which the
+    trace does not show. What no layout explains (another rank order, expert parallelism,
+    all-to-all on a group that grows) is refused with the node named. The output is validated
+    before it is written.
 
     Example (then replay it on a network calibrated from the capture):
 
@@ -172,16 +179,20 @@ def scale(
     """
     from chakra_tools.convert.scale import scale as rescale
 
-    report = rescale(rankset, dp, out, batch=batch, comm_group=comm_group)
+    report = rescale(rankset, dp, out, batch=batch, comm_group=comm_group, tp=tp, pp=pp)
     if as_json:
         print_json({"out": str(out), **report.to_dict()})
         return
     resized = ", ".join(f"{n} {k}" for k, n in sorted(report.resized.items())) or "none"
-    typer.echo(f"trace-convert scale: {report.old_dp} -> {report.new_dp} ranks ({report.batch} batch), "
-               f"world group {report.world_group}; nodes resized: {resized} -> {out}")
+    kept = "".join(f", {k} {v} kept" for k, v in (("tp", report.tp), ("pp", report.pp)) if v > 1)
+    typer.echo(f"trace-convert scale: dp {report.old_dp} -> {report.new_dp}{kept}: {report.old_ranks} -> "
+               f"{report.new_ranks} ranks ({report.batch} batch); nodes resized: {resized} -> {out}")
     waits = ", ".join(f"rank {r} {ns / 1e6:.3f} ms" for r, ns in sorted(report.waits_ns.items()) if ns)
     if waits:
         typer.echo(f"the old degree's collective waits taken out of the step nodes: {waits}")
+    for t, p in report.alternatives:
+        typer.echo(f"note: the graph fits tp={t} pp={p} as well (it cannot tell those groups apart); taken as "
+                   f"tp={report.tp} pp={report.pp}: give --tp/--pp to say otherwise", err=True)
     for pg in report.dropped_groups:
         typer.echo(f"note: process group {pg} had no collective and was dropped", err=True)
 

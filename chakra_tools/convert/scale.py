@@ -1,10 +1,16 @@
 """A converted capture at another data-parallel degree: the same job on more (or fewer) ranks.
 
-Data parallelism is the one degree a trace shows well enough to change without guessing: every
-rank runs the same graph, and the only communication is the world group's collectives. So a set
-of `n` ranks becomes a set of `m` by giving new rank `r` a copy of old rank `r mod n` (or keeping
-ranks 0..m-1), the world group becoming 0..m-1, and resizing what depends on the degree (the
-`comm_size` convention of docs/convert.md):
+Data parallelism is the one degree a trace shows well enough to change without guessing: its
+replicas run the same graph, and what ties them together is the data-parallel group's
+collectives. The job's layout is read off the graph (`job_layout`): the tensor x data x pipeline
+degrees, in Megatron-LM's rank order (core/layout.py), under which every collective's group is
+its rank's tensor-parallel group, its data-parallel group or the world, and every send/receive
+joins two stages of one pipeline. A job of `dp` replicas becomes one of `m` by giving each new
+rank a copy of the old rank at the same tensor-parallel index and stage in replica `d mod dp` (or
+keeping replicas 0..m-1); tensor-parallel groups and pipelines keep their degree, data-parallel
+groups and the world are rebuilt at the new one, send/receive peers follow their replica, and
+what depends on the degree is resized (the `comm_size` convention of docs/convert.md) on the
+groups that change size:
 
 - ALL_REDUCE, BROADCAST, REDUCE, BARRIER: the buffer, unchanged (DDP's gradient all-reduce
   carries the parameter bytes at any degree);
@@ -22,10 +28,16 @@ ranks 0..m-1), the world group becoming 0..m-1, and resizing what depends on the
   the step node's time (8.1 of 9.4 ms on rank 0's first step): left in, 2 -> 1 predictions were
   +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale).
 
-What the graph shows and cannot be rescaled is refused with an InputError naming the node:
-send/receive (pipeline stages), collectives on a group that is not the world (tensor parallel or
-another degree), and collectives whose per-rank size depends on the peers (all-to-all, gather,
-scatter). Groups no node uses are dropped. The scaled files keep the capture's recorded times
+What the graph shows and cannot be rescaled is refused with an InputError naming the node: a
+group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism,
+an embedding group between the first and last stage, another rank order), and collectives whose
+per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size.
+The tensor-parallel and pipeline degrees themselves are not changed: a new tensor degree
+re-splits every layer's matrices, a new pipeline degree moves layers between stages, and the
+trace shows neither. What the graph cannot tell apart it takes as data parallelism and says so
+(`JobLayout.alternatives`): a 2-rank tensor-parallel job whose group is the world looks like a
+DDP job; `tp=` / `pp=` (`--tp`, `--pp`) name the captured degrees. Groups no node uses are
+dropped. The scaled files keep the capture's recorded times
 but not its measured window: they are a prediction, nothing in them was measured at the new
 degree; each rank's GlobalMetadata says so in `scaled_from` (JSON: the old degree, the batch
 mode, the captured steps the times cover), which `trace-visualize report` reads; replay them with a network model (`--comm model`, e.g. `trace-convert calibrate`'s),
@@ -42,7 +54,8 @@ from pathlib import Path
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
-from chakra_tools.core.measured import HOST_END, STEPS, WINDOW
+from chakra_tools.core.layout import ParallelLayout
+from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WINDOW, scaled_from
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 
 BATCH_MODES = ("per-rank", "global")
@@ -52,8 +65,6 @@ RESIZE = {CommType.ALL_REDUCE: "keep", CommType.BROADCAST: "keep", CommType.REDU
           CommType.REDUCE_SCATTER_BLOCK: "keep", CommType.ALL_GATHER: "share"}
 #: measured at the old degree: not carried into the scaled files
 _MEASURED_KEYS = (WINDOW, STEPS, HOST_END)
-#: GlobalMetadata key of a scaled rank: {"dp": old degree, "batch": mode, "steps": captured steps or null}
-SCALED_FROM = "scaled_from"
 
 
 @dataclass
@@ -69,86 +80,301 @@ class ScaleReport:
     dropped_groups: list[str] = field(default_factory=list)
     #: old rank -> ns of collective waiting taken out of its step nodes (see the module docstring)
     waits_ns: dict[int, int] = field(default_factory=dict)
+    #: the degrees kept: tensor parallel, pipeline stages
+    tp: int = 1
+    pp: int = 1
+    #: what each used process group of the capture is: "tp", "dp" or "world"
+    group_kinds: dict[str, str] = field(default_factory=dict)
+    #: other (tp, pp) the graph fits as well (it cannot tell them apart; see JobLayout)
+    alternatives: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def old_ranks(self) -> int:
+        return self.tp * self.old_dp * self.pp
+
+    @property
+    def new_ranks(self) -> int:
+        return self.tp * self.new_dp * self.pp
 
     def to_dict(self) -> dict:
-        return {"old_dp": self.old_dp, "new_dp": self.new_dp, "batch": self.batch,
+        return {"old_dp": self.old_dp, "new_dp": self.new_dp, "tp": self.tp, "pp": self.pp,
+                "old_ranks": self.old_ranks, "new_ranks": self.new_ranks, "batch": self.batch,
                 "world_group": self.world_group,
                 "source_rank": {str(k): v for k, v in self.source_rank.items()},
                 "resized": self.resized, "dropped_groups": self.dropped_groups,
-                "waits_ns": {str(k): v for k, v in self.waits_ns.items()}}
+                "waits_ns": {str(k): v for k, v in self.waits_ns.items()},
+                "group_kinds": self.group_kinds,
+                "alternatives": [{"tp": t, "pp": p} for t, p in self.alternatives]}
 
 
-def world_group(rs: RankSet) -> str:
-    """The process group of every rank (its comm_group.json id); refuses what is not pure data
-    parallelism: ranks that are not 0..n-1, send/receive, collectives on another group or of a
-    kind whose size depends on the peers."""
+@dataclass(frozen=True)
+class JobLayout:
+    """A captured job's parallel layout as its graph shows it."""
+
+    layout: ParallelLayout
+    #: process group id (as the nodes name it) -> "tp", "dp" or "world", for every group a
+    #: collective or a send/receive uses
+    kinds: dict[str, str]
+    #: the world group's id in comm_group.json ("" where it has none)
+    world: str
+    #: other layouts the graph fits as well (e.g. tp=2 for a 2-rank job whose collectives are
+    #: on the world: DDP and tensor parallelism look the same); `layout` has the largest dp
+    alternatives: tuple[ParallelLayout, ...] = ()
+
+
+@dataclass
+class _Communication:
+    """Every (rank, group) a collective uses and every (rank, peer) a send/receive joins, each
+    with its first node (to name it); what a layout has to explain."""
+
+    collectives: dict[tuple[int, str], tuple[Graph, Node]] = field(default_factory=dict)
+    p2p: dict[tuple[int, int], tuple[Graph, Node]] = field(default_factory=dict)
+    p2p_groups: dict[str, tuple[Graph, Node]] = field(default_factory=dict)
+
+
+def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> JobLayout:
+    """The tensor x data x pipeline layout (Megatron-LM's rank order) that explains every group
+    and send/receive of `rs`: the one with the largest data-parallel degree among those that fit,
+    with `tp` / `pp` where given. A layout with tp > 1 has to put some collective on a
+    tensor-parallel group, one with pp > 1 a send/receive on every rank, or any job would fit
+    them. An InputError naming the first group or node that does not fit where none does."""
     ranks = tuple(rs.ranks)
     if ranks != tuple(range(len(ranks))):
         raise InputError(f"{_where(rs)}: ranks {list(ranks)} are not 0..{len(ranks) - 1}; scale needs the whole set")
-    world = [pg for pg, members in rs.comm_groups.items() if tuple(sorted(members)) == ranks]
+    for name, given in (("--tp", tp), ("--pp", pp)):
+        if given is not None and (given < 1 or len(ranks) % given):
+            raise InputError(f"{name} {given}: the captured degree divides the rank count {len(ranks)}")
+    if tp and pp and len(ranks) % (tp * pp):
+        raise InputError(f"--tp {tp} x --pp {pp} does not divide the rank count {len(ranks)}")
+    comm = _communication(rs)
+    fits = [(lay, _fit(rs, lay, comm)) for lay in _layouts(len(ranks), tp, pp)]
+    good = [(lay, fit.kinds) for lay, fit in fits if fit.reason is None]
+    if not good:
+        reason = max((fit for _, fit in fits), key=lambda fit: fit.explained).reason
+        given = " ".join(f"{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if v)
+        which = f"the layout {given} does not explain it" if given else "no tensor x data x pipeline layout explains it"
+        raise InputError(f"{reason}; {which} (Megatron-LM's rank order: tensor-parallel ranks innermost, then "
+                         "data, then stages), so scale cannot tell what it becomes at another degree")
+    lay, kinds = good[0]
+    world = next((pg for pg, members in rs.comm_groups.items() if tuple(sorted(members)) == ranks), "")
+    return JobLayout(lay, kinds, world, tuple(f for f, _ in good[1:]))
+
+
+def _layouts(world: int, tp: int | None, pp: int | None) -> list[ParallelLayout]:
+    """Every tp x dp x pp = world with the given degrees, largest dp first (then smallest tp)."""
+    out = [ParallelLayout(t, world // (t * p), p) for t in range(1, world + 1) if world % t == 0
+           for p in range(1, world // t + 1) if (world // t) % p == 0
+           if (tp is None or t == tp) and (pp is None or p == pp)]
+    return sorted(out, key=lambda lay: (-lay.dp, lay.tp))
+
+
+def _communication(rs: RankSet) -> _Communication:
+    comm = _Communication()
     for g in rs:
         for n in g.nodes.values():
-            _check_node(rs, g, n, world)
-    return world[0] if world else "0"
+            if n.type is NodeType.COMM_COLL_NODE:
+                comm.collectives.setdefault((g.rank, n.pg_name), (g, n))
+            elif n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+                peer = n.comm_dst if n.type is NodeType.COMM_SEND_NODE else n.comm_src
+                if peer is None or peer not in rs.ranks or peer == g.rank:
+                    raise InputError(f"{_node_where(rs, g, n)}: a send/receive whose peer ({peer}) is not "
+                                     f"another rank of the set")
+                comm.p2p.setdefault((g.rank, peer), (g, n))
+                comm.p2p_groups.setdefault(n.pg_name, (g, n))
+    return comm
 
 
-def _check_node(rs: RankSet, g: Graph, n: Node, world: list[str]) -> None:
-    where = f"{g.source or _where(rs)}: rank {g.rank} node {n.id} ({n.name!r})"
-    if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
-        raise InputError(f"{where}: a send/receive between ranks (pipeline stages, or other "
-                         "point-to-point): scale rescales data parallelism only and does not guess "
-                         "how stages would be re-split")
-    if n.type is not NodeType.COMM_COLL_NODE:
-        return
+def _members(rs: RankSet, g: Graph, n: Node) -> tuple[int, ...]:
     pg = n.pg_name
-    if pg not in ("", "0") and pg not in world:
-        members = rs.comm_groups.get(pg)
-        raise InputError(f"{where}: a collective on process group {pg} (ranks {list(members or [])}), "
-                         "which is not the world: tensor parallel or another degree, which scale "
-                         "cannot rescale")
-    kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
-    if kind not in RESIZE:
-        raise InputError(f"{where}: a {kind.name} collective, whose per-rank size depends on its "
-                         "peers: scale cannot tell what it would be at another degree")
+    if pg in ("", "0"):
+        return tuple(rs.ranks)
+    members = rs.comm_groups.get(pg)
+    if members is None:
+        raise InputError(f"{_node_where(rs, g, n)}: process group {pg} is not in {_where(rs)}")
+    return tuple(sorted(members))
+
+
+@dataclass
+class _Fit:
+    """How far a layout explains a rank set: the kind of each group it placed, the pairs it
+    explained before the first it could not (so that a refusal shows the reason of the layout
+    that came furthest), and that reason (None: it explains everything)."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+    explained: int = 0
+    reason: str | None = None
+
+
+def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
+    world = tuple(rs.ranks)
+    fit = _Fit()
+    for (rank, pg), (g, n) in comm.collectives.items():
+        members = _members(rs, g, n)
+        kind = _group_kind(members, rank, lay, world)
+        if rank not in members:
+            fit.reason = f"{_node_where(rs, g, n)}: a collective on process group {pg} {list(members)}, which rank {rank} is not in"
+        elif kind is None:
+            fit.reason = (f"{_node_where(rs, g, n)}: a collective on process group {pg} (ranks {list(members)}), "
+                          f"which is neither rank {rank}'s tensor-parallel group {list(lay.tp_group(rank))} nor its "
+                          f"data-parallel group {list(lay.dp_group(rank))} nor the world (at tp={lay.tp} dp={lay.dp} pp={lay.pp})")
+        if fit.reason:
+            return fit
+        fit.kinds[pg] = kind
+        fit.explained += 1
+    if lay.tp > 1 and "tp" not in fit.kinds.values():
+        fit.reason = f"{_where(rs)}: no collective on a tensor-parallel group of tp={lay.tp}"
+        return fit
+    for (rank, peer), (g, n) in comm.p2p.items():
+        (t, d, p), (tq, dq, pq) = lay.coord(rank), lay.coord(peer)
+        if (t, d) != (tq, dq) or p == pq:
+            fit.reason = (f"{_node_where(rs, g, n)}: a send/receive between ranks {rank} and {peer}, which are not "
+                          f"two stages of one pipeline (same tensor-parallel and data-parallel index; at tp={lay.tp} "
+                          f"dp={lay.dp} pp={lay.pp}: stages {p} and {pq})")
+            return fit
+        fit.explained += 1
+    lonely = sorted(set(world) - {rank for rank, _ in comm.p2p}) if lay.pp > 1 else []
+    if lonely:
+        fit.reason = f"{_where(rs)}: rank {lonely[0]} sends and receives nothing, so it is no pipeline stage of pp={lay.pp}"
+        return fit
+    for pg, (g, n) in comm.p2p_groups.items():
+        if _members(rs, g, n) != world:
+            fit.reason = (f"{_node_where(rs, g, n)}: a send/receive on process group {pg}, which is not the "
+                          "world: scale does not know what it becomes")
+            return fit
+        fit.kinds.setdefault(pg, "world")
+    return fit
+
+
+def _group_kind(members: tuple[int, ...], rank: int, lay: ParallelLayout, world: tuple[int, ...]) -> str | None:
+    """What `members` is for `rank` under `lay`. A group that is more than one thing (the world
+    when it is also the tensor-parallel group, a rank alone) is what the degree a new layout
+    would change makes of it: a tensor-parallel group first (its degree stays), then a
+    data-parallel group, then the world (both grow with dp)."""
+    candidates = [("tp", lay.tp_group(rank))] if lay.tp > 1 else []
+    candidates += [("dp", lay.dp_group(rank))] if lay.dp > 1 else []
+    candidates += [("world", world), ("tp", lay.tp_group(rank)), ("dp", lay.dp_group(rank))]
+    return next((kind for kind, group in candidates if group == members), None)
+
+
+def _node_where(rs: RankSet, g: Graph, n: Node) -> str:
+    return f"{g.source or _where(rs)}: rank {g.rank} node {n.id} ({n.name!r})"
+
+
+def _check_sizes(rs: RankSet, job: JobLayout) -> None:
+    """A collective whose per-rank size depends on its peers is refused on a group whose size changes."""
+    for g in rs:
+        for n in g.nodes.values():
+            if n.type is not NodeType.COMM_COLL_NODE or job.kinds.get(n.pg_name) == "tp":
+                continue
+            kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
+            if kind not in RESIZE:
+                members = _members(rs, g, n)
+                raise InputError(f"{_node_where(rs, g, n)}: {kind.name} on process group {n.pg_name or 'of the world'} "
+                                 f"(ranks {list(members)}), whose size changes with the degree: its per-rank size "
+                                 "depends on its peers, so scale cannot tell what it would be")
 
 
 def _where(rs: RankSet) -> str:
     return rs.comm_group_file or "the rank set"
 
 
-def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank") -> tuple[RankSet, ScaleReport]:
-    """`rs` at data-parallel degree `dp` (see the module docstring), and what was done."""
+class _NewGroups:
+    """The scaled set's process groups: the first group made from an old one (at the lowest new
+    rank: the world, replica 0's groups) keeps its id, every other one gets the next id after
+    every old one."""
+
+    def __init__(self, rs: RankSet, job: JobLayout, new: ParallelLayout):
+        self.job, self.new = job, new
+        self.groups: dict[str, tuple[int, ...]] = {}
+        self.origin: dict[str, str] = {}
+        self._ids: dict[tuple[int, ...], str] = {}
+        numeric = [int(pg) for pg in rs.comm_groups if pg.isdigit()]
+        self._next = max(numeric, default=0) + 1
+
+    def id_for(self, pg: str, rank: int) -> str:
+        """The id, at new rank `rank`, of what old group `pg` was at its source rank."""
+        if pg in ("", "0"):
+            return pg
+        kind = self.job.kinds.get(pg, "world")  # the world group, where no node uses it
+        members = (self.new.tp_group(rank) if kind == "tp" else self.new.dp_group(rank) if kind == "dp"
+                   else tuple(range(self.new.world)))
+        gid = self._ids.get(members)
+        if gid is None:
+            gid = pg if pg not in self.groups else str(self._next)
+            if gid != pg:
+                self._next += 1
+            self._ids[members] = gid
+            self.groups[gid] = members
+            self.origin[gid] = pg
+        return gid
+
+
+def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | None = None,
+                  pp: int | None = None) -> tuple[RankSet, ScaleReport]:
+    """`rs` at data-parallel degree `dp`, its tensor-parallel and pipeline degrees kept (see the
+    module docstring; `tp` / `pp`: the captured degrees, where the graph alone leaves a choice),
+    and what was done."""
     if batch not in BATCH_MODES:
         raise InputError(f"--batch {batch!r}: use " + " or ".join(BATCH_MODES))
     if dp < 1:
         raise InputError(f"--dp {dp}: the degree is at least 1")
-    world = world_group(rs)
-    old = len(rs)
-    report = ScaleReport(old, dp, batch, world, {r: r % old for r in range(dp)})
-    used = {n.pg_name for g in rs for n in g.nodes.values() if n.type is NodeType.COMM_COLL_NODE}
-    report.dropped_groups = sorted(pg for pg in rs.comm_groups if pg != world and pg not in used)
-    groups = {pg: tuple(range(dp)) for pg in rs.comm_groups if pg not in report.dropped_groups}
-    waits = {r: step_waits(rs[r]) for r in sorted(set(report.source_rank.values()))}
+    job = job_layout(rs, tp, pp)
+    _check_sizes(rs, job)
+    old = job.layout
+    new = ParallelLayout(old.tp, dp, old.pp)
+    source = {}
+    for r in range(new.world):
+        t, d, p = new.coord(r)
+        source[r] = old.rank(tp=t, dp=d % old.dp, pp=p)
+    report = ScaleReport(old.dp, dp, batch, job.world or "0", source, tp=old.tp, pp=old.pp,
+                         group_kinds=dict(sorted(job.kinds.items())),
+                         alternatives=[(a.tp, a.pp) for a in job.alternatives])
+    report.dropped_groups = sorted(pg for pg in rs.comm_groups if pg != job.world and pg not in job.kinds)
+    groups = _NewGroups(rs, job, new)
+    if job.world:
+        groups.id_for(job.world, 0)  # the world (or what it was: the one data-parallel group) comes first
+    waits = {r: step_waits(rs[r]) for r in sorted(set(source.values()))}
     report.waits_ns = {r: sum(w.values()) for r, w in waits.items()}
-    graphs = {r: _scaled_graph(rs[src], r, old, dp, batch, groups, report, waits[src])
-              for r, src in report.source_rank.items()}
-    return RankSet(graphs, groups, rs.prefix), report
+    graphs = {r: _scaled_graph(rs[src], r, old, new, batch, groups, report, waits[src])
+              for r, src in source.items()}
+    return RankSet(graphs, groups.groups, rs.prefix), report
 
 
-def _scaled_graph(g: Graph, rank: int, old: int, dp: int, batch: str,
-                  groups: dict[str, tuple[int, ...]], report: ScaleReport, waits: dict[int, int]) -> Graph:
-    nodes = [_scaled_node(_without_wait(n, waits.get(n.id, 0)), old, dp, batch, report.resized)
+def _scaled_graph(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
+                  groups: _NewGroups, report: ScaleReport, waits: dict[int, int]) -> Graph:
+    nodes = [_scaled_node(_without_wait(n, waits.get(n.id, 0)), rank, old, new, batch, groups, report.resized)
              for n in g.nodes.values()]
-    return Graph(nodes, rank=rank, metadata=_metadata(g, rank, dp, groups, old, batch))
+    return Graph(nodes, rank=rank, metadata=_metadata(g, rank, old, new, groups, batch))
 
 
-def _scaled_node(n: Node, old: int, dp: int, batch: str, tally: dict[str, int]) -> Node:
+def _scaled_node(n: Node, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
+                 groups: _NewGroups, tally: dict[str, int]) -> Node:
     if n.type is NodeType.COMM_COLL_NODE:
-        return _scaled_collective(n, old, dp, tally)
-    if n.type is NodeType.COMP_NODE and batch == "global" and old != dp:
+        kind = groups.job.kinds[n.pg_name] if n.pg_name not in ("", "0") else "world"
+        before, after = {"tp": (old.tp, new.tp), "dp": (old.dp, new.dp), "world": (old.world, new.world)}[kind]
+        return _regrouped(_scaled_collective(n, before, after, tally), groups.id_for(n.pg_name, rank))
+    if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+        return _repeered(n, rank, new, groups)
+    if n.type is NodeType.COMP_NODE and batch == "global" and old.dp != new.dp:
         tally["COMP"] = tally.get("COMP", 0) + 1
-        return _scaled_compute(n, old / dp)
+        return _scaled_compute(n, old.dp / new.dp)
     return n
+
+
+def _regrouped(n: Node, pg: str) -> Node:
+    return n if pg == n.pg_name else n.replace(attrs={**n.attrs, "pg_name": make_attr("pg_name", pg)})
+
+
+def _repeered(n: Node, rank: int, new: ParallelLayout, groups: _NewGroups) -> Node:
+    """A send/receive of new rank `rank`: its peer the same stage's rank in `rank`'s replica."""
+    send = n.type is NodeType.COMM_SEND_NODE
+    d = new.coord(rank)[1]
+    old_peer = n.comm_dst if send else n.comm_src
+    tq, _, pq = groups.job.layout.coord(old_peer)
+    peer = new.rank(tp=tq, dp=d, pp=pq)
+    ends = {"comm_src": rank, "comm_dst": peer} if send else {"comm_src": peer, "comm_dst": rank}
+    attrs = {**n.attrs, **{k: make_attr(k, v) for k, v in ends.items() if k in n.attrs}}
+    return _regrouped(n.replace(attrs=attrs), groups.id_for(n.pg_name, rank))
 
 
 STEP_NODE = re.compile(r"^ProfilerStep#\d+$")
@@ -231,16 +457,19 @@ def _without_wait(n: Node, wait_ns: int) -> Node:
                             "collective_wait_ns": make_attr("collective_wait_ns", wait_ns)})
 
 
-def _scaled_collective(n: Node, old: int, dp: int, tally: dict[str, int]) -> Node:
-    """A world collective at degree `dp`: its recorded group size, and for an all-gather the
-    share (`comm_size`, `in_nelems`) total / dp; a reduce-scatter's output (`out_nelems`)."""
+def _scaled_collective(n: Node, old: int, new: int, tally: dict[str, int]) -> Node:
+    """A collective whose group goes from `old` to `new` ranks: its recorded group size, and for
+    an all-gather the share (`comm_size`, `in_nelems`) total / new; a reduce-scatter's output
+    (`out_nelems`). Nothing where the size stays (a tensor-parallel group)."""
+    if old == new:
+        return n
     kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
-    changes = {"group_size": dp} if "group_size" in n.attrs else {}
+    changes = {"group_size": new} if "group_size" in n.attrs else {}
     if kind is CommType.ALL_GATHER:
-        changes.update(comm_size=ceil(n.comm_size * old / dp), **_nelems(n, "in_nelems", old / dp))
+        changes.update(comm_size=ceil(n.comm_size * old / new), **_nelems(n, "in_nelems", old / new))
     elif kind in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
-        changes.update(_nelems(n, "in_nelems", 1 / dp, "out_nelems"))
-    if old != dp and RESIZE[kind] == "share":
+        changes.update(_nelems(n, "in_nelems", 1 / new, "out_nelems"))
+    if RESIZE[kind] == "share":
         tally[kind.name] = tally.get(kind.name, 0) + 1
     return n.replace(attrs={**n.attrs, **{k: make_attr(k, v) for k, v in changes.items()}}) if changes else n
 
@@ -260,27 +489,34 @@ def _scaled_compute(n: Node, f: float) -> Node:
     return n.replace(duration_micros=round(n.duration_micros * f), attrs=attrs)
 
 
-def _metadata(g: Graph, rank: int, dp: int, groups: dict[str, tuple[int, ...]], old: int, batch: str) -> Metadata:
+def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, groups: _NewGroups,
+              batch: str) -> Metadata:
     """The rank's GlobalMetadata at the new degree: its rank, the world size, the process groups
-    (their recorded names kept), `scaled_from`; the measured window left out (see the module
-    docstring)."""
+    (a kept group's record as it was, a new one's description and the old group it was made
+    from), `scaled_from`; the measured window left out (see the module docstring)."""
     meta = g.metadata
     attrs = {k: v for k, v in meta.attrs.items() if k not in _MEASURED_KEYS}
     prior = scaled_from(g)
-    attrs[SCALED_FROM] = make_attr(SCALED_FROM, json.dumps(
-        {"dp": prior["dp"] if prior else old, "batch": batch,
-         "steps": prior["steps"] if prior else _captured_steps(g)}, separators=(",", ":")))
+    origin = {"dp": prior["dp"], "tp": prior["tp"], "pp": prior["pp"]} if prior else {"dp": old.dp, "tp": old.tp, "pp": old.pp}
+    doc = {"dp": origin["dp"], "batch": batch, "steps": prior["steps"] if prior else _captured_steps(g)}
+    doc.update({k: origin[k] for k in ("tp", "pp") if origin[k] > 1})
+    attrs[SCALED_FROM] = make_attr(SCALED_FROM, json.dumps(doc, separators=(",", ":")))
     if "rank" in attrs:
         attrs["rank"] = make_attr("rank", rank)
     if "world_size" in attrs:
-        attrs["world_size"] = make_attr("world_size", dp)
+        attrs["world_size"] = make_attr("world_size", new.world)
     if "process_groups" in attrs:
         try:
             recorded = dict(json.loads(attrs["process_groups"].value))
         except (ValueError, TypeError):
             raise InputError(f"{g.source}: GlobalMetadata process_groups is not a JSON object of groups") from None
-        kept = {pg: {**info, "ranks": list(groups[pg])} for pg, info in recorded.items() if pg in groups}
-        attrs["process_groups"] = make_attr("process_groups", json.dumps(kept, separators=(",", ":")))
+        written = {}
+        for gid, members in groups.groups.items():
+            was = groups.origin[gid]
+            info = recorded.get(was) if isinstance(recorded.get(was), dict) else {}
+            written[gid] = ({**info, "ranks": list(members)} if gid == was else
+                            {"ranks": list(members), "desc": info.get("desc"), "made_from": was})
+        attrs["process_groups"] = make_attr("process_groups", json.dumps(written, separators=(",", ":")))
     return Metadata(meta.version, attrs, meta.present)
 
 
@@ -291,34 +527,16 @@ def _captured_steps(g: Graph) -> int | None:
     return len(a.value) // 2 if a is not None and isinstance(a.value, tuple) and len(a.value) >= 2 else None
 
 
-def scaled_from(g: Graph) -> dict | None:
-    """A scaled rank's `scaled_from` ({"dp", "batch", "steps"}), None for a rank that was not
-    scaled; an InputError for one that does not read."""
-    a = g.metadata.attrs.get(SCALED_FROM)
-    if a is None:
-        return None
-    try:
-        doc = json.loads(a.value)
-        ok = (isinstance(doc, dict) and isinstance(doc.get("dp"), int) and doc["dp"] >= 1
-              and isinstance(doc.get("batch"), str)
-              and (doc.get("steps") is None or isinstance(doc["steps"], int) and doc["steps"] >= 1))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise InputError(f"{g.source or f'rank {g.rank}'}: GlobalMetadata {SCALED_FROM} is not "
-                         '{"dp": int, "batch": str, "steps": int or null}')
-    return {"dp": doc["dp"], "batch": doc["batch"], "steps": doc.get("steps")}
-
-
 def scale(path: str | Path, dp: int, out: str | Path, *, batch: str = "per-rank",
-          comm_group: str | Path | None = None, check: bool = True) -> ScaleReport:
-    """Read the rank set at `path`, rescale it to `dp` ranks, validate it (all or nothing) and
-    write OUT/<prefix>.<rank>.et + comm_group.json."""
+          comm_group: str | Path | None = None, check: bool = True, tp: int | None = None,
+          pp: int | None = None) -> ScaleReport:
+    """Read the rank set at `path`, rescale it to data-parallel degree `dp`, validate it (all or
+    nothing) and write OUT/<prefix>.<rank>.et + comm_group.json."""
     from chakra_tools.core.validate import validate_rankset
 
     from .run import ConversionCheckError
 
-    scaled, report = scale_rankset(RankSet.load(path, comm_group), dp, batch)
+    scaled, report = scale_rankset(RankSet.load(path, comm_group), dp, batch, tp=tp, pp=pp)
     errors = [d for d in validate_rankset(scaled) if d.severity == "error"] if check else []
     if errors:
         shown = "\n  ".join(str(d) for d in errors[:20])

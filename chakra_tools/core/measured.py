@@ -13,17 +13,28 @@ Per rank, on the clock the device traces share (Kineto's, ns):
   included). On a GPU rank the window may end in a kernel, which a replay runs itself; the host's
   own end says how much host time followed its last op (`torch.cuda.synchronize()` and Python
   after `loss.item()`), which no node holds.
+
+A rank set `trace-convert scale` wrote at another degree measured nothing there: it has none of
+these, and `scaled_from` in their place says what it was made from (`scaled_from()` reads it).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .errors import InputError
 from .model import Attr, Metadata, make_attr
 
+if TYPE_CHECKING:
+    from .graph import Graph
+
 WINDOW, STEPS, HOST_END = "measured_window_ns", "profiler_steps_ns", "host_end_ns"
+#: GlobalMetadata key of a rank `trace-convert scale` wrote, in place of the measured window:
+#: JSON {"dp": the captured data-parallel degree, "batch": mode, "steps": captured steps or null,
+#: "tp", "pp": the model-parallel degrees kept, where above 1}
+SCALED_FROM = "scaled_from"
 
 
 @dataclass(frozen=True)
@@ -74,3 +85,24 @@ def _ints(value, where: str, name: str) -> tuple[int, ...]:
                                                         for v in value):
         raise InputError(f"{where}: GlobalMetadata {name} must be a list of integers")
     return tuple(value)
+
+
+def scaled_from(g: Graph) -> dict | None:
+    """A scaled rank's `scaled_from` ({"dp", "batch", "steps", "tp", "pp"}; tp and pp are 1 where
+    not written), None for a rank that was not scaled; an InputError for one that does not read."""
+    a = g.metadata.attrs.get(SCALED_FROM)
+    if a is None:
+        return None
+    try:
+        doc = json.loads(a.value)
+        ok = (isinstance(doc, dict) and isinstance(doc.get("dp"), int) and doc["dp"] >= 1
+              and isinstance(doc.get("batch"), str)
+              and (doc.get("steps") is None or isinstance(doc["steps"], int) and doc["steps"] >= 1)
+              and all(isinstance(doc.get(k, 1), int) and doc.get(k, 1) >= 1 for k in ("tp", "pp")))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"{g.source or f'rank {g.rank}'}: GlobalMetadata {SCALED_FROM} is not "
+                         '{"dp": int, "batch": str, "steps": int or null[, "tp": int, "pp": int]}')
+    return {"dp": doc["dp"], "batch": doc["batch"], "steps": doc.get("steps"), "tp": doc.get("tp", 1),
+            "pp": doc.get("pp", 1)}

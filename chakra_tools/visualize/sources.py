@@ -111,13 +111,14 @@ def from_rankset(rs: RankSet, *, source: str = "rank set") -> EventSet:
 def _mark_scaled(rs: RankSet, es: EventSet) -> None:
     """A rank set `trace-convert scale` wrote carries the source capture's times, copied: label it
     "scaled" (not measured at this degree: no comparison takes it as measured) and say so."""
-    from chakra_tools.convert.scale import scaled_from
+    from chakra_tools.core.measured import scaled_from
 
     info = scaled_from(rs[rs.ranks[0]]) if rs.ranks else None
     if info is not None:
         es.label = "scaled"
-        es.notes.insert(0, f"scaled from {info['dp']} to {len(rs)} ranks ({info['batch']} batch): the times "
-                        f"are the {info['dp']}-rank capture's, copied; nothing here was measured at "
+        was = info["dp"] * info["tp"] * info["pp"]
+        es.notes.insert(0, f"scaled from {was} to {len(rs)} ranks ({info['batch']} batch): the times "
+                        f"are the {was}-rank capture's, copied; nothing here was measured at "
                         f"{len(rs)} ranks (trace-visualize report --fit NET --measured RUN predicts and compares)")
 
 

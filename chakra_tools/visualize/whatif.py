@@ -52,7 +52,7 @@ def _manifest(path: str | Path) -> Path:
 
 
 def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
-    from chakra_tools.convert.scale import scaled_from
+    from chakra_tools.core.measured import scaled_from
     from chakra_tools.core.chrome_trace import load as load_doc
     from chakra_tools.core.graph import RankSet
     from chakra_tools.replay import replay
@@ -143,13 +143,19 @@ def whatif_html(data: dict) -> str:
     return _predictions_html(data["predictions"]) + _fit_html(data["fit"])
 
 
+def _was(info: dict) -> str:
+    """The captured rank count, with the model-parallel degrees scale kept."""
+    kept = ", ".join(f"{k} {info[k]}" for k in ("tp", "pp") if info[k] > 1)
+    return f'{info["dp"] * info["tp"] * info["pp"]}' + (f" ({kept} kept)" if kept else "")
+
+
 def _predictions_html(preds: list[dict]) -> str:
     if not preds:
         return ""
     rows = []
     for p in preds:
         info = p["scaled_from"]
-        scaled = (f'{info["dp"]} → {p["ranks"]} ranks ({escape(info["batch"])} batch)' if info else "not scaled")
+        scaled = (f'{_was(info)} → {p["ranks"]} ranks ({escape(info["batch"])} batch)' if info else "not scaled")
         m = p["measured"]
         rows.append([f'<span class="l">{escape(p["source"])}</span>', scaled, str(p["ranks"]),
                      escape(p["network"] or "none"), "" if p["steps"] is None else str(p["steps"]),

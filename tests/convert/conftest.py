@@ -79,3 +79,9 @@ def mlp_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory) -> Path:
     return _trace_capture(tmp_path_factory, "pipeline", "pipeline.py", "--steps", "4")
+
+
+@pytest.fixture(scope="session")
+def tp_dp_run(tmp_path_factory) -> Path:
+    """examples/tensor_parallel.py on 4 ranks as 2 tensor-parallel x 2 data-parallel."""
+    return _trace_capture(tmp_path_factory, "tp_dp", "tensor_parallel.py", "--steps", "3", "--tp", "2", ranks=4)

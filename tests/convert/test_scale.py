@@ -96,24 +96,60 @@ def test_scaled_set_is_written_validated_and_replays(tmp_path):
     assert len(result["ranks"]) == 8 and all(r["finish_ns"] > 0 for r in result["ranks"])
 
 
-def test_send_receive_between_stages_is_refused_naming_the_node():
-    def stage():
-        return [comp(1, 10), Node(2, "gloo:send", NodeType.COMM_SEND_NODE, (1,),
-                                  attrs=make_attrs(comm_dst=1, comm_size=64, comm_tag=0))]
-    with pytest.raises(InputError, match=r"rank 0 node 2 \('gloo:send'\): a send/receive between ranks"):
-        scale_rankset(two_ranks(stage), 4)
+def four_ranks(nodes, groups) -> RankSet:
+    return RankSet({r: Graph(nodes(r), rank=r, metadata=metadata(r, 4)) for r in range(4)}, groups)
 
 
-def test_collective_on_a_group_that_is_not_the_world_is_refused_naming_the_group():
-    def tp():
-        return [coll(1, CommType.ALL_REDUCE, 1024, pg="2")]
-    with pytest.raises(InputError, match=r"process group 2 \(ranks \[0\]\), which is not the world"):
-        scale_rankset(two_ranks(tp, {"1": (0, 1), "2": (0,), "3": (1,)}), 4)
+def send(i, dst, deps=()):
+    return Node(i, "gloo:send", NodeType.COMM_SEND_NODE, tuple(deps), attrs=make_attrs(comm_dst=dst, comm_size=64, comm_tag=0))
 
 
-def test_all_to_all_is_refused_and_unused_groups_are_dropped():
-    with pytest.raises(InputError, match="ALL_TO_ALL collective, whose per-rank size depends on its peers"):
+def test_send_receive_that_no_pipeline_explains_is_refused_naming_the_node():
+    """Ranks 0 and 1 all-reduce together and rank 0 sends to 1: in no tp x dp x pp layout are
+    they one group and two stages of one pipeline at once."""
+    def rank(r):
+        return [coll(1, CommType.ALL_REDUCE, 1024, pg="2" if r < 2 else "3")] + ([send(2, 1, [1])] if r == 0 else [])
+    with pytest.raises(InputError, match=r"rank 0 node 2 \('gloo:send'\): a send/receive between ranks 0 and 1, "
+                                         r"which are not two stages of one pipeline.*no tensor x data x pipeline layout"):
+        scale_rankset(four_ranks(rank, {"1": (0, 1, 2, 3), "2": (0, 1), "3": (2, 3)}), 4)
+
+
+def test_a_group_no_layout_explains_is_refused_naming_the_group():
+    """Groups {0, 3} and {1, 2} are neither consecutive (tensor parallel) nor strided (data
+    parallel) in any layout."""
+    def rank(r):
+        return [coll(1, CommType.ALL_REDUCE, 1024, pg="2" if r in (0, 3) else "3")]
+    with pytest.raises(InputError, match=r"rank 0 node 1 \('gloo:all_reduce'\): a collective on process group 2 "
+                                         r"\(ranks \[0, 3\]\), which is neither rank 0's tensor-parallel group"):
+        scale_rankset(four_ranks(rank, {"1": (0, 1, 2, 3), "2": (0, 3), "3": (1, 2)}), 8)
+
+
+def test_given_degrees_that_the_graph_does_not_fit_are_refused():
+    with pytest.raises(InputError, match=r"rank 0 sends and receives nothing, so it is no pipeline stage of pp=2; the layout pp=2"):
+        scale_rankset(two_ranks(), 4, pp=2)
+    with pytest.raises(InputError, match="--tp 3: the captured degree divides the rank count 2"):
+        scale_rankset(two_ranks(), 4, tp=3)
+
+
+def test_a_two_rank_job_on_the_world_is_data_parallel_unless_told_tensor_parallel():
+    """DDP and 2-way tensor parallelism on the world look the same: taken as DDP (the all-reduce
+    grows to the new world), tp=2 as the alternative; told tp=2, the group stays 2 ranks."""
+    scaled, report = scale_rankset(two_ranks(), 4)
+    assert (report.tp, report.new_dp, report.alternatives) == (1, 4, [(2, 1)])
+    assert scaled.comm_groups == {"1": (0, 1, 2, 3)}
+    scaled, report = scale_rankset(two_ranks(), 2, tp=2)
+    assert (report.tp, report.old_dp, report.new_dp, report.group_kinds) == (2, 1, 2, {"1": "tp"})
+    assert scaled.comm_groups == {"1": (0, 1), "2": (2, 3)}
+    assert [n.pg_name for n in scaled[3].nodes.values() if n.type is NodeType.COMM_COLL_NODE] == ["2"] * 3
+    assert sizes(scaled[3]) == sizes(two_ranks()[1])  # a tensor-parallel group keeps its degree: nothing resized
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+
+
+def test_all_to_all_is_refused_where_its_group_grows_and_unused_groups_are_dropped():
+    with pytest.raises(InputError, match=r"ALL_TO_ALL on process group 1 \(ranks \[0, 1\]\), whose size changes with the degree: its per-rank size depends on its peers"):
         scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 4)
+    scaled, _ = scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 2, tp=2)  # its group stays
+    assert sizes(scaled[3]) == {"ALL_TO_ALL": 64}
     scaled, report = scale_rankset(two_ranks(groups={"1": (0, 1), "7": (1,)}), 4)
     assert report.dropped_groups == ["7"] and set(scaled.comm_groups) == {"1"}
 
@@ -157,12 +193,55 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_pipeline_capture_is_refused(pipeline_run, tmp_path):
+def test_real_pipeline_capture_scales_its_replicas(pipeline_run, tmp_path):
+    """examples/pipeline.py on 2 ranks (2 stages) at dp 2: 4 ranks, stage s on ranks 2s and 2s+1,
+    each replica's sends to its own next stage, the set validates and replays."""
     et = tmp_path / "et"
     assert _cli("pytorch", pipeline_run, "-o", et, "-q").returncode == 0
-    proc = _cli("scale", et, "--dp", 4, "-o", tmp_path / "out")
-    assert proc.returncode == 2 and "a send/receive between ranks" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+    proc = _cli("scale", et, "--dp", 2, "-o", tmp_path / "out", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["tp"], report["pp"], report["old_dp"], report["new_dp"], report["new_ranks"]) == (1, 2, 1, 2, 4)
+    scaled, original = RankSet.load(tmp_path / "out"), RankSet.load(et)
+    assert report["source_rank"] == {"0": 0, "1": 0, "2": 1, "3": 1}
+    for r in scaled.ranks:
+        peers = {n.comm_dst if n.type is NodeType.COMM_SEND_NODE else n.comm_src for n in scaled[r].nodes.values()
+                 if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)}
+        assert peers == {r + 2 if r < 2 else r - 2}
+        assert len(scaled[r].nodes) == len(original[r // 2].nodes)
+    check = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import validate_main; validate_main()",
+                            str(tmp_path / "out")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert len(replay(tmp_path / "out", AnalyticalBackend(default_network(4))).to_dict(events=False)["ranks"]) == 4
+
+
+@pytest.mark.slow
+def test_real_tensor_and_data_parallel_capture_scales_its_data_parallel_degree(tp_dp_run, tmp_path):
+    """examples/tensor_parallel.py --tp 2 on 4 ranks: the layout read off its groups (tp 2 x dp
+    2), the tensor-parallel all-reduces kept on 2-rank groups, the gradient all-reduce on a group
+    of the new data-parallel degree with its bytes; down to 2 ranks and up to 8."""
+    et = tmp_path / "et"
+    assert _cli("pytorch", tp_dp_run, "-o", et, "-q").returncode == 0
+    original = RankSet.load(et)
+    for dp in (1, 4):
+        proc = _cli("scale", et, "--dp", dp, "-o", tmp_path / f"dp{dp}", "--json")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert (report["tp"], report["pp"], report["old_dp"], report["alternatives"]) == (2, 1, 2, [])
+        scaled = RankSet.load(tmp_path / f"dp{dp}")
+        assert scaled.ranks == list(range(2 * dp)) and sorted(set(report["group_kinds"].values())) == ["dp", "tp"]
+        for r in scaled.ranks:
+            source = original[report["source_rank"][str(r)]]
+            pairs = [(new, old) for new, old in zip(scaled[r].nodes.values(), source.nodes.values())
+                     if old.type is NodeType.COMM_COLL_NODE]
+            assert pairs and all(new.comm_size == old.comm_size for new, old in pairs)
+            for new, old in pairs:
+                tensor = report["group_kinds"][old.pg_name] == "tp"
+                assert scaled.comm_groups[new.pg_name] == ((r - r % 2, r - r % 2 + 1) if tensor
+                                                           else tuple(range(r % 2, 2 * dp, 2)))
+        check = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import validate_main; validate_main()",
+                                str(tmp_path / f"dp{dp}")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 def _generated(**kw) -> RankSet:
@@ -193,11 +272,38 @@ def test_generated_workload_scaled_from_8_to_64_replays_as_the_generators_own(tm
     assert abs(got - want) / want < 0.01
 
 
-def test_generated_pipeline_and_tensor_parallel_jobs_are_refused():
-    with pytest.raises(InputError, match="a send/receive between ranks"):
-        scale_rankset(_generated(dp=2, pp=2, batch=16, microbatches=2), 4)
-    with pytest.raises(InputError, match="which is not the world"):
-        scale_rankset(_generated(dp=2, tp=2, batch=16), 4)
+@pytest.mark.parametrize("degrees", [dict(tp=2), dict(pp=2, microbatches=2), dict(tp=2, pp=2, microbatches=2)],
+                         ids=["tp2", "pp2", "tp2-pp2"])
+@pytest.mark.parametrize("zero", [0, 3])
+def test_generated_model_parallel_job_scaled_from_dp_2_to_8_replays_as_the_generators_own(tmp_path, degrees, zero):
+    """The layout read off the generator's groups and send/receive peers; its tp x pp x dp 2 job
+    at dp 8 against its own dp 8 job: exact without ZeRO, within 1% with it (as above)."""
+    source = _generated(dp=2, batch=16, zero=zero, **degrees)
+    scaled, report = scale_rankset(source, 8)
+    assert (report.tp, report.pp) == (degrees.get("tp", 1), degrees.get("pp", 1))
+    real = _generated(dp=8, batch=64, zero=zero, **degrees)
+    got, want = _makespan(scaled, tmp_path / "scaled"), _makespan(real, tmp_path / "real")
+    if zero == 0:
+        assert got == want
+    assert abs(got - want) / want < 0.01
+
+
+def test_astra_sims_hybrid_transformer_workload_scales_as_its_own_conversion(shared_fixtures, tmp_path):
+    """ASTRA-sim 1.0's Transformer_HybridParallel.txt (model_parallel_NPU_group 4) converted on 8
+    NPUs (tp 4 x dp 2) and scaled to dp 1 and 4 replays to the ns as the same text converted on
+    4 and 16 NPUs."""
+    from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
+
+    workload = read_text_workload(shared_fixtures / "astra-sim/text_workloads/Transformer_HybridParallel.txt")
+
+    def convert_text(npus: int) -> RankSet:
+        return text_to_rankset(workload, TextOptions(npus=npus))[0]
+
+    source = convert_text(8)
+    for dp, npus in ((1, 4), (4, 16)):
+        scaled, report = scale_rankset(source, dp)
+        assert (report.tp, report.old_dp, report.alternatives) == (4, 2, [])
+        assert _makespan(scaled, tmp_path / f"s{dp}") == _makespan(convert_text(npus), tmp_path / f"t{dp}")
 
 
 def stepped_rank(r: int) -> Graph:
@@ -240,11 +346,11 @@ def test_without_step_windows_nothing_is_taken_out():
 
 
 def test_scaled_from_survives_a_second_rescale_and_a_bad_one_is_an_input_error(tmp_path):
-    from chakra_tools.convert.scale import scaled_from
+    from chakra_tools.core.measured import scaled_from
 
     once, _ = scale_rankset(two_ranks(), 4)
     twice, _ = scale_rankset(once, 1, batch="global")
-    assert scaled_from(twice[0]) == {"dp": 2, "batch": "global", "steps": None}
+    assert scaled_from(twice[0]) == {"dp": 2, "batch": "global", "steps": None, "tp": 1, "pp": 1}
     g = twice[0]
     bad = Graph(g.nodes.values(), rank=0, metadata=Metadata(g.metadata.version, {
         **g.metadata.attrs, "scaled_from": make_attr("scaled_from", '{"dp": "two"}')}, g.metadata.present))

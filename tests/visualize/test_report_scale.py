@@ -91,7 +91,7 @@ def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_comp
     cal = calibrate(cap, npus=4)
     doc = replay(dp4, cal.fit.backend(4), record_events=False).to_dict(events=False)
     job = compare_with_manifest(doc, run / "manifest.json")["job"]
-    assert pred["scaled_from"] == {"dp": 2, "batch": "per-rank", "steps": 2} and pred["ranks"] == 4
+    assert pred["scaled_from"] == {"dp": 2, "batch": "per-rank", "steps": 2, "tp": 1, "pp": 1} and pred["ranks"] == 4
     assert pred["predicted_step_ns"] == job["predicted_ns"] == pytest.approx(doc["makespan_ns"] / 2, abs=1)
     window = 30_000 + 6_000_000 + 6_400_000  # rank 3 starts 30 µs late; the window to its 2nd step's end
     assert pred["measured"]["measured_ns"] == job["measured_ns"] == pytest.approx(window / 2, abs=1)
