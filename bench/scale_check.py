@@ -5,6 +5,12 @@ calibrate`), and compare with real captures of the same job at the target degree
     python bench/scale_check.py                    # 2 -> 1 and 2 -> 4 ranks (~1.5 min)
     python bench/scale_check.py --targets 1,4,8 --example ddp --repeats 3
     python bench/scale_check.py --source 1 --targets 2 --repeats 3   # 1 -> 2 ranks
+    python bench/scale_check.py --example pipeline --source 2 --targets 4   # pp 2: dp 1 -> 2
+    python bench/scale_check.py --example tensor_parallel --source 4 --targets 2   # tp 2: dp 2 -> 1
+
+The model-parallel examples run with their model-parallel degree fixed at 2 (`pipeline.py
+--stages 2`, `tensor_parallel.py --tp 2`), the rest of the ranks data-parallel replicas; rank
+counts are then multiples of 2, and scale changes the data-parallel degree (ranks / 2).
 
 Each repeat captures the 2-rank source, a 2-rank capture of examples/comm_sweep.py (collectives
 of 1 KiB to 2 MiB) and a real run at every target degree, afresh. Per target degree and repeat
@@ -38,6 +44,8 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SOURCE_RANKS = 2
+#: the model-parallel examples' own arguments and degree: their ranks are multiples of it
+MODEL_PARALLEL = {"pipeline": (("--stages", "2"), 2), "tensor_parallel": (("--tp", "2"), 2)}
 
 
 def run(*cmd: str) -> str:
@@ -49,8 +57,9 @@ def run(*cmd: str) -> str:
 
 def capture(example: str, ranks: int, folder: Path) -> Path:
     """trace-capture --active 4 of examples/EXAMPLE.py under torchrun on `ranks`; converted."""
+    args = MODEL_PARALLEL.get(example, ((), 1))[0]
     run(str(BIN / "trace-capture"), "--active", "4", "--out", str(folder), "--force", "--",
-        str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), f"examples/{example}.py")
+        str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), f"examples/{example}.py", *args)
     et = folder.with_name(folder.name + "-et")
     run(str(BIN / "trace-convert"), str(folder), "-o", str(et), "-q")
     return et
@@ -109,7 +118,7 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
         steps = len(read_manifest(manifest).captured_steps)
         own = own_steps_ns(manifest)
         scaled = work / f"{example}-{source_ranks}to{n}"
-        taken = scale(source, n, scaled).waits_ns.get(0, 0) / max(1, steps)
+        taken = scale(source, n // MODEL_PARALLEL.get(example, ((), 1))[1], scaled).waits_ns.get(0, 0) / max(1, steps)
         work_scaled, work_real = compute_per_step_ns(scaled, steps), compute_per_step_ns(real, steps)
         for name, cal in networks.items():
             pred = step(scaled, cal.fit.backend(npus), manifest, host_time)
@@ -151,7 +160,8 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--example", default="ddp", help="a data-parallel example (examples/EXAMPLE.py)")
+    parser.add_argument("--example", default="ddp",
+                        help="examples/EXAMPLE.py: ddp (or another data-parallel one), pipeline or tensor_parallel")
     parser.add_argument("--targets", default="1,4", help="comma-separated rank counts to check")
     parser.add_argument("--source", type=int, default=SOURCE_RANKS,
                         help="ranks of the captured source (1: a single-process DDP run scaled up; its "
@@ -166,6 +176,9 @@ def main() -> None:
     if args.repeats < 1:
         parser.error("--repeats: at least 1")
     targets = [4] if args.quick else [int(t) for t in args.targets.split(",")]
+    mp = MODEL_PARALLEL.get(args.example, ((), 1))[1]
+    if any(n % mp for n in [*targets, args.source]):
+        parser.error(f"{args.example} runs {mp}-way model parallel: --source and --targets are multiples of {mp}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for i in range(args.repeats):

@@ -2,7 +2,8 @@
 
 Two layouts. ASTRA-sim 1.0 text workloads name *network dimensions* (innermost first) that a
 collective spans; `DimGroups` turns "the ranks that differ only in dimensions S" into groups.
-Training strategies name *parallel axes* (tensor, data, pipeline, expert); `ParallelLayout` puts
+Training strategies name *parallel axes* (tensor, data, pipeline, expert); `ParallelLayout`
+(core/layout.py, shared with `trace-convert scale`, which reads a captured job's layout) puts
 tensor-parallel ranks innermost, then data, then pipeline stages (Megatron-LM's order), so that a
 tensor-parallel group is a block of consecutive ranks, as on a real machine where it stays inside
 one node.

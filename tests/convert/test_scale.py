@@ -73,6 +73,22 @@ def test_scale_up_replicates_ranks_and_resizes_what_follows_the_degree():
     assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
 
 
+def test_cli_names_the_layout_it_read_and_the_one_it_could_not_tell_apart(tmp_path):
+    """trace-convert scale says which degrees it kept and, on stderr, the other layout the graph
+    fits; --tp picks that one."""
+    src = _written(tmp_path / "in", two_ranks())
+    proc = _cli("scale", src, "--dp", 4, "-o", tmp_path / "dp4")
+    assert proc.returncode == 0, proc.stderr
+    assert "trace-convert scale: dp 2 -> 4: 2 -> 4 ranks (per-rank batch)" in proc.stdout
+    assert "note: the graph fits tp=2 pp=1 as well" in proc.stderr and "give --tp/--pp" in proc.stderr
+    proc = _cli("scale", src, "--dp", 2, "--tp", 2, "-o", tmp_path / "tp2")
+    assert proc.returncode == 0, proc.stderr
+    assert "dp 1 -> 2, tp 2 kept: 2 -> 4 ranks" in proc.stdout and "note: the graph fits" not in proc.stderr
+    proc = _cli("scale", src, "--dp", 2, "--pp", 2, "-o", tmp_path / "pp2")
+    assert proc.returncode == 2 and "rank 0 sends and receives nothing" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "pp2").exists()
+
+
 def test_scale_down_keeps_the_first_ranks_and_grows_the_shard():
     scaled, _ = scale_rankset(two_ranks(), 1)
     assert scaled.ranks == [0] and scaled.comm_groups == {"1": (0,)}

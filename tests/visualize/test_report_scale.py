@@ -202,3 +202,17 @@ def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
     doc = replay(tmp_path / "dp1", cal.fit.backend(2), record_events=False).to_dict(events=False)
     assert pred["makespan_ns"] == doc["makespan_ns"] and pred["steps"] == 3
     assert pred["measured"] is None and "keep no measured window" in pred["notes"][0]
+
+
+def test_a_model_parallel_job_scaled_says_which_degrees_it_kept(scaled_set, tmp_path):
+    """The same 2 ranks read as 2-way tensor parallel (--tp 2) and given a second replica: the
+    report says 2 ranks with tp 2 kept became 4, and the timeline's note the rank counts."""
+    cap, net, _ = scaled_set
+    scale(cap, 2, tmp_path / "tp2dp2", tp=2)
+    data = whatif_data([tmp_path / "tp2dp2"], fit=net)
+    (pred,) = data["predictions"]
+    assert pred["scaled_from"] == {"dp": 1, "batch": "per-rank", "steps": 2, "tp": 2, "pp": 1} and pred["ranks"] == 4
+    sets = [load_events(tmp_path / "tp2dp2")]
+    assert "scaled from 2 to 4 ranks" in sets[0].notes[0]
+    html = render_html(sets, whatif=data)
+    assert "2 (tp 2 kept) → 4 ranks (per-rank batch)" in html[html.index('id="whatif"'):]
