@@ -1,9 +1,11 @@
 """Pipeline parallelism (gloo, CPU): each rank holds one stage of an MLP; activations go forward
 and gradients backward with send/recv, several microbatches per step (GPipe order: all forwards,
-then all backwards). With `--stages S` below the world size, world/S pipelines run side by side
-as data-parallel replicas (each on its own batch), and each stage all-reduces its gradients over
-its replicas (one flat bucket, as DDP). Ranks follow Megatron-LM's order: the data-parallel index
-varies fastest, so stage s holds ranks s*dp .. s*dp+dp-1 and rank r's next stage is r + dp.
+then all backwards). With `--stages S`, world/S pipelines run side by side as data-parallel
+replicas (each on its own batch), and each stage all-reduces its gradients over its replicas
+(one flat bucket, as DDP; over a group of one where S is the world size, as DDP at one rank).
+Ranks follow Megatron-LM's order: the data-parallel index varies fastest, so stage s holds ranks
+s*dp .. s*dp+dp-1 and rank r's next stage is r + dp. Without `--stages` every rank is a stage and
+there is no gradient all-reduce.
 
     torchrun --nproc-per-node 2 examples/pipeline.py --steps 6
     trace-capture -- torchrun --nproc-per-node 4 examples/pipeline.py --stages 2   # pp 2 x dp 2
@@ -63,11 +65,11 @@ def backward_all(saved, rank, stage_of, stages, dp, y):
 
 
 def replica_groups(world: int, dp: int):
-    """Each stage's data-parallel group (every rank creates every group, as torch requires);
-    this rank's, or None without replicas."""
+    """Each stage's data-parallel group (every rank creates every group, as torch requires):
+    this rank's (None: the world)."""
     mine = None
     for s in range(world // dp):
-        group = dist.new_group(list(range(s * dp, s * dp + dp))) if dp > 1 else None
+        group = dist.new_group(list(range(s * dp, s * dp + dp))) if dp < world else None
         if dist.get_rank() // dp == s:
             mine = group
     return mine
@@ -80,7 +82,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="rows per microbatch")
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--stages", type=int, default=0,
-                        help="pipeline stages (default: the world size); the world must be a multiple")
+                        help="pipeline stages, the rest data-parallel replicas with a gradient all-reduce "
+                             "(default: every rank a stage, no replicas); the world must be a multiple")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -90,7 +93,7 @@ def main() -> None:
         raise SystemExit(f"--stages {stages} does not divide the world size {world}")
     dp = world // stages
     stage_of = rank // dp
-    group = replica_groups(world, dp)
+    group = replica_groups(world, dp) if args.stages else None
     model = stage(stage_of, stages, args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank % dp)  # each replica its own batch
@@ -100,7 +103,7 @@ def main() -> None:
         opt.zero_grad()
         saved = forward_all(model, rank, stage_of, stages, dp, args.micro, x, args.width)
         loss = backward_all(saved, rank, stage_of, stages, dp, y)
-        if dp > 1:
+        if args.stages:
             average_gradients(model, group, dp)
         opt.step()
     if rank == world - 1:

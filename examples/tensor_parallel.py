@@ -1,9 +1,10 @@
 """Tensor parallelism (Megatron-style MLP block) over gloo, CPU: the first layer is split by
 columns, the second by rows, and one all-reduce per block joins the partial sums in forward (and
-one in backward, through an autograd function). With `--tp K` below the world size, world/K
-tensor-parallel groups of K consecutive ranks (Megatron-LM's order) run side by side as
-data-parallel replicas, each on its own batch, and every rank all-reduces its gradients with the
-ranks that hold the same shard (one flat bucket, as DDP).
+one in backward, through an autograd function). With `--tp K`, world/K tensor-parallel groups
+of K consecutive ranks (Megatron-LM's order) run side by side as data-parallel replicas, each on
+its own batch, and every rank all-reduces its gradients with the ranks that hold the same shard
+(one flat bucket, as DDP; over a group of one where K is the world size, as DDP at one rank).
+Without `--tp` the whole world is one tensor-parallel group and there is no gradient all-reduce.
 
     torchrun --nproc-per-node 2 examples/tensor_parallel.py --steps 6
     trace-capture -- torchrun --nproc-per-node 4 examples/tensor_parallel.py --tp 2   # tp 2 x dp 2
@@ -50,18 +51,17 @@ class ReduceFromParallel(torch.autograd.Function):
         return grad
 
 
-def parallel_groups(world: int, tp: int):
-    """(this rank's tensor-parallel group, its data-parallel group); None where the group would
-    be the world or a single rank. Every rank creates every group, as torch requires."""
+def parallel_groups(world: int, tp: int, replicas: bool):
+    """(this rank's tensor-parallel group, its data-parallel group, None without `replicas`); a
+    group that is the world is None. Every rank creates every group, as torch requires."""
     rank, dp = dist.get_rank(), world // tp
     mine_tp = mine_dp = None
-    if tp < world:
-        for d in range(dp):
-            g = dist.new_group(list(range(d * tp, d * tp + tp))) if tp > 1 else None
-            mine_tp = g if rank // tp == d else mine_tp
-        for t in range(tp):
-            g = dist.new_group(list(range(t, world, tp))) if dp < world else None
-            mine_dp = g if rank % tp == t else mine_dp
+    for d in range(dp):
+        g = dist.new_group(list(range(d * tp, d * tp + tp))) if 1 < tp < world else None
+        mine_tp = g if rank // tp == d else mine_tp
+    for t in range(tp if replicas else 0):
+        g = dist.new_group(list(range(t, world, tp))) if dp < world else None
+        mine_dp = g if rank % tp == t else mine_dp
     return mine_tp, mine_dp
 
 
@@ -83,7 +83,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--tp", type=int, default=0,
-                        help="tensor-parallel degree (default: the world size); the world must be a multiple")
+                        help="tensor-parallel degree, the rest data-parallel replicas with a gradient all-reduce "
+                             "(default: the whole world, no replicas); the world must be a multiple")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -93,7 +94,7 @@ def main() -> None:
     if world % tp:
         raise SystemExit(f"--tp {tp} does not divide the world size {world}")
     dp = world // tp
-    TP_GROUP, dp_group = parallel_groups(world, tp)
+    TP_GROUP, dp_group = parallel_groups(world, tp, bool(args.tp))
     torch.manual_seed(rank % tp)  # the same shard on every replica
     model = nn.Sequential(*[ParallelMLP(args.width, 4 * args.width, tp)
                             for _ in range(args.layers)])
@@ -105,7 +106,7 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
-        if dp > 1:
+        if args.tp:
             average_gradients(model, dp_group, dp)
         opt.step()
     if rank == 0:

@@ -135,7 +135,9 @@ class _Communication:
 def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> JobLayout:
     """The tensor x data x pipeline layout (Megatron-LM's rank order) that explains every group
     and send/receive of `rs`: the one with the largest data-parallel degree among those that fit,
-    with `tp` / `pp` where given. A layout with tp > 1 has to put some collective on a
+    with `tp` / `pp` where given; one that reads a group of one rank as tensor parallel only where
+    no other fits (a framework skips a tensor-parallel collective of one rank, DDP all-reduces
+    over a data-parallel group of one). A layout with tp > 1 has to put some collective on a
     tensor-parallel group, one with pp > 1 a send/receive on every rank, or any job would fit
     them. An InputError naming the first group or node that does not fit where none does."""
     ranks = tuple(rs.ranks)
@@ -148,14 +150,15 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
         raise InputError(f"--tp {tp} x --pp {pp} does not divide the rank count {len(ranks)}")
     comm = _communication(rs)
     fits = [(lay, _fit(rs, lay, comm)) for lay in _layouts(len(ranks), tp, pp)]
-    good = [(lay, fit.kinds) for lay, fit in fits if fit.reason is None]
+    # the order of _layouts (largest dp first), readings with groups of one as tensor parallel last
+    good = sorted(((lay, fit) for lay, fit in fits if fit.reason is None), key=lambda pair: pair[1].degenerate)
     if not good:
         reason = max((fit for _, fit in fits), key=lambda fit: fit.explained).reason
         given = " ".join(f"{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if v)
         which = f"the layout {given} does not explain it" if given else "no tensor x data x pipeline layout explains it"
         raise InputError(f"{reason}; {which} (Megatron-LM's rank order: tensor-parallel ranks innermost, then "
                          "data, then stages), so scale cannot tell what it becomes at another degree")
-    lay, kinds = good[0]
+    lay, kinds = good[0][0], good[0][1].kinds
     world = next((pg for pg, members in rs.comm_groups.items() if tuple(sorted(members)) == ranks), "")
     return JobLayout(lay, kinds, world, tuple(f for f, _ in good[1:]))
 
@@ -203,6 +206,9 @@ class _Fit:
     kinds: dict[str, str] = field(default_factory=dict)
     explained: int = 0
     reason: str | None = None
+    #: groups of one rank it takes as tensor parallel: a degenerate reading (frameworks skip a
+    #: tensor-parallel collective of one rank; DDP all-reduces over a data-parallel group of one)
+    degenerate: int = 0
 
 
 def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
@@ -221,6 +227,7 @@ def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
             return fit
         fit.kinds[pg] = kind
         fit.explained += 1
+        fit.degenerate += kind == "tp" and len(members) == 1
     if lay.tp > 1 and "tp" not in fit.kinds.values():
         fit.reason = f"{_where(rs)}: no collective on a tensor-parallel group of tp={lay.tp}"
         return fit

@@ -161,6 +161,19 @@ def test_a_two_rank_job_on_the_world_is_data_parallel_unless_told_tensor_paralle
     assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
 
 
+def test_a_collective_on_a_group_of_one_reads_as_data_parallel():
+    """examples/tensor_parallel.py --tp 2 on 2 ranks: activations all-reduced on the world, each
+    rank's gradients on a group of one (dp 1, as DDP at one rank). Read as tp 2 x dp 1 (not dp
+    2 with tensor-parallel groups of one); at dp 2 the gradient groups become {0, 2} and {1, 3}."""
+    def rank(r):
+        return [coll(1, CommType.ALL_REDUCE, 1024, pg="1"), coll(2, CommType.ALL_REDUCE, 4096, [1], pg=str(2 + r))]
+    source = RankSet({r: Graph(rank(r), rank=r, metadata=metadata(r)) for r in (0, 1)}, {"1": (0, 1), "2": (0,), "3": (1,)})
+    scaled, report = scale_rankset(source, 2)
+    assert (report.tp, report.old_dp, report.group_kinds) == (2, 1, {"1": "tp", "2": "dp", "3": "dp"})
+    assert report.alternatives == [(1, 1)]
+    assert [scaled.comm_groups[n.pg_name] for n in scaled[3].nodes.values()] == [(2, 3), (1, 3)]
+
+
 def test_all_to_all_is_refused_where_its_group_grows_and_unused_groups_are_dropped():
     with pytest.raises(InputError, match=r"ALL_TO_ALL on process group 1 \(ranks \[0, 1\]\), whose size changes with the degree: its per-rank size depends on its peers"):
         scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 4)
