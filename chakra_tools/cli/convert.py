@@ -193,6 +193,11 @@ def scale(
     for t, p in report.alternatives:
         typer.echo(f"note: the graph fits tp={t} pp={p} as well (it cannot tell those groups apart); taken as "
                    f"tp={report.tp} pp={report.pp}: give --tp/--pp to say otherwise", err=True)
+    lone = sum(report.lone_dropped.values())
+    if lone:
+        typer.echo(f"note: {lone} collectives left out on {len(report.lone_dropped)} ranks: their group at dp "
+                   f"{report.new_dp} is one rank (they move nothing, and ASTRA-sim never completes one); what "
+                   "waited for them waits for what they waited for", err=True)
     for pg in report.dropped_groups:
         typer.echo(f"note: process group {pg} had no collective and was dropped", err=True)
 

@@ -32,6 +32,9 @@ What the graph shows and cannot be rescaled is refused with an InputError naming
 group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism,
 an embedding group between the first and last stage, another rank order), and collectives whose
 per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size.
+A collective whose group at the new degree is its rank alone (the gradient all-reduce at dp 1)
+is left out, its dependents rewired to its dependencies: it moves nothing, the replay charges it
+nothing, and ASTRA-sim never completes a collective without peers.
 The tensor-parallel and pipeline degrees themselves are not changed: a new tensor degree
 re-splits every layer's matrices, a new pipeline degree moves layers between stages, and the
 trace shows neither. What the graph cannot tell apart it takes as data parallelism and says so
@@ -87,6 +90,8 @@ class ScaleReport:
     group_kinds: dict[str, str] = field(default_factory=dict)
     #: other (tp, pp) the graph fits as well (it cannot tell them apart; see JobLayout)
     alternatives: list[tuple[int, int]] = field(default_factory=list)
+    #: new rank -> collectives left out because their group at the new degree is that rank alone
+    lone_dropped: dict[int, int] = field(default_factory=dict)
 
     @property
     def old_ranks(self) -> int:
@@ -104,7 +109,8 @@ class ScaleReport:
                 "resized": self.resized, "dropped_groups": self.dropped_groups,
                 "waits_ns": {str(k): v for k, v in self.waits_ns.items()},
                 "group_kinds": self.group_kinds,
-                "alternatives": [{"tp": t, "pp": p} for t, p in self.alternatives]}
+                "alternatives": [{"tp": t, "pp": p} for t, p in self.alternatives],
+                "lone_dropped": {str(k): v for k, v in self.lone_dropped.items()}}
 
 
 @dataclass(frozen=True)
@@ -298,13 +304,17 @@ class _NewGroups:
         numeric = [int(pg) for pg in rs.comm_groups if pg.isdigit()]
         self._next = max(numeric, default=0) + 1
 
+    def members(self, pg: str, rank: int) -> tuple[int, ...]:
+        """The members, at new rank `rank`, of what old group `pg` was at its source rank."""
+        kind = "world" if pg in ("", "0") else self.job.kinds.get(pg, "world")  # the world, where unused
+        return (self.new.tp_group(rank) if kind == "tp" else self.new.dp_group(rank) if kind == "dp"
+                else tuple(range(self.new.world)))
+
     def id_for(self, pg: str, rank: int) -> str:
         """The id, at new rank `rank`, of what old group `pg` was at its source rank."""
         if pg in ("", "0"):
             return pg
-        kind = self.job.kinds.get(pg, "world")  # the world group, where no node uses it
-        members = (self.new.tp_group(rank) if kind == "tp" else self.new.dp_group(rank) if kind == "dp"
-                   else tuple(range(self.new.world)))
+        members = self.members(pg, rank)
         gid = self._ids.get(members)
         if gid is None:
             gid = pg if pg not in self.groups else str(self._next)
@@ -349,9 +359,51 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
 
 def _scaled_graph(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
                   groups: _NewGroups, report: ScaleReport, waits: dict[int, int]) -> Graph:
-    nodes = [_scaled_node(_without_wait(n, waits.get(n.id, 0)), rank, old, new, batch, groups, report.resized)
-             for n in g.nodes.values()]
+    nodes, lone = [], {}
+    for n in g.nodes.values():
+        if n.type is NodeType.COMM_COLL_NODE and len(groups.members(n.pg_name, rank)) == 1:
+            lone[n.id] = n
+        else:
+            nodes.append(_scaled_node(_without_wait(n, waits.get(n.id, 0)), rank, old, new, batch, groups,
+                                      report.resized))
+    if lone:
+        report.lone_dropped[rank] = len(lone)
+        nodes = _spliced(nodes, lone)
     return Graph(nodes, rank=rank, metadata=_metadata(g, rank, old, new, groups, batch))
+
+
+def _spliced(nodes: list[Node], dropped: dict[int, Node]) -> list[Node]:
+    """`nodes` with every dependency on a dropped node replaced by that node's own dependencies
+    (transitively), so that what waited for it waits for what it waited for."""
+    resolved: dict[int, tuple[int, ...]] = {}
+
+    def through(i: int) -> tuple[int, ...]:
+        if i not in dropped:
+            return (i,)
+        stack = [i]
+        while stack:  # iterative: chains of dropped collectives can be long
+            top = stack[-1]
+            pending = [d for d in dropped[top].deps if d in dropped and d not in resolved and d not in stack]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            out: dict[int, None] = {}
+            for d in dropped[top].deps:
+                out.update(dict.fromkeys(resolved.get(d, ()) if d in dropped else (d,)))
+            resolved[top] = tuple(out)
+        return resolved[i]
+
+    def deps(ids: tuple[int, ...], seen: tuple[int, ...] = ()) -> tuple[int, ...]:
+        return tuple(d for d in dict.fromkeys(x for i in ids for x in through(i)) if d not in seen)
+
+    out = []
+    for n in nodes:
+        if any(d in dropped for d in n.deps):
+            data = deps(n.data_deps)
+            n = n.replace(data_deps=data, ctrl_deps=deps(n.ctrl_deps, data))
+        out.append(n)
+    return out
 
 
 def _scaled_node(n: Node, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,

@@ -90,9 +90,30 @@ def test_cli_names_the_layout_it_read_and_the_one_it_could_not_tell_apart(tmp_pa
 
 
 def test_scale_down_keeps_the_first_ranks_and_grows_the_shard():
-    scaled, _ = scale_rankset(two_ranks(), 1)
-    assert scaled.ranks == [0] and scaled.comm_groups == {"1": (0,)}
-    assert sizes(scaled[0])["ALL_GATHER"] == PARAM_BYTES
+    four, _ = scale_rankset(two_ranks(), 4)
+    scaled, report = scale_rankset(four, 2)
+    assert scaled.ranks == [0, 1] and scaled.comm_groups == {"1": (0, 1)} and report.source_rank == {0: 0, 1: 1}
+    assert sizes(scaled[1])["ALL_GATHER"] == SHARD  # a 4th of the parameters back to a half
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+
+
+def test_collectives_left_alone_at_the_new_degree_are_dropped_and_their_dependents_rewired():
+    """At 1 rank the all-gather, reduce-scatter and all-reduce have no peer: they move nothing
+    (the replay charges them nothing) and ASTRA-sim never completes them (consumers.py,
+    astra-single-rank-group), so they go; what waited for them waits for what they waited for."""
+    scaled, report = scale_rankset(two_ranks(), 1)
+    assert scaled.ranks == [0] and report.lone_dropped == {0: 3}
+    g = scaled[0]
+    assert [(n.id, n.data_deps) for n in g.nodes.values()] == [(1, ()), (3, (1,)), (6, (3,))]
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+    # in a model-parallel job (tp 2 x dp 2) only the data-parallel collectives are alone at dp 1
+    def rank(r):
+        return [comp(1, 10), coll(2, CommType.ALL_REDUCE, 1024, [1], pg="1" if r < 2 else "4"),
+                coll(3, CommType.ALL_REDUCE, 4096, [2], pg=str(2 + r % 2)), comp(4, 10, [3])]
+    source = four_ranks(rank, {"1": (0, 1), "4": (2, 3), "2": (0, 2), "3": (1, 3)})
+    scaled, report = scale_rankset(source, 1)
+    assert (report.tp, report.old_dp, report.lone_dropped) == (2, 2, {0: 1, 1: 1})
+    assert [n.id for n in scaled[1].nodes.values()] == [1, 2, 4] and scaled[1][4].data_deps == (2,)
     assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
 
 
