@@ -166,8 +166,9 @@ def scale(
     kept, the old degree's collective waits taken out of the step nodes (ProfilerStep#N). The
     tensor-parallel and pipeline degrees are kept: changing them re-splits layers, which the
     trace does not show. What no layout explains (another rank order, expert parallelism,
-    all-to-all on a group that grows) is refused with the node named. The output is validated
-    before it is written.
+    all-to-all on a group that grows) is refused with the node named, and so is growing a job
+    whose replicas exchange nothing the trace shows (no data-parallel collective, not even on
+    a group of one as DDP makes at one rank). The output is validated before it is written.
 
     Example (then replay it on a network calibrated from the capture):
 

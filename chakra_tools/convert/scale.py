@@ -32,6 +32,9 @@ What the graph shows and cannot be rescaled is refused with an InputError naming
 group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism,
 an embedding group between the first and last stage, another rank order), and collectives whose
 per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size.
+A job with no collective on a data-parallel group or the world (not even on a group of one, as
+DDP makes at one rank: a single process without DDP, a dp-1 pipeline that skips its gradient
+all-reduce) is not grown: nothing says what its replicas would exchange.
 A collective whose group at the new degree is its rank alone (the gradient all-reduce at dp 1)
 is left out, its dependents rewired to its dependencies: it moves nothing, the replay charges it
 nothing, and ASTRA-sim never completes a collective without peers.
@@ -126,6 +129,9 @@ class JobLayout:
     #: other layouts the graph fits as well (e.g. tp=2 for a 2-rank job whose collectives are
     #: on the world: DDP and tensor parallelism look the same); `layout` has the largest dp
     alternatives: tuple[ParallelLayout, ...] = ()
+    #: some collective is on a group that grows with dp (data-parallel or the world): what the
+    #: replicas exchange, without which more of them would be independent jobs
+    synced: bool = False
 
 
 @dataclass
@@ -166,7 +172,8 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
                          "data, then stages), so scale cannot tell what it becomes at another degree")
     lay, kinds = good[0][0], good[0][1].kinds
     world = next((pg for pg, members in rs.comm_groups.items() if tuple(sorted(members)) == ranks), "")
-    return JobLayout(lay, kinds, world, tuple(f for f, _ in good[1:]))
+    synced = any(kinds[pg] != "tp" for _, pg in comm.collectives)
+    return JobLayout(lay, kinds, world, tuple(f for f, _ in good[1:]), synced)
 
 
 def _layouts(world: int, tp: int | None, pp: int | None) -> list[ParallelLayout]:
@@ -262,10 +269,11 @@ def _group_kind(members: tuple[int, ...], rank: int, lay: ParallelLayout, world:
     """What `members` is for `rank` under `lay`. A group that is more than one thing (the world
     when it is also the tensor-parallel group, a rank alone) is what the degree a new layout
     would change makes of it: a tensor-parallel group first (its degree stays), then a
-    data-parallel group, then the world (both grow with dp)."""
+    data-parallel group, then the world (both grow with dp); a rank alone where both degrees are
+    1 is a data-parallel group of one (DDP's at one rank)."""
     candidates = [("tp", lay.tp_group(rank))] if lay.tp > 1 else []
     candidates += [("dp", lay.dp_group(rank))] if lay.dp > 1 else []
-    candidates += [("world", world), ("tp", lay.tp_group(rank)), ("dp", lay.dp_group(rank))]
+    candidates += [("world", world), ("dp", lay.dp_group(rank)), ("tp", lay.tp_group(rank))]
     return next((kind for kind, group in candidates if group == members), None)
 
 
@@ -337,6 +345,12 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
         raise InputError(f"--dp {dp}: the degree is at least 1")
     job = job_layout(rs, tp, pp)
     _check_sizes(rs, job)
+    if dp > job.layout.dp and not job.synced:
+        raise InputError(f"{_where(rs)}: no collective of the capture is on a data-parallel group or the world "
+                         "(not even on a group of one, as DDP makes at one rank), so nothing says what "
+                         f"{dp} replicas would exchange; scale does not make them up: capture the job under "
+                         "its data parallelism (DDP, FSDP, a framework's), or write it at the new degree "
+                         "(trace-convert generate)")
     old = job.layout
     new = ParallelLayout(old.tp, dp, old.pp)
     source = {}

@@ -82,6 +82,13 @@ def pipeline_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pipeline_dp_run(tmp_path_factory) -> Path:
+    """examples/pipeline.py --stages 2 on 2 ranks: 2 stages, one replica with its gradient
+    all-reduce on a group of one (as DDP at one rank)."""
+    return _trace_capture(tmp_path_factory, "pipeline_dp", "pipeline.py", "--steps", "4", "--stages", "2")
+
+
+@pytest.fixture(scope="session")
 def tp_dp_run(tmp_path_factory) -> Path:
     """examples/tensor_parallel.py on 4 ranks as 2 tensor-parallel x 2 data-parallel."""
     return _trace_capture(tmp_path_factory, "tp_dp", "tensor_parallel.py", "--steps", "3", "--tp", "2", ranks=4)

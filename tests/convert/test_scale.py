@@ -81,9 +81,9 @@ def test_cli_names_the_layout_it_read_and_the_one_it_could_not_tell_apart(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "trace-convert scale: dp 2 -> 4: 2 -> 4 ranks (per-rank batch)" in proc.stdout
     assert "note: the graph fits tp=2 pp=1 as well" in proc.stderr and "give --tp/--pp" in proc.stderr
-    proc = _cli("scale", src, "--dp", 2, "--tp", 2, "-o", tmp_path / "tp2")
+    proc = _cli("scale", src, "--dp", 1, "--tp", 2, "-o", tmp_path / "tp2")
     assert proc.returncode == 0, proc.stderr
-    assert "dp 1 -> 2, tp 2 kept: 2 -> 4 ranks" in proc.stdout and "note: the graph fits" not in proc.stderr
+    assert "dp 1 -> 1, tp 2 kept: 2 -> 2 ranks" in proc.stdout and "note: the graph fits" not in proc.stderr
     proc = _cli("scale", src, "--dp", 2, "--pp", 2, "-o", tmp_path / "pp2")
     assert proc.returncode == 2 and "rank 0 sends and receives nothing" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "pp2").exists()
@@ -170,16 +170,16 @@ def test_given_degrees_that_the_graph_does_not_fit_are_refused():
 
 def test_a_two_rank_job_on_the_world_is_data_parallel_unless_told_tensor_parallel():
     """DDP and 2-way tensor parallelism on the world look the same: taken as DDP (the all-reduce
-    grows to the new world), tp=2 as the alternative; told tp=2, the group stays 2 ranks."""
+    grows to the new world), tp=2 as the alternative; told tp=2, it is one replica whose
+    replicas would exchange nothing the trace shows: not grown (see below)."""
     scaled, report = scale_rankset(two_ranks(), 4)
     assert (report.tp, report.new_dp, report.alternatives) == (1, 4, [(2, 1)])
     assert scaled.comm_groups == {"1": (0, 1, 2, 3)}
-    scaled, report = scale_rankset(two_ranks(), 2, tp=2)
-    assert (report.tp, report.old_dp, report.new_dp, report.group_kinds) == (2, 1, 2, {"1": "tp"})
-    assert scaled.comm_groups == {"1": (0, 1), "2": (2, 3)}
-    assert [n.pg_name for n in scaled[3].nodes.values() if n.type is NodeType.COMM_COLL_NODE] == ["2"] * 3
-    assert sizes(scaled[3]) == sizes(two_ranks()[1])  # a tensor-parallel group keeps its degree: nothing resized
-    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+    scaled, report = scale_rankset(two_ranks(), 1, tp=2)
+    assert (report.tp, report.old_dp, report.new_dp, report.group_kinds) == (2, 1, 1, {"1": "tp"})
+    assert scaled.comm_groups == {"1": (0, 1)} and sizes(scaled[1]) == sizes(two_ranks()[1])
+    with pytest.raises(InputError, match="what 2 replicas would exchange"):
+        scale_rankset(two_ranks(), 2, tp=2)
 
 
 def test_a_collective_on_a_group_of_one_reads_as_data_parallel():
@@ -198,8 +198,8 @@ def test_a_collective_on_a_group_of_one_reads_as_data_parallel():
 def test_all_to_all_is_refused_where_its_group_grows_and_unused_groups_are_dropped():
     with pytest.raises(InputError, match=r"ALL_TO_ALL on process group 1 \(ranks \[0, 1\]\), whose size changes with the degree: its per-rank size depends on its peers"):
         scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 4)
-    scaled, _ = scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 2, tp=2)  # its group stays
-    assert sizes(scaled[3]) == {"ALL_TO_ALL": 64}
+    scaled, _ = scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 1, tp=2)  # its group stays
+    assert sizes(scaled[1]) == {"ALL_TO_ALL": 64}
     scaled, report = scale_rankset(two_ranks(groups={"1": (0, 1), "7": (1,)}), 4)
     assert report.dropped_groups == ["7"] and set(scaled.comm_groups) == {"1"}
 
@@ -223,8 +223,8 @@ def _cli(*args):
 
 @pytest.mark.slow
 def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
-    """The DDP capture's gradient all-reduce keeps its bytes at every degree; every output
-    validates (trace-validate) and replays."""
+    """The DDP capture's gradient all-reduce keeps its bytes at every degree (at 1 rank it has no
+    peer and is left out, the CLI says so); every output validates (trace-validate) and replays."""
     et = tmp_path / "et"
     assert _cli("pytorch", ddp_run, "-o", et, "-q").returncode == 0
     original = RankSet.load(et)
@@ -234,7 +234,10 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
         assert "collective waits taken out of the step nodes: rank 0 " in proc.stdout
         scaled = RankSet.load(tmp_path / f"dp{dp}")
         assert scaled.ranks == list(range(dp))
-        assert sizes(scaled[dp - 1]) == sizes(original[(dp - 1) % 2]) == {"ALL_REDUCE": sizes(original[0])["ALL_REDUCE"]}
+        if dp > 1:
+            assert sizes(scaled[dp - 1]) == sizes(original[(dp - 1) % 2]) == {"ALL_REDUCE": sizes(original[0])["ALL_REDUCE"]}
+        else:
+            assert sizes(scaled[0]) == {} and "collectives left out on 1 ranks: their group at dp 1 is one rank" in proc.stderr
         check = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import validate_main; validate_main()",
                                 str(tmp_path / f"dp{dp}")], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
@@ -243,11 +246,17 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_pipeline_capture_scales_its_replicas(pipeline_run, tmp_path):
-    """examples/pipeline.py on 2 ranks (2 stages) at dp 2: 4 ranks, stage s on ranks 2s and 2s+1,
-    each replica's sends to its own next stage, the set validates and replays."""
+def test_real_pipeline_capture_scales_its_replicas(pipeline_dp_run, pipeline_run, tmp_path):
+    """examples/pipeline.py --stages 2 on 2 ranks (2 stages, one replica) at dp 2: 4 ranks, stage
+    s on ranks 2s and 2s+1, each replica's sends to its own next stage, the gradient all-reduce on
+    {0, 1} and {2, 3}; the set validates and replays. Without --stages the pipeline has no
+    gradient all-reduce at all, and scale will not make up what replicas exchange."""
+    plain = tmp_path / "plain"
+    assert _cli("pytorch", pipeline_run, "-o", plain, "-q").returncode == 0
+    proc = _cli("scale", plain, "--dp", 2, "-o", tmp_path / "refused")
+    assert proc.returncode == 2 and "nothing says what 2 replicas would exchange" in proc.stderr
     et = tmp_path / "et"
-    assert _cli("pytorch", pipeline_run, "-o", et, "-q").returncode == 0
+    assert _cli("pytorch", pipeline_dp_run, "-o", et, "-q").returncode == 0
     proc = _cli("scale", et, "--dp", 2, "-o", tmp_path / "out", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -259,6 +268,8 @@ def test_real_pipeline_capture_scales_its_replicas(pipeline_run, tmp_path):
                  if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)}
         assert peers == {r + 2 if r < 2 else r - 2}
         assert len(scaled[r].nodes) == len(original[r // 2].nodes)
+        assert {scaled.comm_groups[n.pg_name] for n in scaled[r].nodes.values()
+                if n.type is NodeType.COMM_COLL_NODE} == {(0, 1) if r < 2 else (2, 3)}
     check = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import validate_main; validate_main()",
                             str(tmp_path / "out")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -282,11 +293,15 @@ def test_real_tensor_and_data_parallel_capture_scales_its_data_parallel_degree(t
         assert scaled.ranks == list(range(2 * dp)) and sorted(set(report["group_kinds"].values())) == ["dp", "tp"]
         for r in scaled.ranks:
             source = original[report["source_rank"][str(r)]]
-            pairs = [(new, old) for new, old in zip(scaled[r].nodes.values(), source.nodes.values())
-                     if old.type is NodeType.COMM_COLL_NODE]
-            assert pairs and all(new.comm_size == old.comm_size for new, old in pairs)
-            for new, old in pairs:
+            collectives = [old for old in source.nodes.values() if old.type is NodeType.COMM_COLL_NODE]
+            assert collectives
+            for old in collectives:
                 tensor = report["group_kinds"][old.pg_name] == "tp"
+                if not tensor and dp == 1:  # the gradient all-reduce alone at dp 1: left out
+                    assert old.id not in scaled[r].nodes
+                    continue
+                new = scaled[r][old.id]
+                assert new.comm_size == old.comm_size
                 assert scaled.comm_groups[new.pg_name] == ((r - r % 2, r - r % 2 + 1) if tensor
                                                            else tuple(range(r % 2, 2 * dp, 2)))
         check = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import validate_main; validate_main()",
@@ -336,6 +351,38 @@ def test_generated_model_parallel_job_scaled_from_dp_2_to_8_replays_as_the_gener
     if zero == 0:
         assert got == want
     assert abs(got - want) / want < 0.01
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_generated_layouts_scale_as_the_generators_own_job(tmp_path, seed):
+    """Random tp x pp x dp jobs (per-rank batch fixed, no ZeRO) scaled to a random dp: the layout
+    is read back as generated and the replay equals the generator's own job to the ns. (At dp 1
+    the generator writes no gradient all-reduce, and scale refuses to grow such a job: below.)"""
+    import random
+
+    rng = random.Random(seed)
+    tp, pp, dp, new = rng.choice((1, 2, 4)), rng.choice((1, 2, 3)), rng.choice((2, 3)), rng.choice((1, 2, 4, 5))
+    micro = rng.choice((1, 2)) if pp > 1 else 1
+    small = dict(layers=2 * pp, hidden=256, heads=4, seq=128, vocab=4096, tp=tp, pp=pp, microbatches=micro)
+    source = _generated(**small, dp=dp, batch=2 * micro * dp)
+    scaled, report = scale_rankset(source, new)
+    assert (report.tp, report.pp, report.old_dp, report.new_dp) == (tp, pp, dp, new), (tp, pp, dp, new)
+    own = _generated(**small, dp=new, batch=2 * micro * new)
+    assert _makespan(scaled, tmp_path / "scaled") == _makespan(own, tmp_path / "own"), (tp, pp, dp, new)
+
+
+def test_a_job_whose_replicas_exchange_nothing_is_not_grown():
+    """The generator's dp-1 pipeline writes no gradient all-reduce; a single process without DDP
+    none at all: more replicas of either would be independent jobs, so scale refuses, and still
+    shrinks or keeps them."""
+    pipeline = _generated(layers=4, hidden=256, heads=4, seq=128, vocab=4096, pp=2, microbatches=2, dp=1, batch=4)
+    with pytest.raises(InputError, match=r"no collective of the capture is on a data-parallel group or the world.*"
+                                         r"nothing says what 4 replicas would exchange"):
+        scale_rankset(pipeline, 4)
+    alone = RankSet({0: Graph([comp(1, 100)], rank=0, metadata=metadata(0, 1))}, {})
+    with pytest.raises(InputError, match="what 2 replicas would exchange"):
+        scale_rankset(alone, 2)
+    assert scale_rankset(alone, 1)[0].ranks == [0]
 
 
 def test_astra_sims_hybrid_transformer_workload_scales_as_its_own_conversion(shared_fixtures, tmp_path):

@@ -205,14 +205,24 @@ def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
 
 
 def test_a_model_parallel_job_scaled_says_which_degrees_it_kept(scaled_set, tmp_path):
-    """The same 2 ranks read as 2-way tensor parallel (--tp 2) and given a second replica: the
-    report says 2 ranks with tp 2 kept became 4, and the timeline's note the rank counts."""
-    cap, net, _ = scaled_set
-    scale(cap, 2, tmp_path / "tp2dp2", tp=2)
-    data = whatif_data([tmp_path / "tp2dp2"], fit=net)
+    """A tp 2 x dp 2 set (tensor-parallel all-reduces on {0, 1} and {2, 3}, gradients on {0, 2}
+    and {1, 3}) scaled to one replica: the report says 4 ranks with tp 2 kept became 2."""
+    _, net, _ = scaled_set
+
+    def rank(r):
+        return [Node(1, "mm", T.COMP_NODE, duration_micros=100, attrs=make_attrs(is_cpu_op=False)),
+                Node(2, "tp", T.COMM_COLL_NODE, (1,), attrs=make_attrs(
+                    comm_type=CommType.ALL_REDUCE, comm_size=4096, pg_name="2" if r < 2 else "3", is_cpu_op=False)),
+                Node(3, "dp", T.COMM_COLL_NODE, (2,), attrs=make_attrs(
+                    comm_type=CommType.ALL_REDUCE, comm_size=1 << 20, pg_name=str(4 + r % 2), is_cpu_op=False))]
+    RankSet({r: Graph(rank(r), rank=r) for r in range(4)},
+            {"1": (0, 1, 2, 3), "2": (0, 1), "3": (2, 3), "4": (0, 2), "5": (1, 3)}).write(tmp_path / "tp2dp2", "t")
+    report = scale(tmp_path / "tp2dp2", 1, tmp_path / "tp2")
+    assert (report.tp, report.old_dp, report.lone_dropped) == (2, 2, {0: 1, 1: 1})
+    data = whatif_data([tmp_path / "tp2"], fit=net)
     (pred,) = data["predictions"]
-    assert pred["scaled_from"] == {"dp": 1, "batch": "per-rank", "steps": 2, "tp": 2, "pp": 1} and pred["ranks"] == 4
-    sets = [load_events(tmp_path / "tp2dp2")]
-    assert "scaled from 2 to 4 ranks" in sets[0].notes[0]
+    assert pred["scaled_from"] == {"dp": 2, "batch": "per-rank", "steps": None, "tp": 2, "pp": 1} and pred["ranks"] == 2
+    sets = [load_events(tmp_path / "tp2")]
+    assert "scaled from 4 to 2 ranks" in sets[0].notes[0]
     html = render_html(sets, whatif=data)
-    assert "2 (tp 2 kept) → 4 ranks (per-rank batch)" in html[html.index('id="whatif"'):]
+    assert "4 (tp 2 kept) → 2 ranks (per-rank batch)" in html[html.index('id="whatif"'):]
