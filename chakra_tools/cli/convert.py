@@ -168,11 +168,15 @@ def scale(
     trace does not show. What no layout explains (another rank order, expert parallelism,
     all-to-all on a group that grows) is refused with the node named, and so is growing a job
     whose replicas exchange nothing the trace shows (no data-parallel collective, not even on
-    a group of one as DDP makes at one rank). The output is validated before it is written.
+    a group of one as DDP makes at one rank). A collective whose group at the new degree is its
+    rank alone is left out (ASTRA-sim never completes one). The output is validated before it is
+    written.
 
-    Example (then replay it on a network calibrated from the capture):
+    Examples (then replay it on a network calibrated from the capture):
 
         trace-convert scale out/ddp --dp 4 -o out/ddp-dp4
+
+        trace-convert scale out/tp2x2 --dp 1 -o out/tp2   # a tp 2 x dp 2 capture: tp 2 kept, 2 ranks
 
         trace-convert calibrate out/ddp --npus 4 -o out/net
 
