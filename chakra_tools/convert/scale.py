@@ -43,11 +43,13 @@ re-splits every layer's matrices, a new pipeline degree moves layers between sta
 trace shows neither. What the graph cannot tell apart it takes as data parallelism and says so
 (`JobLayout.alternatives`): a 2-rank tensor-parallel job whose group is the world looks like a
 DDP job; `tp=` / `pp=` (`--tp`, `--pp`) name the captured degrees. Groups no node uses are
-dropped. The scaled files keep the capture's recorded times
-but not its measured window: they are a prediction, nothing in them was measured at the new
-degree; each rank's GlobalMetadata says so in `scaled_from` (JSON: the old degree, the batch
-mode, the captured steps the times cover), which `trace-visualize report` reads; replay them with a network model (`--comm model`, e.g. `trace-convert calibrate`'s),
-since recorded communication times belong to the old degree.
+dropped.
+
+The scaled files keep the capture's recorded times but not its measured window: they are a
+prediction, nothing in them was measured at the new degree. Each rank's GlobalMetadata says so in
+`scaled_from` (core/measured.py: the captured degrees, the batch mode, the captured steps the
+times cover), which `trace-visualize report` reads. Replay them with a network model (`--comm
+model`, e.g. `trace-convert calibrate`'s): recorded communication times belong to the old degree.
 """
 
 from __future__ import annotations

@@ -90,7 +90,12 @@ def _ints(value, where: str, name: str) -> tuple[int, ...]:
 def scaled_from(g: Graph) -> dict | None:
     """A scaled rank's `scaled_from` ({"dp", "batch", "steps", "tp", "pp"}; tp and pp are 1 where
     not written), None for a rank that was not scaled; an InputError for one that does not read."""
-    a = g.metadata.attrs.get(SCALED_FROM)
+    return scaled_from_metadata(g.metadata, g.source or f"rank {g.rank}")
+
+
+def scaled_from_metadata(meta: Metadata, where: str) -> dict | None:
+    """`scaled_from` of a rank's GlobalMetadata (a feeder holds no Graph); `where` names it."""
+    a = meta.attrs.get(SCALED_FROM)
     if a is None:
         return None
     try:
@@ -102,7 +107,7 @@ def scaled_from(g: Graph) -> dict | None:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise InputError(f"{g.source or f'rank {g.rank}'}: GlobalMetadata {SCALED_FROM} is not "
+        raise InputError(f"{where}: GlobalMetadata {SCALED_FROM} is not "
                          '{"dp": int, "batch": str, "steps": int or null[, "tp": int, "pp": int]}')
     return {"dp": doc["dp"], "batch": doc["batch"], "steps": doc.get("steps"), "tp": doc.get("tp", 1),
             "pp": doc.get("pp", 1)}

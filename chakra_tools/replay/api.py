@@ -190,6 +190,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     backend = (spec or SystemSpec()).backend(npus + 1, str(path))
     for note in backend.notes() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "implementation-dims", note, file=backend.system.source))
+    if on_warning is not None:
+        _warn_recorded_on_scaled(path, feeders, modes, on_warning)
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)
@@ -198,6 +200,28 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
                               "is 0 (a device trace with no host op and no device work?)", file=str(path)))
     return result
+
+
+def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,
+                             on_warning: Callable[[Diagnostic], None]) -> None:
+    """A mode that takes time from the record, on a rank set `trace-convert scale` wrote: the
+    record is the old degree's, its waits for the old degree's collectives included (scale takes
+    them out of the step nodes only), so such a replay predicts the old job's waiting again."""
+    from chakra_tools.core.measured import scaled_from_metadata
+
+    recorded = [f"{name} {value}" for name, value, default in (
+        ("--comm", modes.comm, "model"), ("--host-time", modes.host_time, "ops"), ("--align", modes.align, "start"))
+        if value != default]
+    first = feeders[min(feeders)] if feeders else None
+    info = scaled_from_metadata(first.metadata, str(first.path)) if recorded and first is not None else None
+    if info is None:
+        return
+    was = info["dp"] * info["tp"] * info["pp"]
+    on_warning(Diagnostic("warning", "scaled-recorded-time", (
+        f"{', '.join(recorded)} take{'s' if len(recorded) == 1 else ''} time from the record, and this rank set "
+        f"was scaled from a {was}-rank capture: its recorded gaps and communication are that job's, waits for "
+        f"its collectives included, so the replay predicts them again (the defaults, --comm model --host-time "
+        f"ops --align start, replay a scaled set: docs/replay.md, What-if at another scale)"), file=str(path)))
 
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,

@@ -141,6 +141,28 @@ def send(i, dst, deps=()):
     return Node(i, "gloo:send", NodeType.COMM_SEND_NODE, tuple(deps), attrs=make_attrs(comm_dst=dst, comm_size=64, comm_tag=0))
 
 
+def test_replaying_a_scaled_set_on_recorded_time_is_warned_about(tmp_path):
+    """--host-time timeline (or --comm measured, --align recorded) on a scaled set replays the
+    old degree's recorded waits: trace-replay says so; the defaults say nothing; an unscaled set
+    says nothing either way."""
+    from chakra_tools.replay import CaptureModes, replay_rankset
+
+    source = _written(tmp_path / "in", two_ranks())
+    scale(source, 4, tmp_path / "out")
+    recorded = CaptureModes(host_time="timeline", comm="measured")
+    said = {}
+    for name, path, modes in (("scaled, recorded", tmp_path / "out", recorded),
+                              ("scaled, defaults", tmp_path / "out", CaptureModes()),
+                              ("source, recorded", source, recorded)):
+        heard = []
+        replay_rankset(path, modes=modes, on_warning=heard.append, record_events=False)
+        said[name] = [str(d) for d in heard if d.code == "scaled-recorded-time"]
+    assert not said["scaled, defaults"] and not said["source, recorded"]
+    (text,) = said["scaled, recorded"]
+    assert "--comm measured, --host-time timeline take time from the record" in text
+    assert "scaled from a 2-rank capture" in text
+
+
 def test_send_receive_that_no_pipeline_explains_is_refused_naming_the_node():
     """Ranks 0 and 1 all-reduce together and rank 0 sends to 1: in no tp x dp x pp layout are
     they one group and two stages of one pipeline at once."""
