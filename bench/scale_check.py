@@ -170,7 +170,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="captures at each scale (source, sweep, every target); medians over them")
     parser.add_argument("--host-time", default="ops", choices=("ops", "timeline"),
-                        help="trace-replay --host-time of every replay (ops: the default)")
+                        help="trace-replay --host-time of every replay (ops: the default; timeline replays the "
+                             "source's recorded gaps, the old degree's waits among them: docs/replay.md)")
     parser.add_argument("--json", type=Path, help="also write every repeat's row and the medians here")
     args = parser.parse_args()
     if args.repeats < 1:
