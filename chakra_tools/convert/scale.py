@@ -4,10 +4,14 @@ Data parallelism is the one degree a trace shows well enough to change without g
 replicas run the same graph, and what ties them together is the data-parallel group's
 collectives. The job's layout is read off the graph (`job_layout`): the tensor x data x pipeline
 degrees, in Megatron-LM's rank order (core/layout.py), under which every collective's group is
-its rank's tensor-parallel group, its data-parallel group or the world, and every send/receive
-joins two stages of one pipeline. A job of `dp` replicas becomes one of `m` by giving each new
+its rank's tensor-parallel group, its data-parallel group, the world, or another group within
+its replica (a pipeline group, the first and last stage's embedding group), and every
+send/receive joins two stages of one pipeline; where the graph fits several, the groups' recorded
+names (Megatron-LM's `group_desc`: TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP, ...) and the
+most specific reading decide (`job_layout`). A job of `dp` replicas becomes one of `m` by giving each new
 rank a copy of the old rank at the same tensor-parallel index and stage in replica `d mod dp` (or
-keeping replicas 0..m-1); tensor-parallel groups and pipelines keep their degree, data-parallel
+keeping replicas 0..m-1); groups within a replica are copied to each new one, tensor-parallel
+groups and pipelines keep their degree, data-parallel
 groups and the world are rebuilt at the new one, send/receive peers follow their replica, and
 what depends on the degree is resized (the `comm_size` convention of docs/convert.md) on the
 groups that change size:
@@ -29,8 +33,8 @@ groups that change size:
   +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale).
 
 What the graph shows and cannot be rescaled is refused with an InputError naming the node: a
-group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism,
-an embedding group between the first and last stage, another rank order), and collectives whose
+group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism
+across replicas, another rank order), and collectives whose
 per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size.
 A job with no collective on a data-parallel group or the world (not even on a group of one, as
 DDP makes at one rank: a single process without DDP, a dp-1 pipeline that skips its gradient
@@ -91,7 +95,7 @@ class ScaleReport:
     #: the degrees kept: tensor parallel, pipeline stages
     tp: int = 1
     pp: int = 1
-    #: what each used process group of the capture is: "tp", "dp" or "world"
+    #: what each used process group of the capture is: "tp", "dp", "world" or "replica"
     group_kinds: dict[str, str] = field(default_factory=dict)
     #: other (tp, pp) the graph fits as well (it cannot tell them apart; see JobLayout)
     alternatives: list[tuple[int, int]] = field(default_factory=list)
@@ -123,8 +127,9 @@ class JobLayout:
     """A captured job's parallel layout as its graph shows it."""
 
     layout: ParallelLayout
-    #: process group id (as the nodes name it) -> "tp", "dp" or "world", for every group a
-    #: collective or a send/receive uses
+    #: process group id (as the nodes name it) -> "tp", "dp", "world" or "replica" (another group
+    #: within one replica: a pipeline group, an embedding group), for every group a collective or
+    #: a send/receive uses
     kinds: dict[str, str]
     #: the world group's id in comm_group.json ("" where it has none)
     world: str
@@ -164,8 +169,13 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
         raise InputError(f"--tp {tp} x --pp {pp} does not divide the rank count {len(ranks)}")
     comm = _communication(rs)
     fits = [(lay, _fit(rs, lay, comm)) for lay in _layouts(len(ranks), tp, pp)]
-    # the order of _layouts (largest dp first), readings with groups of one as tensor parallel last
-    good = sorted(((lay, fit) for lay, fit in fits if fit.reason is None), key=lambda pair: pair[1].degenerate)
+    names = group_names(rs)
+    for _, fit in fits:
+        fit.misnamed = sum(kind not in NAMED_AS[names[pg]] for pg, kind in fit.kinds.items() if pg in names)
+    # what the capture's group names contradict last, then the loosest readings, then groups of one
+    # read as tensor parallel; within those the order of _layouts (largest dp first)
+    good = sorted(((lay, fit) for lay, fit in fits if fit.reason is None),
+                  key=lambda pair: (pair[1].misnamed, pair[1].loose, pair[1].degenerate))
     if not good:
         reason = max((fit for _, fit in fits), key=lambda fit: fit.explained).reason
         given = " ".join(f"{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if v)
@@ -174,8 +184,36 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
                          "data, then stages), so scale cannot tell what it becomes at another degree")
     lay, kinds = good[0][0], good[0][1].kinds
     world = next((pg for pg, members in rs.comm_groups.items() if tuple(sorted(members)) == ranks), "")
-    synced = any(kinds[pg] != "tp" for _, pg in comm.collectives)
-    return JobLayout(lay, kinds, world, tuple(f for f, _ in good[1:]), synced)
+    synced = any(kinds[pg] in ("dp", "world") for _, pg in comm.collectives)
+    # the other readings as good as this one: what the graph (and the names) cannot tell apart
+    same = (good[0][1].misnamed, good[0][1].loose)
+    others = tuple(f for f, fit in good[1:] if (fit.misnamed, fit.loose) == same)
+    return JobLayout(lay, kinds, world, others, synced)
+
+
+#: what a process group's recorded description (`group_desc`, Megatron-LM's parallel_state.py
+#: names its groups so) says it is: "tp", "dp" or "replica" (within one replica)
+GROUP_NAMES = {"TENSOR_MODEL_PARALLEL_GROUP": "tp", "DATA_PARALLEL_GROUP": "dp",
+               "DATA_PARALLEL_GROUP_WITH_CP": "dp", "PIPELINE_MODEL_PARALLEL_GROUP": "replica",
+               "EMBEDDING_GROUP": "replica", "POSITION_EMBEDDING_GROUP": "replica",
+               "MODEL_PARALLEL_GROUP": "replica"}
+#: the kinds a layout may make of a group the capture names as each
+NAMED_AS = {"tp": ("tp",), "dp": ("dp", "world"), "replica": ("replica", "tp")}
+
+
+def group_names(rs: RankSet) -> dict[str, str]:
+    """{process group id: "tp", "dp" or "replica"} for the groups whose recorded description
+    (GlobalMetadata `process_groups`, from PyTorch's `group_desc`) is one of `GROUP_NAMES`: what
+    the job itself called them, which settles what its graph alone cannot (a tensor-parallel
+    group of the world, a dp group that looks like a tp group)."""
+    first = rs[rs.ranks[0]] if rs.ranks else None
+    a = first.metadata.attrs.get("process_groups") if first is not None else None
+    try:
+        recorded = json.loads(a.value) if a is not None else {}
+    except (TypeError, ValueError):
+        return {}
+    return {str(pg): GROUP_NAMES[info["desc"]] for pg, info in (recorded.items() if isinstance(recorded, dict) else ())
+            if isinstance(info, dict) and info.get("desc") in GROUP_NAMES}
 
 
 def _layouts(world: int, tp: int | None, pp: int | None) -> list[ParallelLayout]:
@@ -224,6 +262,12 @@ class _Fit:
     #: groups of one rank it takes as tensor parallel: a degenerate reading (frameworks skip a
     #: tensor-parallel collective of one rank; DDP all-reduces over a data-parallel group of one)
     degenerate: int = 0
+    #: collective groups it explains only as "within one replica" (any group is, at dp 1): the
+    #: loosest reading, so a layout that explains more groups as tp, dp or world comes first,
+    #: and `explained` does not count them
+    loose: int = 0
+    #: groups the capture names (`GROUP_NAMES`) as something else than this layout makes them
+    misnamed: int = 0
 
 
 def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
@@ -236,12 +280,14 @@ def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
             fit.reason = f"{_node_where(rs, g, n)}: a collective on process group {pg} {list(members)}, which rank {rank} is not in"
         elif kind is None:
             fit.reason = (f"{_node_where(rs, g, n)}: a collective on process group {pg} (ranks {list(members)}), "
-                          f"which is neither rank {rank}'s tensor-parallel group {list(lay.tp_group(rank))} nor its "
-                          f"data-parallel group {list(lay.dp_group(rank))} nor the world (at tp={lay.tp} dp={lay.dp} pp={lay.pp})")
+                          f"which is neither within rank {rank}'s replica (its tensor-parallel group "
+                          f"{list(lay.tp_group(rank))}, its pipeline, ...) nor its data-parallel group "
+                          f"{list(lay.dp_group(rank))} nor the world (at tp={lay.tp} dp={lay.dp} pp={lay.pp})")
         if fit.reason:
             return fit
         fit.kinds[pg] = kind
-        fit.explained += 1
+        fit.explained += kind != "replica"
+        fit.loose += kind == "replica"
         fit.degenerate += kind == "tp" and len(members) == 1
     if lay.tp > 1 and "tp" not in fit.kinds.values():
         fit.reason = f"{_where(rs)}: no collective on a tensor-parallel group of tp={lay.tp}"
@@ -259,11 +305,12 @@ def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
         fit.reason = f"{_where(rs)}: rank {lonely[0]} sends and receives nothing, so it is no pipeline stage of pp={lay.pp}"
         return fit
     for pg, (g, n) in comm.p2p_groups.items():
-        if _members(rs, g, n) != world:
-            fit.reason = (f"{_node_where(rs, g, n)}: a send/receive on process group {pg}, which is not the "
-                          "world: scale does not know what it becomes")
+        kind = _group_kind(_members(rs, g, n), g.rank, lay, world)
+        if kind not in ("world", "replica", "tp"):
+            fit.reason = (f"{_node_where(rs, g, n)}: a send/receive on process group {pg}, which is neither the "
+                          "world nor within one replica: scale does not know what it becomes")
             return fit
-        fit.kinds.setdefault(pg, "world")
+        fit.kinds.setdefault(pg, kind)
     return fit
 
 
@@ -272,11 +319,17 @@ def _group_kind(members: tuple[int, ...], rank: int, lay: ParallelLayout, world:
     when it is also the tensor-parallel group, a rank alone) is what the degree a new layout
     would change makes of it: a tensor-parallel group first (its degree stays), then a
     data-parallel group, then the world (both grow with dp); a rank alone where both degrees are
-    1 is a data-parallel group of one (DDP's at one rank)."""
+    1 is a data-parallel group of one (DDP's at one rank). Any other group within the rank's
+    replica (its members share its data-parallel index: a pipeline group, the first and last
+    stage's embedding group, a tensor x pipeline group) is "replica": each new replica gets its
+    own copy."""
     candidates = [("tp", lay.tp_group(rank))] if lay.tp > 1 else []
     candidates += [("dp", lay.dp_group(rank))] if lay.dp > 1 else []
     candidates += [("world", world), ("dp", lay.dp_group(rank)), ("tp", lay.tp_group(rank))]
-    return next((kind for kind, group in candidates if group == members), None)
+    kind = next((kind for kind, group in candidates if group == members), None)
+    if kind is None and rank in members and len({lay.coord(m)[1] for m in members}) == 1:
+        kind = "replica"  # within one replica: a pipeline group, Megatron's embedding group, ...
+    return kind
 
 
 def _node_where(rs: RankSet, g: Graph, n: Node) -> str:
@@ -287,7 +340,7 @@ def _check_sizes(rs: RankSet, job: JobLayout) -> None:
     """A collective whose per-rank size depends on its peers is refused on a group whose size changes."""
     for g in rs:
         for n in g.nodes.values():
-            if n.type is not NodeType.COMM_COLL_NODE or job.kinds.get(n.pg_name) == "tp":
+            if n.type is not NodeType.COMM_COLL_NODE or job.kinds.get(n.pg_name) in ("tp", "replica"):
                 continue
             kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
             if kind not in RESIZE:
@@ -313,12 +366,16 @@ class _NewGroups:
         self._ids: dict[tuple[int, ...], str] = {}
         numeric = [int(pg) for pg in rs.comm_groups if pg.isdigit()]
         self._next = max(numeric, default=0) + 1
+        self._old = {pg: tuple(members) for pg, members in rs.comm_groups.items()}
 
     def members(self, pg: str, rank: int) -> tuple[int, ...]:
-        """The members, at new rank `rank`, of what old group `pg` was at its source rank."""
+        """The members, at new rank `rank`, of what old group `pg` was at its source rank: a
+        group within a replica the same tensor-parallel indices and stages in `rank`'s replica."""
         kind = "world" if pg in ("", "0") else self.job.kinds.get(pg, "world")  # the world, where unused
-        return (self.new.tp_group(rank) if kind == "tp" else self.new.dp_group(rank) if kind == "dp"
-                else tuple(range(self.new.world)))
+        if kind in ("tp", "replica"):
+            d, old = self.new.coord(rank)[1], self.job.layout
+            return tuple(sorted(self.new.rank(tp=t, dp=d, pp=p) for t, _, p in map(old.coord, self._old[pg])))
+        return self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
 
     def id_for(self, pg: str, rank: int) -> str:
         """The id, at new rank `rank`, of what old group `pg` was at its source rank."""
@@ -426,7 +483,7 @@ def _scaled_node(n: Node, rank: int, old: ParallelLayout, new: ParallelLayout, b
                  groups: _NewGroups, tally: dict[str, int]) -> Node:
     if n.type is NodeType.COMM_COLL_NODE:
         kind = groups.job.kinds[n.pg_name] if n.pg_name not in ("", "0") else "world"
-        before, after = {"tp": (old.tp, new.tp), "dp": (old.dp, new.dp), "world": (old.world, new.world)}[kind]
+        before, after = {"dp": (old.dp, new.dp), "world": (old.world, new.world)}.get(kind, (1, 1))  # within a replica: kept
         return _regrouped(_scaled_collective(n, before, after, tally), groups.id_for(n.pg_name, rank))
     if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
         return _repeered(n, rank, new, groups)

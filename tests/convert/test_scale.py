@@ -179,7 +179,7 @@ def test_a_group_no_layout_explains_is_refused_naming_the_group():
     def rank(r):
         return [coll(1, CommType.ALL_REDUCE, 1024, pg="2" if r in (0, 3) else "3")]
     with pytest.raises(InputError, match=r"rank 0 node 1 \('gloo:all_reduce'\): a collective on process group 2 "
-                                         r"\(ranks \[0, 3\]\), which is neither rank 0's tensor-parallel group"):
+                                         r"\(ranks \[0, 3\]\), which is neither within rank 0's replica"):
         scale_rankset(four_ranks(rank, {"1": (0, 1, 2, 3), "2": (0, 3), "3": (1, 2)}), 8)
 
 
@@ -202,6 +202,53 @@ def test_a_two_rank_job_on_the_world_is_data_parallel_unless_told_tensor_paralle
     assert scaled.comm_groups == {"1": (0, 1)} and sizes(scaled[1]) == sizes(two_ranks()[1])
     with pytest.raises(InputError, match="what 2 replicas would exchange"):
         scale_rankset(two_ranks(), 2, tp=2)
+
+
+def named(rs: RankSet, names: dict[str, str]) -> RankSet:
+    """`rs` with its groups' recorded descriptions (GlobalMetadata process_groups, as PyTorch writes
+    a group's `group_desc`) set to `names`."""
+    doc = json.dumps({pg: {"ranks": list(m), "desc": names.get(pg, "undefined")} for pg, m in rs.comm_groups.items()})
+    for g in rs:
+        g.metadata = Metadata(g.metadata.version, {**g.metadata.attrs, "process_groups": make_attr("process_groups", doc)},
+                              g.metadata.present)
+    return rs
+
+
+def test_the_captures_own_group_names_settle_what_the_graph_cannot():
+    """Megatron-LM names its groups (group_desc): a 2-rank job on the world named
+    TENSOR_MODEL_PARALLEL_GROUP is tensor parallel, with no other reading left to note."""
+    _, report = scale_rankset(named(two_ranks(), {"1": "TENSOR_MODEL_PARALLEL_GROUP"}), 1)
+    assert (report.tp, report.old_dp, report.alternatives) == (2, 1, [])
+    _, report = scale_rankset(named(two_ranks(), {"1": "DATA_PARALLEL_GROUP"}), 4)
+    assert (report.tp, report.old_dp, report.alternatives) == (1, 2, [])
+
+
+def test_groups_within_one_replica_are_copied_to_each_new_one():
+    """A 4-stage pipeline (dp 1) whose first and last stage all-reduce their tied embeddings
+    (Megatron's EMBEDDING_GROUP {0, 3}) and whose stages all-reduce gradients on groups of one:
+    at dp 2 the embedding group of the second replica is {4, 7}, the gradient groups {s, s + 4}
+    ... in Megatron order, stage s of replica d is rank 2s + d: {0, 6} and {1, 7}."""
+    def stage(r):
+        nodes = [comp(1, 10)]
+        if r < 3:
+            nodes.append(send(2, r + 1, [1]))
+        if r > 0:
+            nodes.append(Node(3, "gloo:recv", NodeType.COMM_RECV_NODE, (1,),
+                              attrs=make_attrs(comm_src=r - 1, comm_size=64, comm_tag=0)))
+        nodes.append(coll(4, CommType.ALL_REDUCE, 4096, [1], pg=str(10 + r)))  # gradients, a group of one
+        if r in (0, 3):
+            nodes.append(coll(5, CommType.ALL_REDUCE, 512, [4], pg="5"))
+        return nodes
+    groups = {"1": (0, 1, 2, 3), "5": (0, 3), **{str(10 + r): (r,) for r in range(4)}}
+    source = named(four_ranks(stage, groups), {"5": "EMBEDDING_GROUP"})
+    scaled, report = scale_rankset(source, 2)
+    assert (report.tp, report.pp, report.old_dp, report.group_kinds["5"]) == (1, 4, 1, "replica")
+    assert report.source_rank == {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2, 6: 3, 7: 3}
+    embedding = {r: scaled.comm_groups[scaled[r][5].pg_name] for r in (0, 1, 6, 7)}
+    assert embedding == {0: (0, 6), 6: (0, 6), 1: (1, 7), 7: (1, 7)}
+    assert scaled.comm_groups[scaled[2][4].pg_name] == (2, 3)  # stage 1's gradients, both replicas
+    assert scaled[3][2].comm_dst == 5 and scaled[5][3].comm_src == 3
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
 
 
 def test_a_collective_on_a_group_of_one_reads_as_data_parallel():
