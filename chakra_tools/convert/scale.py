@@ -153,11 +153,13 @@ class _Communication:
 
 def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> JobLayout:
     """The tensor x data x pipeline layout (Megatron-LM's rank order) that explains every group
-    and send/receive of `rs`: the one with the largest data-parallel degree among those that fit,
-    with `tp` / `pp` where given; one that reads a group of one rank as tensor parallel only where
-    no other fits (a framework skips a tensor-parallel collective of one rank, DDP all-reduces
-    over a data-parallel group of one). A layout with tp > 1 has to put some collective on a
-    tensor-parallel group, one with pp > 1 a send/receive on every rank, or any job would fit
+    and send/receive of `rs`, with `tp` / `pp` where given. Of those that fit: the one the groups'
+    recorded names do not contradict (`group_names`), then the one that explains the most groups
+    as tensor-parallel, data-parallel or the world rather than merely "within a replica" (at dp 1
+    every group is), then one that reads no group of one rank as tensor parallel (a framework
+    skips a tensor-parallel collective of one rank; DDP all-reduces over a data-parallel group of
+    one), then the largest data-parallel degree. A layout with tp > 1 has to put some collective
+    on a tensor-parallel group, one with pp > 1 a send/receive on every rank, or any job would fit
     them. An InputError naming the first group or node that does not fit where none does."""
     ranks = tuple(rs.ranks)
     if ranks != tuple(range(len(ranks))):
