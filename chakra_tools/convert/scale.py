@@ -325,10 +325,13 @@ def _group_kind(members: tuple[int, ...], rank: int, lay: ParallelLayout, world:
     replica (its members share its data-parallel index: a pipeline group, the first and last
     stage's embedding group, a tensor x pipeline group) is "replica": each new replica gets its
     own copy."""
-    candidates = [("tp", lay.tp_group(rank))] if lay.tp > 1 else []
-    candidates += [("dp", lay.dp_group(rank))] if lay.dp > 1 else []
-    candidates += [("world", world), ("dp", lay.dp_group(rank)), ("tp", lay.tp_group(rank))]
-    kind = next((kind for kind, group in candidates if group == members), None)
+    order = ["tp"] if lay.tp > 1 else []
+    order += ["dp"] if lay.dp > 1 else []
+    order += ["world", "dp", "tp"]
+    group = {"tp": lambda: lay.tp_group(rank), "dp": lambda: lay.dp_group(rank), "world": lambda: world}
+    size = {"tp": lay.tp, "dp": lay.dp, "world": len(world)}
+    # a group is built only where the sizes match (a 1,024-rank set tries layouts with tp 1,024)
+    kind = next((kind for kind in order if size[kind] == len(members) and group[kind]() == members), None)
     if kind is None and rank in members and len({lay.coord(m)[1] for m in members}) == 1:
         kind = "replica"  # within one replica: a pipeline group, Megatron's embedding group, ...
     return kind
