@@ -1108,6 +1108,46 @@ static inline uint32_t hslot(uint64_t id, uint32_t mask)
     return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
 }
 
+/* -- open addressing, shared by a window's id table and the process's name table: a slot holds a
+ * nonzero value (0: empty) whose key `key(ctx, value)` hashes to its home slot; linear probing,
+ * a load of at most 3/4, backward-shift deletion -------------------------------------------- */
+typedef uint64_t (*SlotKey)(const void *ctx, uint32_t value);
+
+/* The smallest power of two from `least` that holds `live` values at a load of at most 3/4. */
+static uint32_t slots_capacity(uint32_t live, uint32_t least)
+{
+    uint32_t cap = least;
+    while (cap * 3 < live * 4 + 4)
+        cap <<= 1;
+    return cap;
+}
+
+static inline void slots_put(uint32_t *slots, uint32_t mask, uint64_t key, uint32_t value)
+{
+    uint32_t i = hslot(key, mask);
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = value;
+}
+
+/* Empty slot i so that the table is as if its value had never been placed: each value after it
+ * in the run moves back into the hole unless its home lies between the hole and it. */
+static inline void slots_unplace(uint32_t *slots, uint32_t mask, uint32_t i, SlotKey key, const void *ctx)
+{
+    for (uint32_t j = i;;) {
+        j = (j + 1) & mask;
+        uint32_t s = slots[j];
+        if (s == 0)
+            break;
+        uint32_t k = hslot(key(ctx, s), mask);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue; /* its home lies between the hole and it: it stays */
+        slots[i] = s;
+        i = j;
+    }
+    slots[i] = 0;
+}
+
 /* Up to this many live records a window has no table: a scan of them is as quick as a probe, and
  * a held rank file of a few dozen nodes saves the table's bytes (a tenth of its window) */
 #define SCANNED 64
@@ -1136,18 +1176,13 @@ static inline int64_t w_find(const Window *w, uint64_t id, uint32_t *at)
 
 static void w_place(Window *w, uint32_t index)
 {
-    uint32_t mask = w->cap_slots - 1, i = hslot(RID(&w->recs[index]), mask);
-    while (w->slots[i])
-        i = (i + 1) & mask;
-    w->slots[i] = index + 1;
+    slots_put(w->slots, w->cap_slots - 1, RID(&w->recs[index]), index + 1);
 }
 
 /* The table sized for `live` records (load at most 3/4), every live record placed again. */
 static int w_rehash(Window *w, uint32_t live)
 {
-    uint32_t cap = 8;
-    while (cap * 3 < live * 4 + 4)
-        cap <<= 1;
+    uint32_t cap = slots_capacity(live, 8);
     uint32_t *slots = PyMem_Calloc(cap, sizeof *slots);
     if (slots == NULL) {
         PyErr_NoMemory();
@@ -1162,22 +1197,14 @@ static int w_rehash(Window *w, uint32_t live)
     return 0;
 }
 
-/* Backward-shift deletion: the table stays as if the id had never been placed. */
+static uint64_t w_key(const void *w, uint32_t value)
+{
+    return RID(&((const Window *)w)->recs[value - 1]);
+}
+
 static void w_unplace(Window *w, uint32_t i)
 {
-    uint32_t mask = w->cap_slots - 1, j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        uint32_t s = w->slots[j];
-        if (s == 0)
-            break;
-        uint32_t k = hslot(RID(&w->recs[s - 1]), mask);
-        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-            continue; /* its home lies between the hole and it: it stays */
-        w->slots[i] = s;
-        i = j;
-    }
-    w->slots[i] = 0;
+    slots_unplace(w->slots, w->cap_slots - 1, i, w_key, w);
 }
 
 static int grow(void **p, uint32_t *cap, uint32_t need, size_t item)
@@ -1225,17 +1252,18 @@ static inline uint64_t name_hash(Ptr s, Py_ssize_t n)
 
 static void atom_place(uint32_t id)
 {
-    uint32_t mask = cap_atom_slots - 1, i = hslot(atoms[id - 1]->hash, mask);
-    while (atom_slots[i])
-        i = (i + 1) & mask;
-    atom_slots[i] = id;
+    slots_put(atom_slots, cap_atom_slots - 1, atoms[id - 1]->hash, id);
+}
+
+static uint64_t atom_key(const void *unused, uint32_t id)
+{
+    (void)unused;
+    return atoms[id - 1]->hash;
 }
 
 static int atoms_rehash(uint32_t live)
 {
-    uint32_t cap = 64;
-    while (cap * 3 < live * 4 + 4)
-        cap <<= 1;
+    uint32_t cap = slots_capacity(live, 64);
     uint32_t *slots = PyMem_RawCalloc(cap, sizeof *slots);
     if (slots == NULL) {
         PyErr_NoMemory();
@@ -1301,18 +1329,7 @@ static void atom_drop(uint32_t id)
     uint32_t mask = cap_atom_slots - 1, i = hslot(a->hash, mask);
     while (atom_slots[i] != id)
         i = (i + 1) & mask;
-    for (uint32_t j = i;;) { /* backward-shift deletion, as w_unplace */
-        j = (j + 1) & mask;
-        uint32_t t = atom_slots[j];
-        if (t == 0)
-            break;
-        uint32_t k = hslot(atoms[t - 1]->hash, mask);
-        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-            continue;
-        atom_slots[i] = t;
-        i = j;
-    }
-    atom_slots[i] = 0;
+    slots_unplace(atom_slots, mask, i, atom_key, NULL);
     PyMem_RawFree(a);
     atoms[id - 1] = (Atom *)((uintptr_t)atom_free << 1 | 1);
     atom_free = id;
