@@ -143,15 +143,18 @@ class JobLayout:
 
 @dataclass
 class _Communication:
-    """Every (rank, group) a collective uses and every (rank, peer) a send/receive joins, each
-    with its first node (to name it); what a layout has to explain."""
+    """Every (rank, group) a collective uses, with the group's members, and every (rank, peer) a
+    send/receive joins, each with its first node (to name it): what a layout has to explain; and
+    the first node of each collective kind on each group (what `_check_sizes` looks at)."""
 
-    collectives: dict[tuple[int, str], tuple[Graph, Node]] = field(default_factory=dict)
+    collectives: dict[tuple[int, str], tuple[Graph, Node, tuple[int, ...]]] = field(default_factory=dict)
     p2p: dict[tuple[int, int], tuple[Graph, Node]] = field(default_factory=dict)
     p2p_groups: dict[str, tuple[Graph, Node]] = field(default_factory=dict)
+    kinds: dict[tuple[str, CommType], tuple[Graph, Node]] = field(default_factory=dict)
 
 
-def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> JobLayout:
+def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None,
+               comm: _Communication | None = None) -> JobLayout:
     """The tensor x data x pipeline layout (Megatron-LM's rank order) that explains every group
     and send/receive of `rs`, with `tp` / `pp` where given. Of those that fit: the one the groups'
     recorded names do not contradict (`group_names`), then the one that explains the most groups
@@ -160,7 +163,8 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
     skips a tensor-parallel collective of one rank; DDP all-reduces over a data-parallel group of
     one), then the largest data-parallel degree. A layout with tp > 1 has to put some collective
     on a tensor-parallel group, one with pp > 1 a send/receive on every rank, or any job would fit
-    them. An InputError naming the first group or node that does not fit where none does."""
+    them. An InputError naming the first group or node that does not fit where none does.
+    (`comm`: `_communication(rs)`, where the caller has it.)"""
     ranks = tuple(rs.ranks)
     if ranks != tuple(range(len(ranks))):
         raise InputError(f"{_where(rs)}: ranks {list(ranks)} are not 0..{len(ranks) - 1}; scale needs the whole set")
@@ -169,7 +173,7 @@ def job_layout(rs: RankSet, tp: int | None = None, pp: int | None = None) -> Job
             raise InputError(f"{name} {given}: the captured degree divides the rank count {len(ranks)}")
     if tp and pp and len(ranks) % (tp * pp):
         raise InputError(f"--tp {tp} x --pp {pp} does not divide the rank count {len(ranks)}")
-    comm = _communication(rs)
+    comm = comm or _communication(rs)
     fits = [(lay, _fit(rs, lay, comm)) for lay in _layouts(len(ranks), tp, pp)]
     names = group_names(rs)
     for _, fit in fits:
@@ -231,7 +235,10 @@ def _communication(rs: RankSet) -> _Communication:
     for g in rs:
         for n in g.nodes.values():
             if n.type is NodeType.COMM_COLL_NODE:
-                comm.collectives.setdefault((g.rank, n.pg_name), (g, n))
+                if (g.rank, n.pg_name) not in comm.collectives:
+                    comm.collectives[g.rank, n.pg_name] = (g, n, _members(rs, g, n))
+                kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
+                comm.kinds.setdefault((n.pg_name, kind), (g, n))
             elif n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
                 peer = n.comm_dst if n.type is NodeType.COMM_SEND_NODE else n.comm_src
                 if peer is None or peer not in rs.ranks or peer == g.rank:
@@ -275,8 +282,7 @@ class _Fit:
 def _fit(rs: RankSet, lay: ParallelLayout, comm: _Communication) -> _Fit:
     world = tuple(rs.ranks)
     fit = _Fit()
-    for (rank, pg), (g, n) in comm.collectives.items():
-        members = _members(rs, g, n)
+    for (rank, pg), (g, n, members) in comm.collectives.items():
         kind = _group_kind(members, rank, lay, world)
         if rank not in members:
             fit.reason = f"{_node_where(rs, g, n)}: a collective on process group {pg} {list(members)}, which rank {rank} is not in"
@@ -341,18 +347,13 @@ def _node_where(rs: RankSet, g: Graph, n: Node) -> str:
     return f"{g.source or _where(rs)}: rank {g.rank} node {n.id} ({n.name!r})"
 
 
-def _check_sizes(rs: RankSet, job: JobLayout) -> None:
+def _check_sizes(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
     """A collective whose per-rank size depends on its peers is refused on a group whose size changes."""
-    for g in rs:
-        for n in g.nodes.values():
-            if n.type is not NodeType.COMM_COLL_NODE or job.kinds.get(n.pg_name) in ("tp", "replica"):
-                continue
-            kind = n.comm_type if n.comm_type is not None else CommType.ALL_REDUCE
-            if kind not in RESIZE:
-                members = _members(rs, g, n)
-                raise InputError(f"{_node_where(rs, g, n)}: {kind.name} on process group {n.pg_name or 'of the world'} "
-                                 f"(ranks {list(members)}), whose size changes with the degree: its per-rank size "
-                                 "depends on its peers, so scale cannot tell what it would be")
+    for (pg, kind), (g, n) in comm.kinds.items():
+        if kind not in RESIZE and job.kinds.get(pg) not in ("tp", "replica"):
+            raise InputError(f"{_node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
+                             f"(ranks {list(_members(rs, g, n))}), whose size changes with the degree: its "
+                             "per-rank size depends on its peers, so scale cannot tell what it would be")
 
 
 def _where(rs: RankSet) -> str:
@@ -372,15 +373,26 @@ class _NewGroups:
         numeric = [int(pg) for pg in rs.comm_groups if pg.isdigit()]
         self._next = max(numeric, default=0) + 1
         self._old = {pg: tuple(members) for pg, members in rs.comm_groups.items()}
+        self._members: dict[tuple[str, int], tuple[int, ...]] = {}
+
+    def old_size(self, pg: str) -> int:
+        """How many ranks old group `pg` had ("" and "0": the world)."""
+        return self.job.layout.world if pg in ("", "0") else len(self._old[pg])
 
     def members(self, pg: str, rank: int) -> tuple[int, ...]:
         """The members, at new rank `rank`, of what old group `pg` was at its source rank: a
-        group within a replica the same tensor-parallel indices and stages in `rank`'s replica."""
-        kind = "world" if pg in ("", "0") else self.job.kinds.get(pg, "world")  # the world, where unused
-        if kind in ("tp", "replica"):
-            d, old = self.new.coord(rank)[1], self.job.layout
-            return tuple(sorted(self.new.rank(tp=t, dp=d, pp=p) for t, _, p in map(old.coord, self._old[pg])))
-        return self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
+        group within a replica the same tensor-parallel indices and stages in `rank`'s replica
+        (once per group and rank: every collective node of the rank asks)."""
+        got = self._members.get((pg, rank))
+        if got is None:
+            kind = "world" if pg in ("", "0") else self.job.kinds.get(pg, "world")  # the world, where unused
+            if kind in ("tp", "replica"):
+                d, old = self.new.coord(rank)[1], self.job.layout
+                got = tuple(sorted(self.new.rank(tp=t, dp=d, pp=p) for t, _, p in map(old.coord, self._old[pg])))
+            else:
+                got = self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
+            self._members[pg, rank] = got
+        return got
 
     def id_for(self, pg: str, rank: int) -> str:
         """The id, at new rank `rank`, of what old group `pg` was at its source rank."""
@@ -407,8 +419,9 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
         raise InputError(f"--batch {batch!r}: use " + " or ".join(BATCH_MODES))
     if dp < 1:
         raise InputError(f"--dp {dp}: the degree is at least 1")
-    job = job_layout(rs, tp, pp)
-    _check_sizes(rs, job)
+    comm = _communication(rs)
+    job = job_layout(rs, tp, pp, comm)
+    _check_sizes(rs, job, comm)
     if dp > job.layout.dp and not job.synced:
         raise InputError(f"{_where(rs)}: no collective of the capture is on a data-parallel group or the world "
                          "(not even on a group of one, as DDP makes at one rank), so nothing says what "
@@ -487,8 +500,7 @@ def _spliced(nodes: list[Node], dropped: dict[int, Node]) -> list[Node]:
 def _scaled_node(n: Node, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
                  groups: _NewGroups, tally: dict[str, int]) -> Node:
     if n.type is NodeType.COMM_COLL_NODE:
-        kind = groups.job.kinds[n.pg_name] if n.pg_name not in ("", "0") else "world"
-        before, after = {"dp": (old.dp, new.dp), "world": (old.world, new.world)}.get(kind, (1, 1))  # within a replica: kept
+        before, after = groups.old_size(n.pg_name), len(groups.members(n.pg_name, rank))
         return _regrouped(_scaled_collective(n, before, after, tally), groups.id_for(n.pg_name, rank))
     if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
         return _repeered(n, rank, new, groups)
