@@ -67,7 +67,7 @@ from pathlib import Path
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.layout import ParallelLayout
-from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WINDOW, scaled_from
+from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WINDOW, scaled_from, step_windows
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 
 BATCH_MODES = ("per-rank", "global")
@@ -538,10 +538,9 @@ def step_waits(g: Graph) -> dict[int, int]:
     how much of that idle time a collective of the rank was in flight through (from its start to
     its end; a `launch_only` one, whose end the capture cut off, to the step's end). Nothing
     without the step windows."""
-    a = g.metadata.attrs.get("profiler_steps_ns")
-    if a is None or not isinstance(a.value, tuple) or len(a.value) < 2:
+    windows = step_windows(g.metadata)
+    if not windows:
         return {}
-    windows = list(zip(a.value[0::2], a.value[1::2]))
     steps = [n for n in g.nodes.values() if n.type is NodeType.COMP_NODE and STEP_NODE.match(n.name)]
     colls = [(*_span(n), bool(n.attr("launch_only"))) for n in g.nodes.values()
              if n.type is NodeType.COMM_COLL_NODE and n.start_time_micros]
@@ -647,7 +646,7 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
     attrs = {k: v for k, v in meta.attrs.items() if k not in _MEASURED_KEYS}
     prior = scaled_from(g)
     origin = {"dp": prior["dp"], "tp": prior["tp"], "pp": prior["pp"]} if prior else {"dp": old.dp, "tp": old.tp, "pp": old.pp}
-    doc = {"dp": origin["dp"], "batch": batch, "steps": prior["steps"] if prior else _captured_steps(g)}
+    doc = {"dp": origin["dp"], "batch": batch, "steps": prior["steps"] if prior else len(step_windows(g.metadata)) or None}
     doc.update({k: origin[k] for k in ("tp", "pp") if origin[k] > 1})
     attrs[SCALED_FROM] = make_attr(SCALED_FROM, json.dumps(doc, separators=(",", ":")))
     if "rank" in attrs:
@@ -667,13 +666,6 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
                             {"ranks": list(members), "desc": info.get("desc"), "made_from": was})
         attrs["process_groups"] = make_attr("process_groups", json.dumps(written, separators=(",", ":")))
     return Metadata(meta.version, attrs, meta.present)
-
-
-def _captured_steps(g: Graph) -> int | None:
-    """How many captured steps the rank's times cover: its profiler step windows (start, end
-    pairs), else None."""
-    a = g.metadata.attrs.get("profiler_steps_ns")
-    return len(a.value) // 2 if a is not None and isinstance(a.value, tuple) and len(a.value) >= 2 else None
 
 
 def scale(path: str | Path, dp: int, out: str | Path, *, batch: str = "per-rank",

@@ -87,6 +87,15 @@ def _ints(value, where: str, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def step_windows(meta: Metadata) -> tuple[tuple[int, int], ...]:
+    """The rank's captured profiler steps as (start, end) pairs (`profiler_steps_ns`), () where it
+    records none; read as it is, unchecked (`Measured.from_metadata` checks)."""
+    a = meta.attrs.get(STEPS)
+    if a is None or not isinstance(a.value, tuple) or len(a.value) < 2:
+        return ()
+    return tuple(zip(a.value[0::2], a.value[1::2]))
+
+
 def scaled_from(g: Graph) -> dict | None:
     """A scaled rank's `scaled_from` ({"dp", "batch", "steps", "tp", "pp"}; tp and pp are 1 where
     not written), None for a rank that was not scaled; an InputError for one that does not read."""

@@ -109,10 +109,13 @@ s.setAttribute('data-count', n);
 """
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def html_table(header: list[str], rows: list[list[str]], chart: str | None = None) -> str:
+    """A table of escaped header cells and ready HTML cells; `chart` names it for the page's
+    script (`data-chart`)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    named = f' data-chart="{chart}"' if chart else ""
+    return f"<table{named}><tr>{head}</tr>{body}</table>"
 
 
 def _pct(x: float | None) -> str:
@@ -126,7 +129,7 @@ def _breakdown_section(src: dict, scale: float) -> str:
                  ("exposed_comm", _ms(b["exposed_comm_ns"])), ("idle", _ms(b["idle_ns"]))]
         rows.append((f"rank {r}", {"rank": r, "finish-ns": b["finish_ns"]}, parts))
     chart = svg.stacked_bars(rows, scale=scale)
-    table = _table(["rank", "finish ms", "compute ms", "overlap ms", "exposed comm ms", "idle ms"],
+    table = html_table(["rank", "finish ms", "compute ms", "overlap ms", "exposed comm ms", "idle ms"],
                    [[str(r), *(f"{_ms(b[k]):.3f}" for k in ("finish_ns", "compute_ns", "overlap_ns",
                                                               "exposed_comm_ns", "idle_ns"))]
                     for r, b in sorted(src["breakdown"].items())])
@@ -141,7 +144,7 @@ def _top_section(src: dict) -> str:
             for o in src["top_operators"]]
     if not rows:
         return f'<div class="col"><h3>{escape(src["times"])}</h3><p class="sub">no timed work</p></div>'
-    table = _table(["operator", "kind", "calls", "self ms", "share"],
+    table = html_table(["operator", "kind", "calls", "self ms", "share"],
                    [[f'<span class="l">{escape(o["name"][:90])}</span>', o["kind"], str(o["count"]),
                      f'{_ms(o["total_ns"]):.3f}', f'{100 * o["share"]:.1f}%'] for o in src["top_operators"]])
     return (f'<div class="col"><h3>{escape(src["times"])}</h3>'
@@ -154,7 +157,7 @@ def _comm_section(src: dict) -> str:
         return f'<div class="col"><h3>{escape(src["times"])}</h3><p class="sub">no communication</p></div>'
     rows = [(f'{v["kind"]} pg={v["group"]}', v["bytes"] / (1 << 20), "#e6550d",
              f'{v["kind"]} in group {v["group"]}: {v["count"]} ops, {format_bytes(v["bytes"])}') for v in vol]
-    table = _table(["kind", "group", "ops", "bytes"],
+    table = html_table(["kind", "group", "ops", "bytes"],
                    [[escape(v["kind"]), escape(v["group"]), str(v["count"]), format_bytes(v["bytes"])] for v in vol])
     return (f'<div class="col"><h3>{escape(src["times"])}</h3>'
             f'<div data-chart="comm-volume">{svg.hbars(rows, fmt=lambda v: format_bytes(int(v * (1 << 20))))}</div>{table}'
@@ -176,7 +179,7 @@ def _path_section(src: dict) -> str:
     more = f'<p class="sub">… and {len(path) - 60} more</p>' if len(path) > 60 else ""
     return (f'<div class="col"><h3>{escape(src["times"])}: {len(path)} nodes, {_ms(busy):.4g} ms of work</h3>'
             f'<div data-chart="critical-path" data-length="{len(path)}">{svg.gantt(segs)}</div>'
-            f'{_table(["rank", "node", "name", "kind", "start ms", "dur ms"], rows)}{more}</div>')
+            f'{html_table(["rank", "node", "name", "kind", "start ms", "dur ms"], rows)}{more}</div>')
 
 
 MAX_SEGMENTS = 1500
@@ -199,7 +202,7 @@ def _coalesce(segs: list[tuple]) -> list[tuple]:
 def _comparison_section(rows: list[dict]) -> str:
     if not rows:
         return ""
-    table = _table(["rank", "measured ms", "simulated ms", "error"],
+    table = html_table(["rank", "measured ms", "simulated ms", "error"],
                    [[str(c["rank"]), "" if c["measured_ns"] is None else f'{_ms(c["measured_ns"]):.3f}',
                      "" if c["simulated_ns"] is None else f'{_ms(c["simulated_ns"]):.3f}', _pct(c["error"])]
                     for c in rows])

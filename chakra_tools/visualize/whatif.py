@@ -22,6 +22,8 @@ from pathlib import Path
 
 from chakra_tools.core.errors import InputError
 
+from .report import html_table
+
 MS = 1e6
 NO_MEASURED = ("no measured step at this scale: the scaled files keep no measured window (nothing in "
                "them was measured at the new degree); give --measured RUN, a real capture at {ranks} "
@@ -52,7 +54,7 @@ def _manifest(path: str | Path) -> Path:
 
 
 def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
-    from chakra_tools.core.measured import scaled_from
+    from chakra_tools.core.measured import scaled_from, step_windows
     from chakra_tools.core.chrome_trace import load as load_doc
     from chakra_tools.core.graph import RankSet
     from chakra_tools.replay import replay
@@ -67,7 +69,7 @@ def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
         rs = RankSet.load(path, comm_group)
         first = rs[rs.ranks[0]]
         info = scaled_from(first)
-        steps = info["steps"] if info else _steps(first)
+        steps = info["steps"] if info else len(step_windows(first.metadata)) or None
         if cal is None:
             if info is None:
                 return None
@@ -82,11 +84,6 @@ def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
     else:
         return None  # a captured run is measured, not a prediction
     return _compared(str(path), doc, info, steps, network, manifest)
-
-
-def _steps(g) -> int | None:
-    a = g.metadata.attrs.get("profiler_steps_ns")
-    return len(a.value) // 2 if a is not None and isinstance(a.value, tuple) and len(a.value) >= 2 else None
 
 
 def _compared(source: str, doc: dict, info: dict | None, steps: int | None, network: str,
@@ -125,12 +122,6 @@ def _compared(source: str, doc: dict, info: dict | None, steps: int | None, netw
 # HTML
 # --------------------------------------------------------------------------------------------
 
-def _table(header: list[str], rows: list[list[str]], chart: str) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table data-chart="{chart}"><tr>{head}</tr>{body}</table>'
-
-
 def _ms(ns: float | None) -> str:
     return "" if ns is None else f"{ns / MS:.3f}"
 
@@ -163,7 +154,7 @@ def _predictions_html(preds: list[dict]) -> str:
                      "" if m is None else f'{100 * m["error"]:+.1f}%'])
     notes = "".join(f'<p class="note">{escape(p["source"])}: {escape(n)}</p>' for p in preds for n in p["notes"])
     return ('<h2 id="whatif">Predicted step against measured</h2>'
-            + _table(["input", "scaled", "ranks", "network", "steps", "predicted ms/step", "measured ms/step",
+            + html_table(["input", "scaled", "ranks", "network", "steps", "predicted ms/step", "measured ms/step",
                       "error"], rows, "whatif") + notes)
 
 
@@ -175,11 +166,11 @@ def _fit_html(cal: dict | None) -> str:
             f'bandwidth <b>{f["bandwidth_gbps"]:.4g} GB/s</b>, local-mem-bw {f["local_mem_bw_gbps"]:.4g} GB/s '
             f'(Ring of {cal["npus"]}); median |error| over {len(cal["buckets"])} buckets '
             f'<b>{100 * cal["median_abs_error"]:.1f}%</b></p>')
-    kinds = _table(["kind", "latency ns", "bandwidth GB/s", "sizes", "median |error|"],
+    kinds = html_table(["kind", "latency ns", "bandwidth GB/s", "sizes", "median |error|"],
                    [[escape(k), f'{v["latency_ns"]:.0f}' if v["separable"] else "not separable",
                      f'{v["bandwidth_gbps"]:.4g}' if v["separable"] else "(one size only)", str(v["sizes"]),
                      f'{100 * v["median_abs_error"]:.1f}%'] for k, v in cal["kinds"].items()], "fit-kinds")
-    rows = _table(["kind", "ranks", "bytes", "n", "mean µs", "median µs", "min µs", "max µs", "fitted µs", "error"],
+    rows = html_table(["kind", "ranks", "bytes", "n", "mean µs", "median µs", "min µs", "max µs", "fitted µs", "error"],
                   [[escape(r["kind"]), str(r["ranks"]), str(r["size"]), str(r["count"]), _us(r["measured_ns"]),
                     _us(r["median_ns"]), _us(r["min_ns"]), _us(r["max_ns"]), _us(r["predicted_ns"]),
                     f'{100 * r["error"]:+.1f}%'] for r in cal["buckets"]], "fit-residuals")
