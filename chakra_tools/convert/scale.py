@@ -348,7 +348,8 @@ def _node_where(rs: RankSet, g: Graph, n: Node) -> str:
 
 
 def _check_sizes(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
-    """A collective whose per-rank size depends on its peers is refused on a group whose size changes."""
+    """A collective whose per-rank size depends on its peers is refused on a group whose size
+    changes (the data-parallel groups and the world, when the degree does)."""
     for (pg, kind), (g, n) in comm.kinds.items():
         if kind not in RESIZE and job.kinds.get(pg) not in ("tp", "replica"):
             raise InputError(f"{_node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
@@ -421,7 +422,8 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
         raise InputError(f"--dp {dp}: the degree is at least 1")
     comm = _communication(rs)
     job = job_layout(rs, tp, pp, comm)
-    _check_sizes(rs, job, comm)
+    if dp != job.layout.dp:
+        _check_sizes(rs, job, comm)
     if dp > job.layout.dp and not job.synced:
         raise InputError(f"{_where(rs)}: no collective of the capture is on a data-parallel group or the world "
                          "(not even on a group of one, as DDP makes at one rank), so nothing says what "

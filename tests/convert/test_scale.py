@@ -269,6 +269,9 @@ def test_all_to_all_is_refused_where_its_group_grows_and_unused_groups_are_dropp
         scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 4)
     scaled, _ = scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 1, tp=2)  # its group stays
     assert sizes(scaled[1]) == {"ALL_TO_ALL": 64}
+    # at the same degree nothing changes size: the set is rewritten (its waits taken out), not refused
+    scaled, report = scale_rankset(two_ranks(lambda: [coll(1, CommType.ALL_TO_ALL, 64)]), 2)
+    assert report.new_ranks == 2 and sizes(scaled[1]) == {"ALL_TO_ALL": 64}
     scaled, report = scale_rankset(two_ranks(groups={"1": (0, 1), "7": (1,)}), 4)
     assert report.dropped_groups == ["7"] and set(scaled.comm_groups) == {"1"}
 
