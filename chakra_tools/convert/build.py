@@ -141,6 +141,7 @@ class Builder:
         self._wait_edges(self.waits)
         self._untraced_wait_edges()
         self._consumer_edges()
+        self._untraced_collective_waits()
         self._event_wait_edges()
         self._device_queueing()
         return BuildResult(self.recs, calls, self.diags, self.dev is not None)
@@ -640,6 +641,73 @@ class Builder:
             nxt = _first_from(host.get(r.tid, ()), returned.end - EPS_US)
             if nxt is not None and self.recs[nxt - 1].ts >= end - EPS_US:
                 self.recs[nxt - 1].deps.append(r.id)
+
+    def _untraced_collective_waits(self) -> None:
+        """Take out of the host ops the time their thread waited for an asynchronous gloo call
+        in untraced code, and keep it as `collective_wait_ns`: DDP's reducer waits for a
+        bucket's all-reduce inside backward's C++, long after the call returned, and that wait
+        lies in the exclusive time of whatever op encloses it (`ProfilerStep#N`). The replay
+        re-creates it from the edge to the first op that needs the call, and the network model
+        (as ASTRA-sim) charges the call itself: left in, it is paid twice (a 2-rank gloo DDP
+        capture replayed +27% to +31% off on a network fitted to it).
+
+        The wait is the thread's untraced stretch right before that op, where the call was in
+        flight during it: from the end of the thread's last traced op before it (the call's
+        arrival at the earliest) to the op's start, as `--comm calibrated` and the fitted
+        network time the call up to there (gloo's worker may close its range after the caller
+        went on). It leaves the ops enclosing it, innermost first, each the part after its own
+        start."""
+        calls = [r for r in self.recs if r.call is not None and r.stream is None and r.call.is_async is True
+                 and r.dur_us > 0 and r.ts and "launch_only" not in r.attrs and not self._waits_inside(r.call)]
+        if not calls:
+            return
+        first_need: dict[int, Rec] = {}  # call node -> the first host op on its thread that needs it
+        wanted = {r.id: r.tid for r in calls}
+        for q in self.recs:
+            if q.type == _COMP and q.stream is None and q.ts and q.attrs.get("is_cpu_op"):
+                for d in q.deps:
+                    if wanted.get(d, q.tid) == q.tid and d in wanted and (d not in first_need or q.ts < first_need[d].ts):
+                        first_need[d] = q
+        if not first_need:
+            return
+        events, node_op = self.lk.op_event, {rid: oid for oid, rid in self.op_node.items()}
+        ends: dict = {}  # thread -> sorted ends of its traced ops (a gloo backend op ran on a worker)
+        workers = {c.backend for c in self.calls}
+        for op in self.host.ops:
+            ev = events.get(op.id)
+            if ev is not None and op.id not in workers:
+                ends.setdefault(op.tid, []).append(ev.end)
+        for v in ends.values():
+            v.sort()
+        done: set[int] = set()
+        for r in calls:
+            waiter = first_need.get(r.id)
+            if waiter is None or waiter.id in done or waiter.ts <= r.ts:
+                continue
+            thread = ends.get(waiter.tid, [])
+            i = bisect.bisect_right(thread, waiter.ts) - 1
+            since = max(thread[i] if i >= 0 else r.ts, r.attrs.get("call_start_us", r.ts))
+            if since >= r.ts + r.dur_us:
+                continue  # the thread was busy until the call had ended: it did not wait for it
+            done.add(waiter.id)
+            self._charge_wait(node_op.get(waiter.id), since, waiter.ts)
+
+    def _charge_wait(self, op_id: int | None, since: float, until: float) -> None:
+        """Take [since, until] out of the ops enclosing host op `op_id`, innermost first."""
+        events, hi = self.lk.op_event, until
+        p = self.parents.get(op_id) if op_id is not None else None
+        while p is not None and hi > since:
+            ev, rid = events.get(p), self.op_node.get(p)
+            if ev is None:
+                break
+            lo = max(since, ev.ts)
+            rec = self.recs[rid - 1] if rid is not None else None
+            if rec is not None and rec.type == _COMP and rec.attrs.get("is_cpu_op") and hi > lo:
+                waited = min(hi - lo, rec.dur_us)
+                rec.dur_us -= waited
+                rec.attrs["collective_wait_ns"] = rec.attrs.get("collective_wait_ns", 0) + int(round(waited * 1000))
+            hi = lo
+            p = self.parents.get(p)
 
     def _stream_wait(self, comm: int, wait_node: int) -> None:
         """The first device work launched after node `wait_node` waits for `comm`.

@@ -89,7 +89,7 @@ def find_cycle(recs: list) -> list[int] | None:
 #: kinds of the attributes compute nodes carry (contract kinds; `stream`, `duration_ns` int64)
 _KINDS = {"is_cpu_op": "bool_val", "num_ops": "int64_val", "tensor_size": "uint64_val",
           "stream": "int64_val", "tid": "int64_val", "duration_ns": "int64_val", "blocked_ns": "int64_val",
-          "thread_wait_ns": "int64_val", "wait_mark": "bool_val"}
+          "thread_wait_ns": "int64_val", "collective_wait_ns": "int64_val", "wait_mark": "bool_val"}
 _CPU = {True: Attr("bool_val", True), False: Attr("bool_val", False)}
 
 

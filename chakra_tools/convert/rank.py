@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import Graph
-from chakra_tools.core.measured import Measured
+from chakra_tools.core.measured import WAITS_OUT, Measured
 from chakra_tools.core.model import Metadata, make_attrs
 
 from .build import Builder, Rec
@@ -300,7 +300,7 @@ def _global_rank(peer: int, group: GroupInfo | None, source: str) -> int:
 
 def _metadata(host: HostTrace, dev: DeviceTrace | None, lk, rank: int) -> Metadata:
     attrs = {"converter": "chakra-tools trace-convert", "host_schema": host.schema, "rank": rank,
-             "durations": "measured" if dev is not None else "missing"}
+             "durations": "measured" if dev is not None else "missing", WAITS_OUT: True}
     if lk is not None:
         attrs["link_method"] = lk.method
     built = make_attrs(attrs)

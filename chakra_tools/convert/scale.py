@@ -30,7 +30,9 @@ groups that change size:
   again at the new one, so it leaves the step node (kept as its `collective_wait_ns`; how it is
   told from the host's own time: `step_waits`). On a 2-rank gloo DDP capture that is most of
   the step node's time (8.1 of 9.4 ms on rank 0's first step): left in, 2 -> 1 predictions were
-  +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale).
+  +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale). The converter
+  now takes these waits out itself, each from where it lay (`collective_waits_out` in the
+  GlobalMetadata); the estimate is for rank sets converted before it.
 
 What the graph shows and cannot be rescaled is refused with an InputError naming the node: a
 group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism
@@ -67,7 +69,8 @@ from pathlib import Path
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.layout import ParallelLayout
-from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WINDOW, scaled_from, step_windows
+from chakra_tools.core.measured import (HOST_END, SCALED_FROM, STEPS, WAITS_OUT, WINDOW, scaled_from, step_windows,
+                                        waits_taken_out)
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 
 BATCH_MODES = ("per-rank", "global")
@@ -539,9 +542,10 @@ def step_waits(g: Graph) -> dict[int, int]:
     not recorded, so they cover too little), and the step node's time is split in proportion to
     how much of that idle time a collective of the rank was in flight through (from its start to
     its end; a `launch_only` one, whose end the capture cut off, to the step's end). Nothing
-    without the step windows."""
+    without the step windows, nor where the converter already took the waits out, each where it
+    lay (`core.measured.WAITS_OUT`: an estimate on top would take them out twice)."""
     windows = step_windows(g.metadata)
-    if not windows:
+    if not windows or waits_taken_out(g.metadata):
         return {}
     steps = [n for n in g.nodes.values() if n.type is NodeType.COMP_NODE and STEP_NODE.match(n.name)]
     colls = [(*_span(n), bool(n.attr("launch_only"))) for n in g.nodes.values()
@@ -651,6 +655,7 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
     doc = {"dp": origin["dp"], "batch": batch, "steps": prior["steps"] if prior else len(step_windows(g.metadata)) or None}
     doc.update({k: origin[k] for k in ("tp", "pp") if origin[k] > 1})
     attrs[SCALED_FROM] = make_attr(SCALED_FROM, json.dumps(doc, separators=(",", ":")))
+    attrs[WAITS_OUT] = make_attr(WAITS_OUT, True)
     if "rank" in attrs:
         attrs["rank"] = make_attr("rank", rank)
     if "world_size" in attrs:

@@ -35,6 +35,10 @@ WINDOW, STEPS, HOST_END = "measured_window_ns", "profiler_steps_ns", "host_end_n
 #: JSON {"dp": the captured data-parallel degree, "batch": mode, "steps": captured steps or null,
 #: "tp", "pp": the model-parallel degrees kept, where above 1}
 SCALED_FROM = "scaled_from"
+#: GlobalMetadata key (bool) of a rank whose host ops had the time their thread waited for a
+#: collective in untraced code taken out (kept on each op as `collective_wait_ns`): by the
+#: converter (build.py `_untraced_collective_waits`) or by `trace-convert scale` (`step_waits`)
+WAITS_OUT = "collective_waits_out"
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,12 @@ def step_windows(meta: Metadata) -> tuple[tuple[int, int], ...]:
     if a is None or not isinstance(a.value, tuple) or len(a.value) < 2:
         return ()
     return tuple(zip(a.value[0::2], a.value[1::2]))
+
+
+def waits_taken_out(meta: Metadata) -> bool:
+    """Whether the rank's untraced collective waits are already out of its host ops (`WAITS_OUT`)."""
+    a = meta.attrs.get(WAITS_OUT)
+    return a is not None and a.value is True
 
 
 def scaled_from(g: Graph) -> dict | None:

@@ -122,19 +122,32 @@ def _async_all_gather(tmp_path, next_op_at: float):
               _event(6, "Optimizer.zero_grad#SGD.zero_grad", next_op_at, 30)]
     g = _convert(tmp_path, nodes, events)
     coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
-    return coll, next(n for n in g if n.name.startswith("Optimizer.zero_grad"))
+    return g, coll, next(n for n in g if n.name.startswith("Optimizer.zero_grad"))
 
 
 def test_an_untraced_wait_on_an_async_call_becomes_an_edge(tmp_path):
     """The thread did nothing traced from the call's return (30 µs) until the gather ended
     (3500 µs): it waited, so its next op depends on the gather."""
-    coll, nxt = _async_all_gather(tmp_path, next_op_at=3520)
+    _, coll, nxt = _async_all_gather(tmp_path, next_op_at=3520)
     assert coll.id in nxt.data_deps
 
 
 def test_a_thread_that_went_on_during_an_async_call_does_not_wait_for_it(tmp_path):
-    coll, nxt = _async_all_gather(tmp_path, next_op_at=40)
+    _, coll, nxt = _async_all_gather(tmp_path, next_op_at=40)
     assert coll.id not in nxt.data_deps
+
+
+def test_an_untraced_wait_leaves_the_op_it_was_recorded_in(tmp_path):
+    """The untraced wait (the call's return at 30 µs to the next op at 3520) lay in the step
+    node's exclusive time (5000 less its children's 20 + 30); the replay re-creates it from the
+    edge and charges the gather itself, so it leaves the step node, kept as `collective_wait_ns`.
+    A thread that went on keeps its time: nothing was waited for."""
+    for next_op_at, waited in ((3520, 3490), (40, 0)):
+        g, _, _ = _async_all_gather(tmp_path, next_op_at=next_op_at)
+        step = next(n for n in g if n.name == "ProfilerStep#3")
+        assert step.duration_micros == 4950 - waited
+        assert (step.attr("collective_wait_ns") or 0) == waited * 1000
+        assert g.metadata.attrs["collective_waits_out"].value is True  # trace-convert scale estimates none
 
 
 def test_a_send_starts_at_its_call_not_at_its_backend_op(tmp_path):

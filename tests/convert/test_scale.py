@@ -514,6 +514,20 @@ def test_without_step_windows_nothing_is_taken_out():
     assert json.loads(scaled[3].metadata.attrs["scaled_from"].value)["steps"] is None
 
 
+def test_a_set_whose_converter_took_the_waits_out_has_none_estimated_again():
+    """The converter takes each untraced wait out where it lay (`collective_waits_out`): an
+    estimate on top would take the step node's Python time out as well."""
+    def converted(r):
+        g = stepped_rank(r)
+        meta = g.metadata
+        attrs = {**meta.attrs, "collective_waits_out": make_attr("collective_waits_out", True)}
+        return Graph(g.nodes.values(), rank=r, metadata=Metadata(meta.version, attrs, meta.present))
+
+    scaled, report = scale_rankset(RankSet({r: converted(r) for r in (0, 1)}, {"1": (0, 1)}), 1)
+    assert report.waits_ns == {0: 0} and scaled[0][1].attr("duration_ns") == 1_400_000
+    assert scaled[0].metadata.attrs["collective_waits_out"].value is True
+
+
 def test_scaled_from_survives_a_second_rescale_and_a_bad_one_is_an_input_error(tmp_path):
     from chakra_tools.core.measured import scaled_from
 
