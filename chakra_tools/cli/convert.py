@@ -163,7 +163,8 @@ def scale(
     order: tensor-parallel ranks innermost, then data, then stages); its replicas are copied or
     dropped, the data-parallel groups, the world and comm_group.json rewritten, send/receive
     peers moved to their replica, all-gather shares (ZeRO/FSDP) resized, the gradient all-reduce
-    kept, the old degree's collective waits taken out of the step nodes (ProfilerStep#N). The
+    kept, the old degree's collective waits out of the host ops (the converter's, or taken out of
+    the step nodes, ProfilerStep#N, for a set converted before it did). The
     tensor-parallel and pipeline degrees are kept: changing them re-splits layers, which the
     trace does not show. What no layout explains (another rank order, expert parallelism,
     all-to-all on a group that grows) is refused with the node named, and so is growing a job
@@ -194,7 +195,7 @@ def scale(
                f"{report.new_ranks} ranks ({report.batch} batch); nodes resized: {resized} -> {out}")
     waits = ", ".join(f"rank {r} {ns / 1e6:.3f} ms" for r, ns in sorted(report.waits_ns.items()) if ns)
     if waits:
-        typer.echo(f"the old degree's collective waits taken out of the step nodes: {waits}")
+        typer.echo(f"the old degree's collective waits, out of the host ops: {waits}")
     for t, p in report.alternatives:
         typer.echo(f"note: the graph fits tp={t} pp={p} as well (it cannot tell those groups apart); taken as "
                    f"tp={report.tp} pp={report.pp}: give --tp/--pp to say otherwise", err=True)

@@ -93,7 +93,8 @@ class ScaleReport:
     source_rank: dict[int, int]
     resized: dict[str, int] = field(default_factory=dict)
     dropped_groups: list[str] = field(default_factory=list)
-    #: old rank -> ns of collective waiting taken out of its step nodes (see the module docstring)
+    #: old rank -> ns of collective waiting out of its host ops: taken out by the converter where
+    #: it was recorded, else out of its step nodes here (see the module docstring)
     waits_ns: dict[int, int] = field(default_factory=dict)
     #: the degrees kept: tensor parallel, pipeline stages
     tp: int = 1
@@ -447,7 +448,7 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
     if job.world:
         groups.id_for(job.world, 0)  # the world (or what it was: the one data-parallel group) comes first
     waits = {r: step_waits(rs[r]) for r in sorted(set(source.values()))}
-    report.waits_ns = {r: sum(w.values()) for r, w in waits.items()}
+    report.waits_ns = {r: sum(w.values()) or _waits_out(rs[r]) for r, w in waits.items()}
     graphs = {r: _scaled_graph(rs[src], r, old, new, batch, groups, report, waits[src])
               for r, src in source.items()}
     return RankSet(graphs, groups.groups, rs.prefix), report
@@ -565,6 +566,13 @@ def step_waits(g: Graph) -> dict[int, int]:
         if busy > 0:
             out[step.id] = round(_ns(step) * busy / total)
     return out
+
+
+def _waits_out(g: Graph) -> int:
+    """The collective waiting the converter took out of the rank's host ops (`collective_wait_ns`)."""
+    if not waits_taken_out(g.metadata):
+        return 0
+    return sum(n.attr("collective_wait_ns") or 0 for n in g.nodes.values())
 
 
 def _ns(n: Node) -> int:
