@@ -303,7 +303,7 @@ def test_real_ddp_capture_scales_to_4_and_back_to_1(ddp_run, tmp_path):
     for dp in (4, 1):
         proc = _cli("scale", et, "--dp", dp, "-o", tmp_path / f"dp{dp}")
         assert proc.returncode == 0, proc.stderr
-        assert "collective waits, out of the host ops: rank 0 " in proc.stdout
+        assert "collective waits, out of the host ops: rank " in proc.stdout  # the rank that waited (the faster one)
         scaled = RankSet.load(tmp_path / f"dp{dp}")
         assert scaled.ranks == list(range(dp))
         if dp > 1:

@@ -193,12 +193,13 @@ def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
     (tmp_path / "net").mkdir()
     cal = write_calibration(calibrate(tmp_path / "et"), tmp_path / "net")
     report = scale(tmp_path / "et", 1, tmp_path / "dp1")
-    assert report.waits_ns[0] > 0
-    before = RankSet.load(tmp_path / "et")[0]
+    waited = max(report.waits_ns, key=report.waits_ns.get)  # the faster rank, which waited for the other
+    assert report.waits_ns[waited] > 0
+    before = RankSet.load(tmp_path / "et")[waited]
     after = RankSet.load(tmp_path / "dp1")[0]
     # the converter took DDP's wait for the all-reduce out of the step nodes, and scale kept it
-    steps = [n.id for n in before.nodes.values() if n.name.startswith("ProfilerStep#")]
-    assert steps and sum(after[i].attr("collective_wait_ns") or 0 for i in steps) > 0
+    steps = [n for n in before.nodes.values() if n.name.startswith("ProfilerStep#")]
+    assert steps and sum(n.attr("collective_wait_ns") or 0 for n in steps) > 0
     assert sum(n.attr("collective_wait_ns") or 0 for n in after.nodes.values()) == report.waits_ns[0]
     (pred,) = whatif_data([tmp_path / "dp1"], fit=tmp_path / "net")["predictions"]
     doc = replay(tmp_path / "dp1", cal.fit.backend(2), record_events=False).to_dict(events=False)
