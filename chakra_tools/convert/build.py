@@ -671,14 +671,16 @@ class Builder:
         if not first_need:
             return
         events, node_op = self.lk.op_event, {rid: oid for oid, rid in self.op_node.items()}
-        ends: dict = {}  # thread -> sorted ends of its traced ops (a gloo backend op ran on a worker)
-        workers = {c.backend for c in self.calls}
+        workers = {c.backend for c in self.calls}  # gloo's record: the worker ran it
+        spans: dict = defaultdict(list)  # thread -> (start, end, op id) of its traced ops
         for op in self.host.ops:
             ev = events.get(op.id)
             if ev is not None and op.id not in workers:
-                ends.setdefault(op.tid, []).append(ev.end)
-        for v in ends.values():
-            v.sort()
+                spans[op.tid].append((ev.ts, ev.end, op.id))
+        ends = {tid: sorted(e for _, e, _ in v) for tid, v in spans.items()}
+        enclosing: dict[int, int] = {}
+        for v in spans.values():
+            enclosing.update(_enclosing_by_time(v))
         done: set[int] = set()
         for r in calls:
             waiter = first_need.get(r.id)
@@ -690,16 +692,15 @@ class Builder:
             if since >= r.ts + r.dur_us:
                 continue  # the thread was busy until the call had ended: it did not wait for it
             done.add(waiter.id)
-            self._charge_wait(node_op.get(waiter.id), since, waiter.ts)
+            self._charge_wait(enclosing.get(node_op.get(waiter.id)), enclosing, since, waiter.ts)
 
-    def _charge_wait(self, op_id: int | None, since: float, until: float) -> None:
-        """Take [since, until] out of the ops enclosing host op `op_id`, innermost first."""
+    def _charge_wait(self, op_id: int | None, enclosing: dict[int, int], since: float, until: float) -> None:
+        """Take [since, until] out of host op `op_id` and the ops enclosing it (by time: the host
+        trace's parent links do not always hold there, gloo's record left open on the caller's
+        thread made the next step's ops children of the last), innermost first."""
         events, hi = self.lk.op_event, until
-        p = self.parents.get(op_id) if op_id is not None else None
-        while p is not None and hi > since:
-            ev, rid = events.get(p), self.op_node.get(p)
-            if ev is None:
-                break
+        while op_id is not None and hi > since:
+            ev, rid = events[op_id], self.op_node.get(op_id)
             lo = max(since, ev.ts)
             rec = self.recs[rid - 1] if rid is not None else None
             if rec is not None and rec.type == _COMP and rec.attrs.get("is_cpu_op") and hi > lo:
@@ -707,7 +708,7 @@ class Builder:
                 rec.dur_us -= waited
                 rec.attrs["collective_wait_ns"] = rec.attrs.get("collective_wait_ns", 0) + int(round(waited * 1000))
             hi = lo
-            p = self.parents.get(p)
+            op_id = enclosing.get(op_id)
 
     def _stream_wait(self, comm: int, wait_node: int) -> None:
         """The first device work launched after node `wait_node` waits for `comm`.
@@ -813,6 +814,24 @@ def _waited_for(device: list[tuple[float, int, float, bool]], ends: list[float],
             return device[i]
         i -= 1
     return None
+
+
+def _enclosing_by_time(spans: list[tuple[float, float, int]]) -> dict[int, int]:
+    """{op id: the op of the same thread that encloses it in time} for one thread's (start, end,
+    id) spans; an op that outlasts the one it started in is still its child (the record's end).
+
+    >>> _enclosing_by_time([(0, 100, 1), (10, 20, 2), (30, 90, 3), (40, 50, 4), (95, 99, 5)])
+    {2: 1, 3: 1, 4: 3, 5: 1}
+    """
+    out: dict[int, int] = {}
+    stack: list[tuple[float, int]] = []  # (end, id) of the ops open at the current start
+    for ts, end, oid in sorted(spans, key=lambda s: (s[0], -s[1])):
+        while stack and stack[-1][0] <= ts:
+            stack.pop()
+        if stack:
+            out[oid] = stack[-1][1]
+        stack.append((end, oid))
+    return out
 
 
 def _first_from(items, t: float) -> int | None:
