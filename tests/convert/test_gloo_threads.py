@@ -150,6 +150,28 @@ def test_an_untraced_wait_leaves_the_op_it_was_recorded_in(tmp_path):
         assert g.metadata.attrs["collective_waits_out"].value is True  # trace-convert scale estimates none
 
 
+def test_an_untraced_wait_leaves_the_step_it_lay_in_whatever_the_host_trace_nests(tmp_path):
+    """DDP's last bucket: the async all-reduce 3-5 is called at the end of step 3 and runs until
+    3950 µs; step 4 begins (relu 8), then its thread waits in untraced code until the bucket's
+    copy 7 (which reads the bucket) at 4000. gloo's record 5, open on the caller's thread, is
+    7's host-trace parent, and through it step 3: the wait (1200..4000) is step 4's time."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("all_reduce", True), 2), _node(4, "c10d::allreduce_", 3, [[BUCKET]]),
+             _node(5, "gloo:all_reduce", 2, [BUCKET]), _node(6, "ProfilerStep#4", 1),
+             _node(8, "aten::relu", 6), _node(7, "aten::copy_", 5, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 1000), _event(3, nodes[2]["name"], 900, 30),
+              _event(4, "c10d::allreduce_", 905, 20), _event(5, "gloo:all_reduce", 950, 3000, tid=200),
+              _event(6, "ProfilerStep#4", 1000, 5000), _event(8, "aten::relu", 1100, 100),
+              _event(7, "aten::copy_", 4000, 20)]
+    g = _convert(tmp_path, nodes, events)
+    coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
+    copy = next(n for n in g if n.name == "aten::copy_")
+    assert coll.id in copy.data_deps
+    step3, step4 = (next(n for n in g if n.name == f"ProfilerStep#{i}") for i in (3, 4))
+    assert step3.attr("collective_wait_ns") is None
+    assert step4.attr("collective_wait_ns") == 2_800_000 and step4.duration_micros == 5000 - 100 - 20 - 2800
+
+
 def test_a_send_starts_at_its_call_not_at_its_backend_op(tmp_path):
     """gloo hands the message over inside c10d::send (4 here); its backend op 5 is the wait, and
     began 4 ms later (the sender lost its core): the send node spans the call from its start."""
