@@ -123,13 +123,18 @@ def calibrate(
     Latency, bandwidth and the reduction's memory bandwidth are fitted to
     every timed collective and send/receive, waits taken out as --comm calibrated takes them
     out; OUT/network.yml and OUT/system.json are ordinary ASTRA-sim files (edit them freely),
-    OUT/fit.json the residuals per kind and size (docs/replay.md, What-if at another scale).
+    OUT/fit.json the residuals per kind and size and a per-kind fit (one latency per collective
+    kind and for send/receive, the byte costs shared), which trace-replay --network-fit OUT
+    prices communication with (ASTRA-sim has one network for every kind: it reads the shared
+    fit). Docs: docs/replay.md, What-if at another scale.
 
     Example:
 
         trace-convert calibrate out/ddp -o out/ddp-net --manifest traces/ddp/manifest.json
 
         trace-replay out/ddp --network out/ddp-net/network.yml --system out/ddp-net/system.json
+
+        trace-replay out/ddp --network-fit out/ddp-net
     """
     from chakra_tools.replay.netfit import calibrate as fit, format_calibration, replay_check, write_calibration
 

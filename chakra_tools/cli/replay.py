@@ -22,6 +22,8 @@ def replay(
                                            help="ASTRA-sim analytical network YAML (default: one Switch of all ranks, 50 GB/s, 500 ns)."),
     system: Optional[Path] = typer.Option(None, "--system", "-s",
                                           help="ASTRA-sim system JSON (collective algorithms, chunks, endpoint delay, roofline)."),
+    network_fit: Optional[Path] = typer.Option(None, "--network-fit",
+                                               help="A trace-convert calibrate folder (or its fit.json): each collective kind and send/receive the capture showed is priced on its own fitted Ring of the set's ranks, any other on the shared fit (network.yml, which is what ASTRA-sim reads). In place of --network."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g",
                                               help="comm_group.json; default: the one beside the traces."),
     memory: Optional[Path] = typer.Option(None, "--memory", "-m",
@@ -81,7 +83,7 @@ def replay(
         comm=comm, host_time=host_time or ("gaps" if host_gaps else None), align=align, lanes=lanes,
         coll_start=collective_start)
     spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, _scales(scale), roofline,
-                      exact_memory)
+                      exact_memory, kind_fit=network_fit)
     try:
         result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes, limits=parse_limits(limits),
                                 memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),

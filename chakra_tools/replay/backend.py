@@ -488,19 +488,38 @@ class SystemSpec:
     scales: Scales = field(default_factory=Scales)
     roofline: bool | None = None
     exact_memory: bool = False  # the memory JSON's bandwidth and latency as written, not as ASTRA-sim's integers
+    #: a `trace-convert calibrate` folder or fit.json: communication priced per kind (netfit.KindPriced)
+    kind_fit: str | Path | None = None
 
-    def backend(self, npus: int, source: str = "the rank set") -> AnalyticalBackend:
-        """The backend for `npus` ranks (`source` names them in the error if the network is smaller)."""
-        net = with_offload(load_network(self.network) if self.network else default_network(npus), self.offload)
+    def backend(self, npus: int, source: str = "the rank set"):
+        """The backend for `npus` ranks (`source` names them in the error if the network is
+        smaller): an AnalyticalBackend, or with `kind_fit` a netfit.KindPriced over one."""
+        cal = self._calibration() if self.kind_fit is not None else None
+        if cal is not None:
+            net = with_offload(cal.fit.network(npus), self.offload)
+        else:
+            net = with_offload(load_network(self.network) if self.network else default_network(npus), self.offload)
         if npus > net.npus:
             raise InputError(f"{source}: rank {npus - 1} but the network has only {net.npus} NPUs")
-        sysc = load_system(self.system) if self.system else SystemConfig()
+        sysc = load_system(self.system) if self.system else cal.fit.system() if cal else SystemConfig()
         if self.peak_tflops is not None:
             sysc = replace(sysc, peak_perf_tflops=self.peak_tflops)
         if self.mem_bw_gbps is not None:
             sysc = replace(sysc, local_mem_bw_gbps=self.mem_bw_gbps)
         memory = load_memory(self.memory, exact=self.exact_memory) if self.memory else MemoryConfig()
-        return AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
+        base = AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
+        return cal.kind_priced(npus, base) if cal is not None else base
+
+    def _calibration(self):
+        from .netfit import read_calibration
+
+        if self.network is not None:
+            raise InputError("--network-fit prices communication from the calibration: give it or --network, not both")
+        cal = read_calibration(self.kind_fit)
+        if not cal.per_kind:
+            raise InputError(f"{self.kind_fit}: its fit.json keeps no per-kind parameters (written before they "
+                             "were kept): run trace-convert calibrate again")
+        return cal
 
 
 def with_offload(net: NetworkConfig, dims: Sequence[int]) -> NetworkConfig:

@@ -185,6 +185,49 @@ def _gbps(ns_per_byte: float) -> float:
     return min(MAX_RATE, max(MIN_BANDWIDTH, _GBPS_PER_BYTE_NS / ns_per_byte))
 
 
+class KindPriced:
+    """A backend (feed.Backend) that prices each collective kind, and send/receive, on a network
+    of its own, and everything else on `shared`. One Ring with one latency cannot hold gloo's
+    costs: a collective pays a fixed ~1 ms a send does not (0.2 ms), so a network fitted to a
+    capture of collectives charged a 2-rank pipeline's sends +186% of its step. Each kind's own
+    fit (`trace-convert calibrate`'s `kinds`) holds both; it exists in our replay only, since
+    ASTRA-sim's configs have one network for every kind (network.yml keeps the shared fit)."""
+
+    def __init__(self, shared: AnalyticalBackend, kinds: dict[str, AnalyticalBackend]):
+        self.shared, self.kinds = shared, kinds
+        self.system = shared.system
+
+    def _for(self, comm_type: int) -> AnalyticalBackend:
+        return self.kinds.get(CommType(comm_type).name, self.shared)
+
+    def compute_ns(self, rank: int, info: NodeInfo) -> int:
+        return self.shared.compute_ns(rank, info)
+
+    def memory_ns(self, rank: int, info: NodeInfo, now_ns: int) -> int:
+        return self.shared.memory_ns(rank, info, now_ns)
+
+    def p2p_ns(self, src: int, dst: int, size: int) -> int:
+        return self.kinds.get(P2P, self.shared).p2p_ns(src, dst, size)
+
+    def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                      involved_dim: Sequence[bool] | None = None) -> int:
+        return self._for(comm_type).collective_ns(comm_type, size, ranks, involved_dim)
+
+    def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                             involved_dim: Sequence[bool] | None, arrivals_ns: Sequence[int]) -> list[int]:
+        return self._for(comm_type).collective_finish_ns(comm_type, size, ranks, involved_dim, arrivals_ns)
+
+    def notes(self) -> list[str]:
+        return self.shared.notes()
+
+    def describe(self) -> dict:
+        return {**self.shared.describe(),
+                "per_kind": {k: {"latency_ns": b.network.dims[0].latency_ns,
+                                 "bandwidth_gbps": b.network.dims[0].bandwidth_gbps,
+                                 "local_mem_bw_gbps": b.system.local_mem_bw_gbps}
+                             for k, b in sorted(self.kinds.items())}}
+
+
 #: probing values: large enough that the model's truncation to whole ns is negligible
 _BIG_LATENCY = 1e6
 _SLOW = MIN_BANDWIDTH
@@ -247,6 +290,37 @@ def fit_network(rows: Sequence[Bucket], npus: int) -> NetworkFit:
     the mean instance so that the sums compare at any scale. A parameter is fitted only where
     the instances ask for it (`nonnegative_least_squares`'s criterion, with the spread of each
     bucket's instances about its mean as the noise)."""
+    system, spread, count = _weighted_system(rows, npus, lambda b, coeffs: coeffs)
+    # the latency is always fitted: every message pays it, and it carries the total (the
+    # residuals of a fit with a constant term sum to zero)
+    return NetworkFit(*nonnegative_least_squares(system, spread=spread, count=count, keep=(0,)))
+
+
+def fit_kind_latencies(rows: Sequence[Bucket], npus: int) -> dict[str, NetworkFit]:
+    """One latency per kind, the per-byte costs shared: {kind: its network}. gloo's fixed cost
+    differs by kind (a collective ~1 ms, a send 0.2 ms, both on 2 busy cores), which one latency
+    cannot hold; a byte costs the same whatever moves it, and fitting it per kind extrapolated
+    noise (a kind seen at 200 bytes alone priced a 66 KiB all-reduce at +1,031% of a job's
+    step). Fitted as `fit_network`, every kind's latency kept."""
+    kinds = sorted({b.kind for b in rows if b.ns > 0})
+    if not kinds:
+        return {}
+    column = {k: i for i, k in enumerate(kinds)}
+    n = len(kinds)
+
+    def expand(b: Bucket, coeffs: tuple[float, ...]) -> list[float]:
+        lat = [0.0] * n
+        lat[column[b.kind]] = coeffs[0]
+        return [*lat, *coeffs[1:]]
+
+    system, spread, count = _weighted_system(rows, npus, expand)
+    x = nonnegative_least_squares(system, spread=spread, count=count, keep=tuple(range(n)))
+    return {k: NetworkFit(x[column[k]], x[n], x[n + 1]) for k in kinds}
+
+
+def _weighted_system(rows: Sequence[Bucket], npus: int, columns) -> tuple[list, float, int]:
+    """The least-squares rows of `rows` (`columns(bucket, (latency, link, reduce) coefficients)`
+    lays a bucket's coefficients out), the instances' spread about their means, their count."""
     timed = [b for b in rows if b.ns > 0]
     if not timed:
         raise InputError("no timed collective or send/receive to fit a network to")
@@ -256,11 +330,9 @@ def fit_network(rows: Sequence[Bucket], npus: int) -> NetworkFit:
     for b in timed:
         const, coeffs = probe(b.kind, b.group, b.size, npus)
         w = len(b.samples_ns) ** 0.5 / unit
-        system.append(([c * w for c in coeffs], (b.ns - const) * w))
+        system.append(([c * w for c in columns(b, coeffs)], (b.ns - const) * w))
     spread = sum((t - b.ns) ** 2 for b in timed for t in b.samples_ns) / unit ** 2
-    # the latency is always fitted: every message pays it, and it carries the total (the
-    # residuals of a fit with a constant term sum to zero)
-    return NetworkFit(*nonnegative_least_squares(system, spread=spread, count=count, keep=(0,)))
+    return system, spread, count
 
 
 #: sums of squared residuals closer than this (relative) are a tie (rounding decides nothing):
@@ -362,6 +434,17 @@ class Calibration:
     kinds: dict[str, dict]
     files: dict[str, str] = field(default_factory=dict)
     replay: dict | None = None
+    #: kind -> its network in the per-kind fit (`fit_kind_latencies`); empty in a fit.json
+    #: written before it was kept
+    per_kind: dict[str, NetworkFit] = field(default_factory=dict)
+
+    def kind_priced(self, npus: int, base: AnalyticalBackend | None = None) -> "KindPriced":
+        """A backend for `npus` ranks pricing each kind the capture showed with its own latency
+        (`per_kind`) and any other on the shared fit; compute as `base` says (default: the
+        shared fit's)."""
+        shared = base or self.fit.backend(npus)
+        return KindPriced(shared, {k: AnalyticalBackend(f.network(npus), f.system(), shared.memory, shared.scales)
+                                   for k, f in self.per_kind.items()})
 
     @property
     def median_abs_error(self) -> float:
@@ -374,6 +457,7 @@ class Calibration:
                         "link_ns_per_byte": self.fit.link_ns_per_byte,
                         "reduce_ns_per_byte": self.fit.reduce_ns_per_byte},
                 "median_abs_error": self.median_abs_error, "buckets": self.rows, "kinds": self.kinds,
+                "per_kind": {k: {p: getattr(f, p) for p in PARAMS} for k, f in sorted(self.per_kind.items())},
                 "files": self.files, "replay": self.replay}
 
 
@@ -417,7 +501,8 @@ def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Pa
         raise InputError(f"{path}: no timed collective or send/receive between two ranks or more to fit "
                          "a network to (a single-rank capture has none)")
     fit = fit_network(rows, world)
-    return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world))
+    return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world),
+                       per_kind=fit_kind_latencies(rows, world))
 
 
 #: the replays a calibration is checked with: everything modelled (trace-replay's default), and
@@ -426,7 +511,8 @@ CHECK_MODES = {"default": {}, "host-time timeline": {"host_time": "timeline"}}
 
 
 def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> dict:
-    """The capture replayed on the default and on the calibrated network, each mode of
+    """The capture replayed on the default network, the calibrated one and the per-kind fit
+    (`KindPriced`), each mode of
     CHECK_MODES, against the steps the manifest measured: {network: {mode: error}}; the error is
     the job's where the manifest has the ranks' step starts, else the step's."""
     from .config import default_network
@@ -434,7 +520,8 @@ def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> di
     from .fidelity import compare_with_manifest
 
     networks = {"default": lambda: AnalyticalBackend(default_network(cal.npus)),
-                "calibrated": lambda: cal.fit.backend(cal.npus)}
+                "calibrated": lambda: cal.fit.backend(cal.npus),
+                "per-kind": lambda: cal.kind_priced(cal.npus)}
     out: dict[str, dict[str, float]] = {}
     for net, backend in networks.items():
         for mode, kw in CHECK_MODES.items():
@@ -536,7 +623,8 @@ def read_calibration(path: str | Path) -> Calibration:
     for kind, k in typed(doc, "kinds", dict, "").items():
         if not isinstance(k, dict):
             raise bad(f"kinds.{kind}", "an object")
-        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()}}
+        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()},
+                       }
     replay = doc.get("replay")
     if replay is not None and not (isinstance(replay, dict) and all(
             isinstance(m, dict) and all(isinstance(e, (int, float)) for e in m.values()) for m in replay.values())):
@@ -544,11 +632,18 @@ def read_calibration(path: str | Path) -> Calibration:
     files = doc.get("files") or {}
     if not isinstance(files, dict):
         raise bad("files", "an object")
-    return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay)
+    per_kind = {}
+    for kind, k in typed(doc, "per_kind", dict, "").items() if "per_kind" in doc else ():
+        params = [typed(k, p, float, f"per_kind.{kind}.") for p in PARAMS]
+        if min(params) < 0:
+            raise bad(f"per_kind.{kind}", "non-negative parameters")
+        per_kind[kind] = NetworkFit(*params)
+    return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay,
+                       per_kind)
 
 
 def format_calibration(cal: Calibration) -> str:
-    """The fit as text: the parameters, a row per bucket, a line per kind."""
+    """The fit as text: the parameters, a row per bucket, a line per kind, the per-kind fit."""
     f = cal.fit
     lines = [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
              f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s (Ring of {cal.npus}, ring algorithms)",
@@ -564,6 +659,11 @@ def format_calibration(cal: Calibration) -> str:
                  if k["separable"] else "one size only: latency and bandwidth not separable")
         lines.append(f"  {kind} alone: {alone}; median |error| {k['median_abs_error']:.1%}")
     lines.append(f"median |error| over {len(cal.rows)} buckets: {cal.median_abs_error:.1%}")
+    if cal.per_kind:
+        any_fit = next(iter(cal.per_kind.values()))
+        lines.append("per-kind fit (trace-replay --network-fit; ASTRA-sim reads the shared one): latency "
+                     + ", ".join(f"{k} {f.latency_ns:.0f} ns" for k, f in sorted(cal.per_kind.items()))
+                     + f"; bandwidth {any_fit.bandwidth_gbps:.4g} GB/s, local-mem-bw {any_fit.local_mem_bw_gbps:.4g} GB/s")
     for net, modes in (cal.replay or {}).items():
         lines.append(f"replayed on the {net} network: " + ", ".join(f"{m} {e:+.1%}" for m, e in modes.items())
                      + " (job error against the manifest)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -15,10 +16,10 @@ import pytest
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType, make_attr
-from chakra_tools.replay import load_network, load_system
+from chakra_tools.replay import CaptureModes, SystemSpec, load_network, load_system, replay_rankset
 from chakra_tools.replay.config import default_network
 from chakra_tools.replay.netfit import (P2P, Calibration, NetworkFit, buckets, calibrate, comm_samples, model_ns,
-                                        residual_rows, write_calibration)
+                                        read_calibration, residual_rows, write_calibration)
 
 from _util import coll, comp, recv, send, write_rankset
 
@@ -32,21 +33,22 @@ def timed(node, ns: int):
     return node.replace(duration_micros=ns // 1000, attrs={**node.attrs, "duration_ns": make_attr("duration_ns", ns)})
 
 
-def synthetic_capture(tmp_path: Path, truth: NetworkFit = TRUTH, repeats: int = 2) -> Path:
+def synthetic_capture(tmp_path: Path, truth: NetworkFit | dict[str, NetworkFit] = TRUTH, repeats: int = 2) -> Path:
     """2 ranks; every kind at every size, then a send/receive each way, each instance started by
-    both ranks at the same instant and lasting what `truth` charges."""
+    both ranks at the same instant and lasting what `truth` (or the kind's in it) charges."""
+    of = truth.get if isinstance(truth, dict) else lambda kind: truth
     ranks: dict[int, list] = {0: [], 1: []}
     nid, t_us = 1, 1000
     for _ in range(repeats):
         for kind in KINDS:
             for size in SIZES:
-                ns = model_ns(truth, kind.name, (0, 1), size, 2)
+                ns = model_ns(of(kind.name), kind.name, (0, 1), size, 2)
                 for r in ranks:
                     ranks[r].append(timed(coll(nid, size, kind=kind, pg="1", start=t_us), ns))
                 nid, t_us = nid + 1, t_us + 20_000
         for size in SIZES:
             for src, dst in ((0, 1), (1, 0)):
-                ns = model_ns(truth, P2P, (src, dst), size, 2)
+                ns = model_ns(of(P2P), P2P, (src, dst), size, 2)
                 ranks[src].append(timed(send(nid, dst, size, tag=5, start=t_us), ns))
                 ranks[dst].append(timed(recv(nid, src, size, tag=5, start=t_us), ns))
                 nid, t_us = nid + 1, t_us + 20_000
@@ -93,6 +95,41 @@ def test_an_instance_is_timed_from_its_ranks_arrival_at_the_call(tmp_path):
     ranks[0][0] = ranks[0][0].replace(attrs={**ranks[0][0].attrs, "call_start_us": make_attr("call_start_us", 800)})
     (sample,) = comm_samples(write_rankset(tmp_path, ranks, {"1": (0, 1)}))
     assert sample.ns == pytest.approx(500_000 + 200_000)  # from the later arrival (800 us) to the end (1,500 us)
+
+
+#: gloo's shape: each kind its own fixed cost, a byte the same whatever moves it
+PER_KIND = {**{k.name: replace(TRUTH, latency_ns=ns) for k, ns in zip(KINDS, (400_000, 900_000, 700_000))},
+            P2P: replace(TRUTH, latency_ns=100_000)}
+
+
+def test_the_per_kind_fit_recovers_each_kinds_latency_and_the_shared_byte_costs(tmp_path):
+    prefix = synthetic_capture(tmp_path / "in", PER_KIND)
+    cal = calibrate(prefix)
+    assert max(abs(r["error"]) for r in cal.rows) > 0.05  # one latency cannot hold them
+    assert set(cal.per_kind) == set(PER_KIND)
+    for kind, truth in PER_KIND.items():
+        got = cal.per_kind[kind]
+        assert got.latency_ns == pytest.approx(truth.latency_ns, rel=1e-3), kind
+        assert got.link_ns_per_byte == pytest.approx(TRUTH.link_ns_per_byte, rel=1e-3)
+        assert got.reduce_ns_per_byte == pytest.approx(TRUTH.reduce_ns_per_byte, rel=1e-3)
+    # trace-replay --network-fit prices each kind on its own: the capture replays to its record
+    net = write_calibration(cal, _mkdir(tmp_path / "net"))
+    assert read_calibration(tmp_path / "net").per_kind.keys() == cal.per_kind.keys()
+    per_kind = replay_rankset(prefix, SystemSpec(kind_fit=tmp_path / "net")).makespan_ns
+    recorded = replay_rankset(prefix, modes=CaptureModes(comm="calibrated")).makespan_ns
+    shared = replay_rankset(prefix, SystemSpec(net.files["network"], net.files["system"])).makespan_ns
+    assert per_kind == pytest.approx(recorded, rel=1e-3) and abs(shared - recorded) > 0.01 * recorded
+
+
+def test_network_fit_is_refused_beside_a_network_and_from_an_older_fit(tmp_path):
+    cal = write_calibration(calibrate(synthetic_capture(tmp_path / "in")), _mkdir(tmp_path / "net"))
+    with pytest.raises(InputError, match="give it or --network, not both"):
+        SystemSpec(cal.files["network"], kind_fit=tmp_path / "net").backend(2)
+    doc = json.loads(Path(cal.files["report"]).read_text())
+    del doc["per_kind"]
+    Path(cal.files["report"]).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="keeps no per-kind parameters .*run trace-convert calibrate again"):
+        SystemSpec(kind_fit=tmp_path / "net").backend(2)
 
 
 def test_a_kind_seen_at_one_size_is_reported_not_separable(tmp_path):
