@@ -20,11 +20,13 @@ and steps: the machine's noise within one run), the scaled capture's predicted s
 error, and, to tell the rescale's error from the replay's, the real target capture replayed on
 the same network (same modes) and the scaled prediction against that; then the compute per step
 on rank 0 of the scaled set and of the real run (the sum of compute node durations: what a
-replay without communication would charge), and the old degree's collective wait scale took
-out of rank 0's step nodes (convert/scale.py, step_waits). With `--repeats K` > 1 a summary follows: the median
-measured step, the median prediction and the error of the one against the other, with the range
-of each over the repeats. Two networks: fitted to the 2-rank DDP capture itself, and to the
-comm_sweep capture. Replays use trace-replay's default modes (every duration from the trace,
+replay without communication would charge), and the old degree's collective wait out of rank 0's
+host ops (the converter's, build.py `_untraced_collective_waits`). With `--repeats K` > 1 a
+summary follows: the median measured step, the median prediction and the error of the one
+against the other, with the range of each over the repeats. Two networks: fitted to the source
+capture itself (`EXAMPLE@N`), and to the comm_sweep capture (`comm_sweep@2`), each as ASTRA-sim
+reads it (one Ring for every kind) and as its per-kind fit (`/kind`: trace-replay --network-fit).
+Replays use trace-replay's default modes (every duration from the trace,
 communication from the network), or `--host-time timeline` (host time where the record put it,
 the waits re-created). Needs torch. With more ranks than cores the real runs are oversubscribed:
 their compute slows down, which no network explains (docs/replay.md, What-if at another scale).
@@ -120,9 +122,14 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
         scaled = work / f"{example}-{source_ranks}to{n}"
         taken = scale(source, n // MODEL_PARALLEL.get(example, ((), 1))[1], scaled).waits_ns.get(0, 0) / max(1, steps)
         work_scaled, work_real = compute_per_step_ns(scaled, steps), compute_per_step_ns(real, steps)
-        for name, cal in networks.items():
-            pred = step(scaled, cal.fit.backend(npus), manifest, host_time)
-            base = step(real, cal.fit.backend(npus), manifest, host_time)
+        # each network as ASTRA-sim reads it (one Ring for every kind) and as its per-kind fit
+        # prices it (trace-replay --network-fit)
+        backends = {label: backend for name, cal in networks.items()
+                    for label, backend in ((name, lambda c=cal: c.fit.backend(npus)),
+                                           (f"{name}/kind", lambda c=cal: c.kind_priced(npus)))}
+        for name, backend in backends.items():
+            pred = step(scaled, backend(), manifest, host_time)
+            base = step(real, backend(), manifest, host_time)
             rows.append({"repeat": repeat, "source": source_ranks, "target": n, "network": name, "measured_ns": pred["measured_ns"],
                          "own_min_ns": min(own), "own_max_ns": max(own),
                          "predicted_ns": pred["predicted_ns"], "error": pred["error"],
@@ -185,10 +192,10 @@ def main() -> None:
     for i in range(args.repeats):
         rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1,
                       args.source)
-    print(f"{'rep':>3} {'ranks':>5} {'network':<16} {'measured':>9} {'its steps':>15} {'predicted':>9} {'error':>8}"
+    print(f"{'rep':>3} {'ranks':>5} {'network':<22} {'measured':>9} {'its steps':>15} {'predicted':>9} {'error':>8}"
           f" {'real replayed':>13} {'its error':>9} {'rescale':>8} {'compute scaled/real':>20}")
     for r in rows:
-        print(f"{r['repeat']:>3} {r['source']}->{r['target']:<2} {r['network']:<16} {_us(r['measured_ns']):>9} "
+        print(f"{r['repeat']:>3} {r['source']}->{r['target']:<2} {r['network']:<22} {_us(r['measured_ns']):>9} "
               f"{_us(r['own_min_ns']) + '..' + _us(r['own_max_ns']):>15} {_us(r['predicted_ns']):>9} "
               f"{r['error']:>+8.1%} {_us(r['real_replayed_ns']):>13} {r['real_replay_error']:>+9.1%} "
               f"{r['rescale_error']:>+8.1%} {_us(r['compute_scaled_ns']) + '/' + _us(r['compute_real_ns']):>20}")
@@ -198,11 +205,11 @@ def main() -> None:
     if args.repeats > 1:
         print(f"\nmedians over {args.repeats} repeats (range over the repeats in brackets):")
         for s in med:
-            print(f"{args.source}->{s['target']:<2} {s['network']:<16} measured {_us(s['measured_ns'])} "
+            print(f"{args.source}->{s['target']:<2} {s['network']:<22} measured {_us(s['measured_ns'])} "
                   f"[{_spread(s['measured'])}], predicted {_us(s['predicted_ns'])} [{_spread(s['predicted'])}]: "
                   f"{s['error']:+.1%}; real run replayed {_us(s['real_replayed_ns'])}; compute/step "
                   f"scaled {_us(s['compute_scaled_ns'])}, real {_us(s['compute_real_ns'])}; collective wait "
-                  f"taken out of rank 0's step nodes {_us(s['wait_taken_ns'])}/step")
+                  f"out of rank 0's host ops {_us(s['wait_taken_ns'])}/step")
     errs = [abs(s["error"]) for s in med]
     worst = max(med, key=lambda s: abs(s["error"]))["error"]
     print(f"mean |error| of the scaled predictions{' (medians)' if args.repeats > 1 else ''}: "
