@@ -655,8 +655,8 @@ class Builder:
         flight during it: from the end of the thread's last traced op before it (the call's
         arrival at the earliest) to the op's start, as `--comm calibrated` and the fitted
         network time the call up to there (gloo's worker may close its range after the caller
-        went on). It leaves the ops enclosing it, innermost first, each the part after its own
-        start."""
+        went on). It leaves the ops that enclose it in time, innermost first, each the part
+        after its own start."""
         calls = [r for r in self.recs if r.call is not None and r.stream is None and r.call.is_async is True
                  and r.dur_us > 0 and r.ts and "launch_only" not in r.attrs and not self._waits_inside(r.call)]
         if not calls:
@@ -666,7 +666,7 @@ class Builder:
         for q in self.recs:
             if q.type == _COMP and q.stream is None and q.ts and q.attrs.get("is_cpu_op"):
                 for d in q.deps:
-                    if wanted.get(d, q.tid) == q.tid and d in wanted and (d not in first_need or q.ts < first_need[d].ts):
+                    if wanted.get(d) == q.tid and (d not in first_need or q.ts < first_need[d].ts):
                         first_need[d] = q
         if not first_need:
             return
