@@ -81,6 +81,14 @@ def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
         doc = replay(path, cal.fit.backend(npus), comm_group=comm_group,
                      record_events=False).to_dict(events=False)
         network = f"calibrated: {fit_file} (Ring of {npus})"
+        out = _compared(str(path), doc, info, steps, network, manifest)
+        if cal.per_kind:  # and on the per-kind fit (trace-replay --network-fit)
+            by_kind = _compared(str(path), replay(path, cal.kind_priced(npus), comm_group=comm_group,
+                                                  record_events=False).to_dict(events=False),
+                                info, steps, network, manifest)
+            out["per_kind"] = {"predicted_step_ns": by_kind["predicted_step_ns"],
+                               "error": by_kind["measured"]["error"] if by_kind["measured"] else None}
+        return out
     else:
         return None  # a captured run is measured, not a prediction
     return _compared(str(path), doc, info, steps, network, manifest)
@@ -148,14 +156,17 @@ def _predictions_html(preds: list[dict]) -> str:
         info = p["scaled_from"]
         scaled = (f'{_was(info)} → {p["ranks"]} ranks ({escape(info["batch"])} batch)' if info else "not scaled")
         m = p["measured"]
+        k = p.get("per_kind")
         rows.append([f'<span class="l">{escape(p["source"])}</span>', scaled, str(p["ranks"]),
                      escape(p["network"] or "none"), "" if p["steps"] is None else str(p["steps"]),
                      _ms(p["predicted_step_ns"]), "none" if m is None else _ms(m["measured_ns"]),
-                     "" if m is None else f'{100 * m["error"]:+.1f}%'])
+                     "" if m is None else f'{100 * m["error"]:+.1f}%',
+                     "" if k is None else _ms(k["predicted_step_ns"])
+                     + ("" if k["error"] is None else f' ({100 * k["error"]:+.1f}%)')])
     notes = "".join(f'<p class="note">{escape(p["source"])}: {escape(n)}</p>' for p in preds for n in p["notes"])
     return ('<h2 id="whatif">Predicted step against measured</h2>'
             + html_table(["input", "scaled", "ranks", "network", "steps", "predicted ms/step", "measured ms/step",
-                      "error"], rows, "whatif") + notes)
+                      "error", "per-kind fit ms/step"], rows, "whatif") + notes)
 
 
 def _fit_html(cal: dict | None) -> str:
@@ -177,6 +188,12 @@ def _fit_html(cal: dict | None) -> str:
     checks = "".join(f'<p>replayed on the {escape(net)} network: '
                      + ", ".join(f"{escape(m)} {100 * e:+.1f}%" for m, e in modes.items()) + "</p>"
                      for net, modes in (cal.get("replay") or {}).items())
+    per_kind = cal.get("per_kind") or {}
+    by_kind = "" if not per_kind else (
+        '<h3>per-kind fit (trace-replay --network-fit: one latency per kind, the byte costs shared; '
+        'ASTRA-sim reads the one Ring above)</h3>'
+        + html_table(["kind", "latency ns"], [[escape(k), f'{v["latency_ns"]:.0f}'] for k, v in per_kind.items()],
+                     "fit-per-kind"))
     return ('<h2 id="network-fit">Calibrated network</h2>' + head
-            + '<h3>each kind fitted alone</h3>' + kinds
+            + '<h3>each kind fitted alone</h3>' + kinds + by_kind
             + '<h3>residuals per kind and size (measured: the instances\' mean, waits taken out)</h3>' + rows + checks)

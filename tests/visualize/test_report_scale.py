@@ -96,6 +96,10 @@ def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_comp
     window = 30_000 + 6_000_000 + 6_400_000  # rank 3 starts 30 µs late; the window to its 2nd step's end
     assert pred["measured"]["measured_ns"] == job["measured_ns"] == pytest.approx(window / 2, abs=1)
     assert pred["measured"]["error"] == job["error"] and pred["notes"] == []
+    # and on the per-kind fit (trace-replay --network-fit), against the same run
+    by_kind = compare_with_manifest(replay(dp4, cal.kind_priced(4), record_events=False).to_dict(events=False),
+                                    run / "manifest.json")["job"]
+    assert pred["per_kind"] == {"predicted_step_ns": by_kind["predicted_ns"], "error": by_kind["error"]}
     # the fit is calibrate's, read back from fit.json typed: every number equal
     assert data["fit"]["buckets"] == cal.rows and data["fit"]["kinds"] == cal.kinds
     assert data["fit"]["fit"]["latency_ns"] == cal.fit.latency_ns and data["fit"]["npus"] == 4
@@ -111,6 +115,8 @@ def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_comp
         assert text in section, text
     fit_part = html[html.index('id="network-fit"'):]
     assert f"latency <b>{cal.fit.latency_ns:.0f} ns</b>" in fit_part
+    per_kind = fit_part[fit_part.index('data-chart="fit-per-kind"'):]
+    assert f'<td>{cal.per_kind["ALL_REDUCE"].latency_ns:.0f}</td>' in per_kind[:per_kind.index("</table>")]
     residuals = fit_part[fit_part.index('data-chart="fit-residuals"'):]
     residuals = residuals[:residuals.index("</table>")]
     assert residuals.count("<tr>") == 1 + len(cal.rows) == 3  # header + one row per (kind, size)
