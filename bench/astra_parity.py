@@ -4,6 +4,7 @@ congestion-unaware) on the same files and configs: skewed collectives per algori
 
     python bench/astra_parity.py --astra /tmp/astra/astra-sim/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
     python bench/astra_parity.py --astra BIN --scaled   # trace-convert scale's outputs (check_scaled)
+    python bench/astra_parity.py --astra BIN --rankset RUN-et --calibration NET   # a capture, its fitted network
 
 Needs the ASTRA-sim binary (REFERENCE §4 says how to build one at 518bd51); nothing in
 chakra-tools or its tests depends on it. Each case writes its rank files and configs into a
@@ -387,6 +388,26 @@ def run_ours(work: Path) -> dict[int, int]:
     return {x["rank"]: x["finish_ns"] for x in result.ranks}
 
 
+def check_rankset(binary: str, rankset: Path, calibration: Path) -> None:
+    """A capture (converted or scaled) on the network fitted to it, in ASTRA-sim and in ours: what
+    `trace-replay RUN-et --network NET/network.yml --system NET/system.json` predicts is what
+    ASTRA-sim predicts from the same files (a 2-rank DDP capture: 0.013% apart)."""
+    rs = RankSet.load(rankset)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        rs.write(work, "w")
+        for name in ("network.yml", "system.json"):
+            shutil.copy(calibration / name, work / name)
+        (work / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
+        ref, ours = run_astra(binary, work, len(rs)), run_ours(work)
+    diffs = {r: (ours[r] - ref[r]) / ref[r] * 100 for r in sorted(ref)}
+    print(f"{rankset} on {calibration}: largest difference {max(diffs.values(), key=abs):+.4f}% "
+          f"({max((ours[r] - ref[r] for r in ref), key=abs):+,} ns)")
+    print("  rank  " + "".join(f"{r:>12}" for r in sorted(ref)))
+    print("  ASTRA " + "".join(f"{ref[r]:>12,}" for r in sorted(ref)))
+    print("  ours  " + "".join(f"{ours[r]:>12,}" for r in sorted(ref)))
+
+
 def scaled_cases() -> list[tuple[str, RankSet, RankSet]]:
     """(name, a rank set `trace-convert scale` wrote, the same job written at that degree by its
     own front end): ASTRA-sim 1.0's hybrid Transformer (tp 4) from 8 NPUs to 4 and 16, and the
@@ -443,9 +464,17 @@ def main() -> None:
     ap.add_argument("--scaled", action="store_true",
                     help="instead: trace-convert scale's model-parallel outputs against the jobs their front ends "
                          "write at that degree, in ASTRA-sim and ours (check_scaled)")
+    ap.add_argument("--rankset", type=Path, metavar="RUN-et",
+                    help="instead: this converted (or scaled) rank set on --calibration's network, in ASTRA-sim "
+                         "and ours (check_rankset)")
+    ap.add_argument("--calibration", type=Path, metavar="NET", help="with --rankset: a trace-convert calibrate folder")
     args = ap.parse_args()
     if args.scaled:
         return check_scaled(args.astra)
+    if args.rankset:
+        if not args.calibration:
+            ap.error("--rankset needs --calibration NET (trace-convert calibrate's folder)")
+        return check_rankset(args.astra, args.rankset, args.calibration)
     worst, worst_ns, compared, refused, ties = 0.0, 0, 0, 0, 0
     cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
     if args.random:
