@@ -188,6 +188,11 @@ def main() -> None:
     if any(n % mp for n in [*targets, args.source]):
         parser.error(f"{args.example} runs {mp}-way model parallel: --source and --targets are multiples of {mp}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    cores, most = os.cpu_count() or 1, max(*targets, args.source, 2)
+    if most > cores:
+        print(f"note: {most} ranks on {cores} cores: the runs with more ranks than cores are oversubscribed (their "
+              "compute slows down and their communication waits for the scheduler, which no network or rescale "
+              "explains); the goal can only be checked on a machine with a core per rank", flush=True)
     rows = []
     for i in range(args.repeats):
         rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1,
