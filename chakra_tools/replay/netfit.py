@@ -21,7 +21,8 @@ received message: 3 accesses per byte). Not the endpoint delay: the model (as AS
 it on dimensions other than the first only, and ASTRA-sim refuses a dimension of one NPU
 (`npus_count ... should be larger than 1`, NetworkParser.cc) that would make the ranks' ring the
 second; so a collective costs, beyond its bytes, only its messages' latency, and gloo's fixed cost
-per collective (about 0.4 ms on 2 busy cores, where a send pays 0.1 ms) is shared out as latency.
+per collective (about 0.4 ms on 2 busy cores, where a send pays 0.1 ms) is shared out as latency;
+the per-kind fit (`fit_kind_latencies`, our replay only) gives each kind its own.
 The model is affine in the three, so each bucket's coefficients are read off the model itself
 (`probe`): whatever algorithm, topology and group size the configs say, the fit is in the
 replay's own terms. They are fitted by non-negative least squares over the instances, in time:
