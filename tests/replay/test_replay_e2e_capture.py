@@ -73,7 +73,15 @@ def test_mlp_capture_convert_replay(tmp_path):
     assert doc["ranks"][0]["compute_ns"] > 0
     assert abs(fid["step"]["error"]) < 0.25  # 0.9% measured here; loose for a loaded machine
     captured = _replay(run, conv, env, *AS_CAPTURED)  # one process: the recorded timeline itself
-    assert abs(_job_error(captured)) < 0.05  # 0.0% measured: host time telescopes to the span
+    # host time telescopes to the traced window: the replay is that span, to the rounding
+    from chakra_tools.core.graph import RankSet
+    from chakra_tools.core.measured import Measured
+
+    start, end = Measured.from_metadata(RankSet.load(conv)[0].metadata).window_ns
+    assert captured["makespan_ns"] == pytest.approx(end - start, rel=0.005)
+    # against the manifest's wall-clock steps: 0.0% to 3% measured here; a loaded machine has
+    # stretched the profiler's own step handling, outside every op, to 13% once
+    assert abs(_job_error(captured)) < 0.25
 
 
 # Multi-rank: as captured, the job error measured on this machine is within 5% (docs/replay.md
