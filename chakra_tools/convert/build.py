@@ -652,11 +652,12 @@ class Builder:
         capture replayed +27% to +31% off on a network fitted to it).
 
         The wait is the thread's untraced stretch right before that op, where the call was in
-        flight during it: from the end of the thread's last traced op before it (the call's
-        arrival at the earliest) to the op's start, as `--comm calibrated` and the fitted
+        flight during it: from the end of the last host event of the op's thread in the device
+        trace before it (the call's arrival at the earliest; gloo's worker records the call on
+        its own thread) to the op's start, as `--comm calibrated` and the fitted
         network time the call up to there (gloo's worker may close its range after the caller
         went on). It leaves the ops that enclose it in time, innermost first, each the part
-        after its own start."""
+        after its own start (`_charge_wait`)."""
         calls = [r for r in self.recs if r.call is not None and r.stream is None and r.call.is_async is True
                  and r.dur_us > 0 and r.ts and "launch_only" not in r.attrs and not self._waits_inside(r.call)]
         if not calls:
@@ -671,44 +672,43 @@ class Builder:
         if not first_need:
             return
         events, node_op = self.lk.op_event, {rid: oid for oid, rid in self.op_node.items()}
-        workers = {c.backend for c in self.calls}  # gloo's record: the worker ran it
-        spans: dict = defaultdict(list)  # thread -> (start, end, op id) of its traced ops
-        for op in self.host.ops:
-            ev = events.get(op.id)
-            if ev is not None and op.id not in workers:
-                spans[op.tid].append((ev.ts, ev.end, op.id))
-        ends = {tid: sorted(e for _, e, _ in v) for tid, v in spans.items()}
-        enclosing: dict[int, int] = {}
-        for v in spans.values():
-            enclosing.update(_enclosing_by_time(v))
+        op_of = {ev.idx: oid for oid, ev in events.items()}
+        ends: dict = defaultdict(list)  # device-trace thread -> sorted ends of its host events
+        for ev in self.dev.host:
+            ends[ev.tid].append(ev.end)
+        for v in ends.values():
+            v.sort()
         done: set[int] = set()
         for r in calls:
             waiter = first_need.get(r.id)
-            if waiter is None or waiter.id in done or waiter.ts <= r.ts:
+            ev = events.get(node_op.get(waiter.id)) if waiter is not None else None
+            if ev is None or waiter.id in done or waiter.ts <= r.ts:
                 continue
-            thread = ends.get(waiter.tid, [])
-            i = bisect.bisect_right(thread, waiter.ts) - 1
+            thread = ends[ev.tid]
+            i = bisect.bisect_right(thread, ev.ts) - 1
             since = max(thread[i] if i >= 0 else r.ts, r.attrs.get("call_start_us", r.ts))
             if since >= r.ts + r.dur_us:
                 continue  # the thread was busy until the call had ended: it did not wait for it
             done.add(waiter.id)
-            self._charge_wait(enclosing.get(node_op.get(waiter.id)), enclosing, since, waiter.ts)
+            self._charge_wait(ev, op_of, since, ev.ts)
 
-    def _charge_wait(self, op_id: int | None, enclosing: dict[int, int], since: float, until: float) -> None:
-        """Take [since, until] out of host op `op_id` and the ops enclosing it (by time: the host
-        trace's parent links do not always hold there, gloo's record left open on the caller's
-        thread made the next step's ops children of the last), innermost first."""
-        events, hi = self.lk.op_event, until
-        while op_id is not None and hi > since:
-            ev, rid = events[op_id], self.op_node.get(op_id)
+    def _charge_wait(self, ev: Event | None, op_of: dict[int, int], since: float, until: float) -> None:
+        """Take [since, until] out of the host events enclosing event `ev` on its thread,
+        innermost first: the device trace's nesting (`hotloops.nest`), from which their
+        exclusive times were computed. (The host trace's parent links do not hold there: gloo's
+        record, left open on the caller's thread, makes the next step's ops children of the
+        last one.) `op_of`: host event index -> its op."""
+        host, hi = self.dev.host, until
+        while ev is not None and ev.parent >= 0 and hi > since:
+            ev = host[ev.parent]
             lo = max(since, ev.ts)
+            rid = self.op_node.get(op_of.get(ev.idx, -1))
             rec = self.recs[rid - 1] if rid is not None else None
             if rec is not None and rec.type == _COMP and rec.attrs.get("is_cpu_op") and hi > lo:
                 waited = min(hi - lo, rec.dur_us)
                 rec.dur_us -= waited
                 rec.attrs["collective_wait_ns"] = rec.attrs.get("collective_wait_ns", 0) + int(round(waited * 1000))
             hi = lo
-            op_id = enclosing.get(op_id)
 
     def _stream_wait(self, comm: int, wait_node: int) -> None:
         """The first device work launched after node `wait_node` waits for `comm`.
@@ -814,24 +814,6 @@ def _waited_for(device: list[tuple[float, int, float, bool]], ends: list[float],
             return device[i]
         i -= 1
     return None
-
-
-def _enclosing_by_time(spans: list[tuple[float, float, int]]) -> dict[int, int]:
-    """{op id: the op of the same thread that encloses it in time} for one thread's (start, end,
-    id) spans; an op that outlasts the one it started in is still its child (the record's end).
-
-    >>> _enclosing_by_time([(0, 100, 1), (10, 20, 2), (30, 90, 3), (40, 50, 4), (95, 99, 5)])
-    {2: 1, 3: 1, 4: 3, 5: 1}
-    """
-    out: dict[int, int] = {}
-    stack: list[tuple[float, int]] = []  # (end, id) of the ops open at the current start
-    for ts, end, oid in sorted(spans, key=lambda s: (s[0], -s[1])):
-        while stack and stack[-1][0] <= ts:
-            stack.pop()
-        if stack:
-            out[oid] = stack[-1][1]
-        stack.append((end, oid))
-    return out
 
 
 def _first_from(items, t: float) -> int | None:

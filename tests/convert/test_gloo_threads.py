@@ -111,14 +111,15 @@ def test_a_list_reduce_scatter_is_one_collective_however_its_all_reduces_nest(tm
     assert [c.comm_type for c in colls] == [CommType.REDUCE_SCATTER]
 
 
-def _async_all_gather(tmp_path, next_op_at: float):
+def _async_all_gather(tmp_path, next_op_at: float, gloo_tid: int = 200):
     """all_gather(async_op=True) (3-5, the worker runs it 20..3500 µs), `work.wait()` (untraced),
-    then the thread's next op 6 at `next_op_at`."""
+    then the thread's next op 6 at `next_op_at`; gloo's record on thread `gloo_tid` of the
+    device trace (the caller's is 100)."""
     nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
              _node(3, _annotation("all_gather", True), 2), _node(4, "c10d::allgather_", 3),
              _node(5, "gloo:all_gather", 3, [BUCKET]), _node(6, "Optimizer.zero_grad#SGD.zero_grad", 2)]
     events = [_event(2, "ProfilerStep#3", 0, 5000), _event(3, nodes[2]["name"], 10, 20),
-              _event(4, "c10d::allgather_", 12, 15), _event(5, "gloo:all_gather", 20, 3480, tid=200),
+              _event(4, "c10d::allgather_", 12, 15), _event(5, "gloo:all_gather", 20, 3480, tid=gloo_tid),
               _event(6, "Optimizer.zero_grad#SGD.zero_grad", next_op_at, 30)]
     g = _convert(tmp_path, nodes, events)
     coll = next(n for n in g if n.type is NodeType.COMM_COLL_NODE)
@@ -148,6 +149,11 @@ def test_an_untraced_wait_leaves_the_op_it_was_recorded_in(tmp_path):
         assert step.duration_micros == 4950 - waited
         assert (step.attr("collective_wait_ns") or 0) == waited * 1000
         assert g.metadata.attrs["collective_waits_out"].value is True  # trace-convert scale estimates none
+    # gloo's record on the caller's own thread: it is the step's child there, the wait inside it is
+    # not the step's time (its exclusive time, 5000 less 20 + 3480 + 30, stays whole)
+    g, _, _ = _async_all_gather(tmp_path, next_op_at=3520, gloo_tid=100)
+    step = next(n for n in g if n.name == "ProfilerStep#3")
+    assert step.duration_micros == 1470 and step.attr("collective_wait_ns") is None
 
 
 def test_an_untraced_wait_leaves_the_step_it_lay_in_whatever_the_host_trace_nests(tmp_path):
