@@ -190,9 +190,10 @@ class KindPriced:
     """A backend (feed.Backend) that prices each collective kind, and send/receive, on a network
     of its own, and everything else on `shared`. One Ring with one latency cannot hold gloo's
     costs: a collective pays a fixed ~1 ms a send does not (0.2 ms), so a network fitted to a
-    capture of collectives charged a 2-rank pipeline's sends +186% of its step. Each kind's own
-    fit (`trace-convert calibrate`'s `kinds`) holds both; it exists in our replay only, since
-    ASTRA-sim's configs have one network for every kind (network.yml keeps the shared fit)."""
+    capture of collectives overcharged a 2-rank pipeline's sends. The per-kind fit
+    (`fit_kind_latencies`: a latency per kind, the byte costs shared; `Calibration.per_kind`)
+    holds both; it exists in our replay only, since ASTRA-sim's configs have one network for
+    every kind (network.yml keeps the shared fit)."""
 
     def __init__(self, shared: AnalyticalBackend, kinds: dict[str, AnalyticalBackend]):
         self.shared, self.kinds = shared, kinds
@@ -624,8 +625,7 @@ def read_calibration(path: str | Path) -> Calibration:
     for kind, k in typed(doc, "kinds", dict, "").items():
         if not isinstance(k, dict):
             raise bad(f"kinds.{kind}", "an object")
-        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()},
-                       }
+        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()}}
     replay = doc.get("replay")
     if replay is not None and not (isinstance(replay, dict) and all(
             isinstance(m, dict) and all(isinstance(e, (int, float)) for e in m.values()) for m in replay.values())):
