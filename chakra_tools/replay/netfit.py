@@ -27,7 +27,9 @@ The model is affine in the three, so each bucket's coefficients are read off the
 (`probe`): whatever algorithm, topology and group size the configs say, the fit is in the
 replay's own terms. They are fitted by non-negative least squares over the instances, in time:
 the replay charges every instance its bucket's figure, and a step is the sum of what it charges,
-so the fit makes that sum right. (Fitting the relative error of each bucket, all weighing the
+so the fit makes that sum right (weighed by each instance's hops, the latency's coefficient:
+one latency for every kind leaves the plain sum 1-13% short on a gloo sweep; the per-kind fit
+makes it exact). (Fitting the relative error of each bucket, all weighing the
 same, came out 27-72% short of the capture's communication on gloo: its instances vary tenfold,
 and that minimum sits near the fastest buckets; the job replayed -28% to -54% off.) The latency
 is always fitted; the per-byte costs only where the instances need them by the Bayesian
@@ -294,7 +296,7 @@ def fit_network(rows: Sequence[Bucket], npus: int) -> NetworkFit:
     bucket's instances about its mean as the noise)."""
     system, spread, count = _weighted_system(rows, npus, lambda b, coeffs: coeffs)
     # the latency is always fitted: every message pays it, and it carries the total (the
-    # residuals of a fit with a constant term sum to zero)
+    # residuals, each weighed by its latency coefficient, the hops, sum to zero)
     return NetworkFit(*nonnegative_least_squares(system, spread=spread, count=count, keep=(0,)))
 
 
