@@ -196,6 +196,11 @@ def test_cli_writes_the_configs_and_trace_replay_runs_on_them(tmp_path):
     proc = subprocess.run([*replay, str(prefix), "--network", str(out / "network.yml"),
                            "--system", str(out / "system.json")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([*replay, str(prefix), "--network-fit", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    both = subprocess.run([*replay, str(prefix), "--network-fit", str(out), "--network", str(out / "network.yml")],
+                          capture_output=True, text=True)
+    assert both.returncode == 2 and "give it or --network, not both" in both.stderr and "Traceback" not in both.stderr
     bad = subprocess.run([*cli, "calibrate", str(tmp_path / "missing"), "-o", str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
