@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -188,15 +189,53 @@ def requested_processes(argv: list[str]) -> int | None:
     >>> requested_processes(["torchrun", "--nproc-per-node=4", "t.py"])
     4
     """
-    words: list[str] = []
-    for w in argv[1:]:
-        if w.endswith(".py") and not w.startswith("-"):
-            break
-        words.extend(w.split("=", 1) if w.startswith("--") else [w])
+    words = _launcher_words(argv)
     for option, value in zip(words, words[1:]):
         if option in PROCESS_COUNT_OPTIONS and value.isdigit():
             return int(value)
     return None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """This node's place in a multi-node launch: its node rank (None where the command does not
+    say: the folder is then named after the host) and the launch's node count."""
+
+    rank: int | None
+    count: int
+
+    def folder(self) -> str:
+        return protocol.node_folder(self.rank) if self.rank is not None else f"node-{socket.gethostname()}"
+
+
+def _launcher_words(argv: list[str]) -> list[str]:
+    """The launcher's own options (before the script), `--opt=value` split in two."""
+    words: list[str] = []
+    for w in argv[1:]:
+        if (w.endswith(".py") and not w.startswith("-")) or w in ("-m", "--module"):
+            break
+        words.extend(w.split("=", 1) if w.startswith("--") else [w])
+    return words
+
+
+def launcher_nodes(argv: list[str], env=os.environ) -> NodeSpec | None:
+    """The node of a multi-node launch (torchrun's `--nnodes N --node-rank I`; `--nnodes MIN:MAX`
+    counts MAX), None for a launch on one node.
+
+    >>> launcher_nodes(["torchrun", "--nnodes=2", "--node-rank", "1", "t.py", "--nnodes", "9"])
+    NodeSpec(rank=1, count=2)
+    >>> launcher_nodes(["torchrun", "--nproc-per-node", "4", "t.py"]) is None
+    True
+    """
+    words = _launcher_words(argv)
+    opts = dict(zip(words, words[1:]))
+    count_text = opts.get("--nnodes", "1").split(":")[-1]
+    count = int(count_text) if count_text.isdigit() else 1
+    if count <= 1:
+        return None
+    rank_text = opts.get("--node-rank", opts.get("--node_rank"))
+    rank = int(rank_text) if rank_text and rank_text.isdigit() else protocol.env_int(protocol.NODE_RANK_VARS, None, env)
+    return NodeSpec(rank, count)
 
 
 def least_ranks(cmd: Command) -> int:
@@ -262,6 +301,16 @@ def check_run_dir(run: Path, force: bool) -> None:
         raise InputError(f"{run}: {base} is not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
         raise InputError(f"{run}: cannot create the run folder: {base} is not writable")
+
+
+def check_job_dir(job: Path) -> None:
+    """The run folder of a multi-node launch, which every node's capture shares (each writes its
+    own node-<k> folder in it): new, or one that holds no single-node run."""
+    if job.exists() and not job.is_dir():
+        raise InputError(f"{job}: exists and is not a folder")
+    if (job / protocol.MANIFEST).exists():
+        raise InputError(f"{job}: holds a single-node run ({protocol.MANIFEST}); a multi-node launch "
+                         "writes one node-<k> folder per node into its run folder: choose another --out")
 
 
 def make_run_dir(run: Path) -> None:
@@ -354,7 +403,11 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     command succeeded but the capture did not."""
     check_schedule(wait, warmup, active)
     cmd = parse_command(words)
+    node = launcher_nodes(cmd.argv) if cmd.mode == "launcher" else None
     run = out if out is not None else default_run_dir(cmd.name)
+    if node is not None:  # one trace-capture per node: each writes its node's folder of the run
+        check_job_dir(run)
+        run = run / node.folder()
     check_run_dir(run, force)
     make_run_dir(run)
     cfg = protocol.CaptureConfig(out_dir=str(run.absolute()), parent_pid=os.getpid(),
@@ -367,7 +420,8 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     records, warnings = manifest.read_status_files(run)
     doc = manifest.build(run, command=list(words), cwd=os.getcwd(), cfg=cfg, started=started,
                          finished=_iso(), exit_code=code, interrupted=interrupted,
-                         records=records, warnings=warnings, least_world=least_ranks(cmd))
+                         records=records, warnings=warnings, least_world=least_ranks(cmd),
+                         node=None if node is None else {"rank": node.rank, "count": node.count})
     doc["argv"] = cmd.argv
     if cmd.mode == "launcher" and (fewer := fewer_ranks_warning(cmd.argv, doc["world_size"])):
         doc["warnings"].append(fewer)

@@ -60,7 +60,7 @@ def rank_entry(rank: int, record: dict[str, Any] | None, run_dir: Path) -> dict[
     error = record.get("error")
     if status == "running":
         status, error = "killed", "the rank ended without running its exit handlers (killed?)"
-    entry = {k: record.get(k) for k in ("rank", "local_rank", "host", "pid", "host_trace",
+    entry = {k: record.get(k) for k in ("rank", "local_rank", "host", "node_rank", "pid", "host_trace",
                                         "device_trace", "captured_steps", "step_times_ns",
                                         "step_starts_unix_ns",
                                         "device", "annotated_calls", "annotation_failures",
@@ -126,13 +126,22 @@ def common_steps(ranks: list[dict[str, Any]]) -> list[int]:
 def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureConfig,
           started: str, finished: str, exit_code: int, interrupted: bool,
           records: dict[int, dict[str, Any]], warnings: list[str],
-          least_world: int = 1) -> dict[str, Any]:
+          least_world: int = 1, node: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest document (see docs/capture.md for each field). `least_world`: the ranks the
     command is known to start (torchrun's --nproc-per-node): those that left no record are
-    `missing` even when no rank recorded the world size."""
+    `missing` even when no rank recorded the world size. `node` ({"rank", "count"}): this is one
+    node's capture of a multi-node launch, whose ranks are the ones this node ran."""
     world = max([r.get("world_size") or 1 for r in records.values()] + [least_world, 1])
-    ranks = [rank_entry(r, records.get(r), run_dir) for r in range(world)]
+    if node is None:
+        ranks = [rank_entry(r, records.get(r), run_dir) for r in range(world)]
+    else:
+        ranks = [rank_entry(r, records[r], run_dir) for r in sorted(records)]
     status = run_status(ranks, exit_code, interrupted)
+    if node is not None:
+        node = node_entry(node, records, least_world)
+        if len(ranks) < node["expected_ranks"] and status == "ok":
+            status = "rank-failed"
+            warnings = warnings + [f"{len(ranks)} of the node's {node['expected_ranks']} ranks left a status"]
     backends = [r["backend"] for r in records.values() if r.get("backend")]
     warnings = warnings + [f"rank {r['rank']}: {r['capture_error']}" for r in ranks
                            if r.get("capture_error")]
@@ -155,4 +164,22 @@ def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureC
         "captured_steps": common_steps(ranks),
         "ranks": ranks,
         "warnings": warnings,
+        **({"node": node, "job_id": _job_id(records)} if node is not None else {}),
     }
+
+
+def node_entry(node: dict[str, Any], records: dict[int, dict[str, Any]], least_world: int) -> dict[str, Any]:
+    """manifest["node"]: which node of how many this capture is, its host, the ranks it ran, and
+    how many it was to run (the launcher's --nproc-per-node, or what its ranks say)."""
+    recorded = {r.get("node_rank") for r in records.values()} - {None}
+    rank = node.get("rank")
+    if rank is None and len(recorded) == 1:
+        rank = recorded.pop()
+    local = [r.get("local_world_size") for r in records.values() if r.get("local_world_size")]
+    return {"rank": rank, "count": node["count"], "host": socket.gethostname(),
+            "ranks": sorted(records), "expected_ranks": max(local + [least_world])}
+
+
+def _job_id(records: dict[int, dict[str, Any]]) -> str | None:
+    ids = sorted({r.get("job_id") for r in records.values()} - {None})
+    return ids[0] if ids else None

@@ -21,6 +21,10 @@ ENV_LAUNCHER = "CHAKRA_CAPTURE_LAUNCHER"  # pid of the launcher (set by its star
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+#: the node a rank runs on, and how many ranks its node runs (torchrun: GROUP_RANK and
+#: LOCAL_WORLD_SIZE; Slurm and Open MPI spell them their own way)
+NODE_RANK_VARS = ("GROUP_RANK", "SLURM_NODEID")
+LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 SPAWNED_ARG = "--multiprocessing-fork"  # in the argv of a process multiprocessing spawned
 
 
@@ -118,6 +122,26 @@ def is_launcher(cfg: CaptureConfig, env=os.environ, ppid: int | None = None) -> 
     return (cfg.mode == "launcher" and not env.get(ENV_OWNER)
             and env_int(RANK_VARS, None, env) is None
             and (ppid if ppid is not None else os.getppid()) == cfg.parent_pid)
+
+
+def node_folder(node_rank: int) -> str:
+    """The folder of one node's capture in a multi-node run folder: `node-<k>`, each node's
+    `trace-capture` writing its own, so the nodes may share the run folder.
+
+    >>> node_folder(3)
+    'node-3'
+    """
+    return f"node-{node_rank}"
+
+
+def job_id(env=os.environ) -> str | None:
+    """What every rank of one launch shares and another launch does not: the rendezvous
+    (torchrun's master address and port, and its run id where it has one)."""
+    addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
+    if not addr or not port:
+        return None
+    run = env.get("TORCHELASTIC_RUN_ID")
+    return f"{addr}:{port}" + (f"/{run}" if run and run != "none" else "")
 
 
 def rank_stem(rank: int, world_size: int) -> str:

@@ -229,6 +229,9 @@ class Session:
         return {
             "rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size,
             "pid": os.getpid(), "host": socket.gethostname(), "status": self.status,
+            "node_rank": protocol.env_int(protocol.NODE_RANK_VARS, None),
+            "local_world_size": protocol.env_int(protocol.LOCAL_WORLD_VARS, None),
+            "job_id": protocol.job_id(),
             "error": self.error, "failed_at": self.failed_at, "started": self.started,
             "finished": _iso() if self.finished else None,
             "torch_version": torch.__version__, "backend": self.backend,

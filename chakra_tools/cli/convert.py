@@ -29,8 +29,8 @@ def prepare_argv(argv: list[str]) -> list[str]:
 @app.command()
 @handle_errors
 def pytorch(
-    run: Optional[Path] = typer.Argument(None, metavar="[RUN_FOLDER]",
-                                         help="A trace-capture run folder (found through its manifest.json)."),
+    run: Optional[List[Path]] = typer.Argument(None, metavar="[RUN_FOLDER...]",
+                                               help="A trace-capture run folder (found through its manifest.json); for a multi-node launch, the run folder the nodes shared, or each node's folder."),
     host: List[Path] = typer.Option([], "--host", help="A host execution trace (.json or .json.gz); once per rank."),
     device: List[Path] = typer.Option([], "--device", help="Its Kineto device trace; once per rank, in the same order."),
     rank: List[int] = typer.Option([], "--rank", help="The global rank of each --host/--device pair (default: the rank each device trace records in its distributedInfo when they all do, each a different one; else 0, 1, ...)."),
@@ -59,6 +59,8 @@ def pytorch(
 
         trace-convert traces/train-20260101-120000
 
+        trace-convert traces/job -o out/job          # a multi-node run: node-0/, node-1/, ...
+
         trace-convert --host rank0.et.json --device rank0.kineto.json --rank 0 -o out
     """
     from chakra_tools.convert.run import consumer_options, convert, default_out, inputs_from_files, inputs_from_run
@@ -68,13 +70,16 @@ def pytorch(
         consumer = consumer_options(target)
     except InputError as e:
         raise typer.BadParameter(str(e), param_hint="--for") from None
+    run = list(run or []) or None
     if run is not None and (host or device):
         raise InputError("give a RUN_FOLDER or --host/--device traces, not both")
     if run is None and not (host or device):
         raise InputError("nothing to convert: give a RUN_FOLDER or --host H [--device D] ...")
     inputs = (inputs_from_run(run) if run is not None
               else inputs_from_files([str(p) for p in host], [str(p) for p in device], list(rank)))
-    out_dir = out or default_out(run)
+    if run is not None and len(run) > 1 and out is None:
+        raise InputError("several run folders (one per node) make one job: name its output folder with -o")
+    out_dir = out or default_out(run[0] if run else None)
     bar = _bar(len(inputs.ranks), enabled=not quiet and not as_json)
     try:
         report = convert(inputs, out_dir, prefix=prefix, jobs=jobs, executor=executor,

@@ -23,7 +23,8 @@ from typing import Callable
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import RankSet
-from chakra_tools.core.manifest import MANIFEST, read_manifest
+from chakra_tools.core.manifest import MANIFEST, read_job, read_manifest
+from chakra_tools.core.placement import record_placement
 
 from .jsonio import gc_paused
 
@@ -51,6 +52,8 @@ class RankSpec:
     #: the steps the capture finished in its window (manifest): a step the script's end cut
     #: short (`ProfilerStep#N` still open when the profiler stopped) is left out
     steps: tuple[int, ...] = ()
+    #: the machine the rank ran on (the manifest's host name), kept in its file's metadata
+    machine: str | None = None
 
     def describe(self) -> str:
         return f"rank {self.rank} ({self.host or self.device})"
@@ -62,6 +65,8 @@ class RunInputs:
     groups: dict[str, GroupInfo] = field(default_factory=dict)
     world_size: int | None = None
     source: str = ""
+    #: the collective library the run used (gloo, nccl), where the manifest says
+    backend: str | None = None
 
 
 @dataclass
@@ -88,28 +93,47 @@ class ConvertReport:
         }
 
 
-def inputs_from_run(folder: str | Path) -> RunInputs:
-    """The ranks of a `trace-capture` run folder, from its manifest."""
-    folder = Path(folder)
-    if not (folder / MANIFEST).is_file():
-        raise InputError(f"{folder}: no {MANIFEST} (not a trace-capture run folder); "
-                         "give the traces with --host/--device/--rank instead")
-    man = read_manifest(folder)
+def inputs_from_run(folder: str | Path | list[str | Path]) -> RunInputs:
+    """The ranks of a `trace-capture` run folder, from its manifest: a single-node run, the run
+    folder of a multi-node launch (a node-<k> folder per node) or, given a list, the folders each
+    node's capture wrote, which make one job (core.manifest.read_job)."""
+    folders = [Path(f) for f in folder] if isinstance(folder, (list, tuple)) else [Path(folder)]
+    for f in folders:
+        _check_run_folder(f)
+    man = read_job(folders) if len(folders) > 1 else read_manifest(folders[0])
     specs = []
     for r in man.ranks:
         if not r.host_trace and not r.device_trace:
             raise InputError(f"{man.source}: rank {r.rank} has no traces (status "
                              f"{r.status!r}: {r.error or 'no error recorded'})")
-        specs.append(RankSpec(r.rank, _under(folder, r.host_trace), _under(folder, r.device_trace),
-                              tuple(r.captured_steps or man.captured_steps or ())))
+        specs.append(RankSpec(r.rank, _path(man.trace_path(r.host_trace)), _path(man.trace_path(r.device_trace)),
+                              tuple(r.captured_steps or man.captured_steps or ()), r.host))
     if not specs:
         raise InputError(f"{man.source}: lists no ranks")
     groups = {g.name: GroupInfo(g.ranks or None, g.desc, len(g.ranks) or None) for g in man.process_groups}
-    return RunInputs(specs, groups, man.world_size, str(man.source))
+    return RunInputs(specs, groups, man.world_size, str(man.source), man.backend)
 
 
-def _under(folder: Path, name: str | None) -> str | None:
-    return str(folder / name) if name else None
+def _check_run_folder(folder: Path) -> None:
+    """A run folder, or an InputError that says what it is instead and what to do: a folder of
+    runs lists them; a converted rank set says it is converted already."""
+    if (folder / MANIFEST).is_file() or any(folder.glob(f"node-*/{MANIFEST}")):
+        return
+    if not folder.exists():
+        raise InputError(f"{folder}: no such folder")
+    runs = sorted(str(p.parent) for p in folder.glob(f"*/{MANIFEST}"))
+    if runs:
+        shown = "\n  ".join(runs[:10]) + (f"\n  ... and {len(runs) - 10} more" if len(runs) > 10 else "")
+        raise InputError(f"{folder}: not a run folder but a folder of {len(runs)} runs; convert one:\n  {shown}")
+    if any(folder.glob("*.et")):
+        raise InputError(f"{folder}: holds Chakra .et files, converted already: replay it (trace-replay "
+                         f"{folder}) or convert the run folder it came from")
+    raise InputError(f"{folder}: no {MANIFEST} (not a trace-capture run folder); "
+                     "give the traces with --host/--device/--rank instead")
+
+
+def _path(p: Path | None) -> str | None:
+    return None if p is None else str(p)
 
 
 def inputs_from_files(hosts: list[str], devices: list[str], ranks: list[int]) -> RunInputs:
@@ -207,6 +231,7 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     ids, groups = assign_groups(results, world, diags)
     globalise(results, ids, diags)
     record_groups(results, ids, groups)
+    record_placement([r.graph for r in results], {s.rank: s.machine for s in inputs.ranks}, inputs.backend)
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
     align_windows(rankset, diags)
     if adapt is not None:

@@ -9,7 +9,7 @@ in its "format" key); `read_manifest` and `manifest_from_dict` are the one way t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ class RankRecord:
     captured_steps: tuple[int, ...]
     step_times_ns: tuple[int, ...]
     step_starts_unix_ns: tuple[int, ...]
+    #: the machine it ran on (its host name), where the capture recorded it
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,18 @@ class GroupRecord:
 
 
 @dataclass(frozen=True)
+class NodeRecord:
+    """One node's capture of a multi-node launch: which node of how many, its host, its ranks
+    and the folder its manifest is in (relative to the job's run folder)."""
+
+    rank: int | None
+    count: int
+    host: str | None
+    ranks: tuple[int, ...]
+    folder: str = ""
+
+
+@dataclass(frozen=True)
 class RunManifest:
     source: str  # the file it was read from, for messages
     folder: Path | None  # the run folder (trace names are relative to it)
@@ -56,6 +70,9 @@ class RunManifest:
     captured_steps: tuple[int, ...]
     ranks: tuple[RankRecord, ...]
     process_groups: tuple[GroupRecord, ...]
+    #: a node's capture: this node; a job merged from its nodes' captures: every node
+    nodes: tuple[NodeRecord, ...] = ()
+    job_id: str | None = None
 
     def trace_path(self, name: str | None) -> Path | None:
         """A trace named in the manifest, as a path (None for None)."""
@@ -65,8 +82,13 @@ class RunManifest:
 
 
 def read_manifest(path: str | Path) -> RunManifest:
-    """The manifest of a run folder (or the manifest file itself)."""
+    """The manifest of a run folder (or the manifest file itself). A multi-node run folder (one
+    `node-<k>` folder per node, each with its node's manifest) reads as one job: `read_job`."""
     p = Path(path)
+    if p.is_dir() and not (p / MANIFEST).exists():
+        nodes = sorted(q.parent for q in p.glob(f"node-*/{MANIFEST}"))
+        if nodes:
+            return read_job(nodes, folder=p)
     file = p / MANIFEST if p.is_dir() else p
     try:
         doc = json.loads(file.read_text())
@@ -77,6 +99,79 @@ def read_manifest(path: str | Path) -> RunManifest:
     except (ValueError, RecursionError) as e:
         raise InputError(f"{file}: not valid JSON: {getattr(e, 'msg', e)}") from None
     return manifest_from_dict(doc, str(file), folder=file.parent)
+
+
+def read_job(folders: list[str | Path], *, folder: Path | None = None) -> RunManifest:
+    """One job from the captures of its nodes (each node's `trace-capture` wrote its own run
+    folder): every node of the launch present once, of one launch (the same job id and world),
+    their ranks disjoint and together the world. Trace names become paths relative to `folder`
+    (the job's run folder, which holds the node folders) or absolute paths."""
+    parts = [read_manifest(f) for f in folders]
+    for part in parts:
+        if not part.nodes:
+            raise InputError(f"{part.source}: a single-node capture; a job is merged from the "
+                             "captures of a multi-node launch (trace-capture -- torchrun --nnodes N ...)")
+    return merge_nodes(parts, folder)
+
+
+def merge_nodes(parts: list[RunManifest], folder: Path | None = None) -> RunManifest:
+    """The job of `parts`, each one node's manifest; InputError naming what does not fit."""
+    first = parts[0]
+    where = ", ".join(p.source for p in parts)
+    for p in parts[1:]:
+        if p.job_id != first.job_id or p.world_size != first.world_size:
+            raise InputError(f"{p.source} and {first.source} are captures of different launches "
+                             f"(job {p.job_id!r} of {p.world_size} ranks, job {first.job_id!r} of "
+                             f"{first.world_size} ranks)")
+    count = first.nodes[0].count
+    seen: dict[int | None, str] = {}
+    for p in parts:
+        node = p.nodes[0]
+        if node.rank in seen:
+            raise InputError(f"node {node.rank} was captured twice: {seen[node.rank]} and {p.source}")
+        seen[node.rank] = p.source
+    missing = sorted(set(range(count)) - set(seen))
+    if missing:
+        raise InputError(f"{where}: the launch ran {count} nodes but node(s) {missing} left no capture "
+                         "(run trace-capture on every node, into the same --out or one folder each)")
+    owner: dict[int, str] = {}
+    for p in parts:
+        for r in p.ranks:
+            if r.rank in owner:
+                raise InputError(f"rank {r.rank} appears in both {owner[r.rank]} and {p.source}")
+            owner[r.rank] = p.source
+    world = first.world_size or len(owner)
+    if sorted(owner) != list(range(world)):
+        gone = sorted(set(range(world)) - set(owner))
+        raise InputError(f"{where}: the job has {world} ranks but no node captured rank(s) {gone}")
+    ranks, nodes = [], []
+    for p in parts:
+        base = _relative(p.folder, folder)
+        ranks += [replace(r, host_trace=_joined(base, r.host_trace), device_trace=_joined(base, r.device_trace))
+                  for r in p.ranks]
+        nodes.append(replace(p.nodes[0], folder=base))
+    bad = [p for p in parts if p.status != "ok"]
+    steps = set(parts[0].captured_steps).intersection(*(p.captured_steps for p in parts))
+    groups = {g.name: g for p in parts for g in p.process_groups}
+    return RunManifest(where, folder, bad[0].status if bad else "ok", world,
+                       first.backend, tuple(sorted(steps)), tuple(sorted(ranks, key=lambda r: r.rank)),
+                       tuple(groups[k] for k in sorted(groups, key=lambda n: (len(n), n))),
+                       tuple(sorted(nodes, key=lambda n: (n.rank is None, n.rank))), first.job_id)
+
+
+def _relative(node_folder: Path | None, job: Path | None) -> str:
+    if node_folder is None:
+        return ""
+    if job is not None:
+        try:
+            return str(node_folder.relative_to(job))
+        except ValueError:
+            pass
+    return str(node_folder.absolute())
+
+
+def _joined(base: str, name: str | None) -> str | None:
+    return None if name is None else str(Path(base) / name) if base else name
 
 
 def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | None = None) -> RunManifest:
@@ -102,7 +197,23 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
         world, _str(doc.get("backend"), source, "backend"),
         _ints(doc.get("captured_steps"), source, "captured_steps"),
         tuple(_rank(r, source, f"ranks[{i}]") for i, r in enumerate(ranks)),
-        tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)))
+        tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)),
+        _node(doc.get("node"), source), _str(doc.get("job_id"), source, "job_id"))
+
+
+def _node(n: Any, source: str) -> tuple[NodeRecord, ...]:
+    """The node of a node's capture (manifest "node"), () for a single-node run."""
+    if n is None:
+        return ()
+    n = obj(n, source, "node")
+    count = optional_integer(n.get("count"), source, "node.count")
+    if count is None or count < 1:
+        raise InputError(f"{source}: node.count is {n.get('count')!r}, not a node count")
+    rank = optional_integer(n.get("rank"), source, "node.rank")
+    if rank is not None and not 0 <= rank < count:
+        raise InputError(f"{source}: node.rank is {rank}, not 0..{count - 1}")
+    return (NodeRecord(rank, count, _str(n.get("host"), source, "node.host"),
+                       _ints(n.get("ranks"), source, "node.ranks")),)
 
 
 def _rank(r: Any, source: str, where: str) -> RankRecord:
@@ -116,7 +227,8 @@ def _rank(r: Any, source: str, where: str) -> RankRecord:
                       _str(r.get("device_trace"), source, f"{where}.device_trace"),
                       _ints(r.get("captured_steps"), source, f"{where}.captured_steps"),
                       _ints(r.get("step_times_ns"), source, f"{where}.step_times_ns"),
-                      _ints(r.get("step_starts_unix_ns"), source, f"{where}.step_starts_unix_ns"))
+                      _ints(r.get("step_starts_unix_ns"), source, f"{where}.step_starts_unix_ns"),
+                      _str(r.get("host"), source, f"{where}.host"))
 
 
 def _group(g: Any, source: str, where: str) -> GroupRecord:

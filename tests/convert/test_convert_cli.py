@@ -65,7 +65,7 @@ def test_validation_errors_stop_the_write_unless_forced(raw_run, tmp_path):
 def test_bad_invocations():
     assert invoke().exit_code != 0
     res = invoke("/nonexistent/run")
-    assert res.exit_code == 2 and "manifest.json" in res.stderr
+    assert res.exit_code == 2 and "/nonexistent/run: no such folder" in res.stderr
 
 
 def test_process_pool_output_equals_serial(raw_run, tmp_path):
