@@ -1,0 +1,231 @@
+"""The network probe: run it under the job's own launcher, on the machines the job ran on, and it
+measures what `trace-convert calibrate --probe` needs to tell latency from bandwidth within a
+machine and between machines (core/probe.py describes the document it writes).
+
+    torchrun --nnodes 2 --node-rank $NODE --nproc-per-node 2 --master-addr $MASTER \\
+        -m chakra_tools.capture.probe --out traces/job/probe
+
+Every rank takes part; rank 0 writes FOLDER/probe.json (on its own machine). It measures, over
+sizes from `--min-size` to `--max-size` (x4 each time):
+
+- one message there and back between two ranks of one machine, and between two machines (the
+  first rank of each), half the round trip being one message's time;
+- all-reduce, all-gather, reduce-scatter, all-to-all and broadcast on every rank, each started
+  together after a barrier and timed to its slowest member's return;
+- one rank adding two buffers (the reduction a collective performs on what it receives).
+
+A size whose single repetition takes longer than `--budget-s` / 20 is the last of its kind, so a
+slow network stays a short probe. Needs torch.distributed (any backend the job uses; gloo for
+CPU jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from chakra_tools.core.probe import FORMAT, PROBE_FILE
+
+FLOAT = 4
+#: a repetition's length: short calls are repeated back to back until they fill it
+REPETITION_NS = 20e6
+MAX_ITERS = 50
+
+
+def _sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], max(FLOAT, lo)
+    while s <= hi:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def _parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m chakra_tools.capture.probe",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for probe.json (created)")
+    p.add_argument("--min-size", type=int, default=1024, help="smallest message, bytes (default 1 KiB)")
+    p.add_argument("--max-size", type=int, default=4 << 20, help="largest message, bytes (default 4 MiB)")
+    p.add_argument("--repeats", type=int, default=5, help="repetitions of each measurement")
+    p.add_argument("--budget-s", type=float, default=120.0,
+                   help="rough bound on the probe's time: sizes stop growing once one repetition takes a 20th of it")
+    p.add_argument("--backend", default=None, help="torch.distributed backend (default: gloo, nccl with GPUs)")
+    return p.parse_args(argv)
+
+
+class Probe:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        hosts: list = [None] * self.world
+        dist.all_gather_object(hosts, socket.gethostname())
+        self.hosts = hosts
+        self.slow_ns = args.budget_s * 1e9 / 20
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _buf(self, size: int) -> torch.Tensor:
+        return torch.ones(max(1, size // FLOAT), device=self.device)
+
+    def _agree(self, stop: bool) -> bool:
+        """Every rank's `stop`, OR-ed (rank 0 decides for all)."""
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        dist.broadcast(flag, 0)
+        return bool(flag.item())
+
+    def _iterations(self, once_ns: float, src: int) -> int:
+        """Calls per repetition, the same on every rank (rank `src` timed one): enough back to
+        back to fill `REPETITION_NS`, as nccl-tests averages many calls, so that a short call is
+        timed in the steady state a job's calls run in rather than from a barrier's ragged exit."""
+        n = torch.tensor([max(1, min(MAX_ITERS, int(REPETITION_NS / max(once_ns, 1.0))))
+                          if self.rank == src else 0], device=self.device)
+        dist.broadcast(n, src)
+        return int(n.item())
+
+    # -- point to point ----------------------------------------------------------------------
+    def pairs(self) -> list[tuple[int, int]]:
+        """Two ranks of one machine and two of different machines, where the job has them."""
+        out = []
+        by_host: dict[str, list[int]] = {}
+        for r, h in enumerate(self.hosts):
+            by_host.setdefault(h, []).append(r)
+        local = next((ranks for ranks in by_host.values() if len(ranks) > 1), None)
+        if local:
+            out.append((local[0], local[1]))
+        other = next((ranks[0] for h, ranks in by_host.items() if h != self.hosts[0]), None)
+        if other is not None:
+            out.append((0, other))
+        return out
+
+    def p2p(self) -> list[dict]:
+        samples = []
+        for a, b in self.pairs():
+            for size in _sizes(self.args.min_size, self.args.max_size):
+                buf = self._buf(size)
+                times = []
+                iters = 1
+                for i in range(self.args.repeats + 1):  # the first round sets the connection up
+                    dist.barrier()
+                    if self.rank == a:
+                        t = time.perf_counter_ns()
+                        for _ in range(iters):
+                            dist.send(buf, b)
+                            dist.recv(buf, b)
+                        self._sync()
+                        times.append((time.perf_counter_ns() - t) / 2 / iters)
+                    elif self.rank == b:
+                        for _ in range(iters):
+                            dist.recv(buf, a)
+                            dist.send(buf, a)
+                    if i == 0:
+                        iters = self._iterations(times[0] * 2 if times else 0.0, src=a)
+                if self.rank == a:
+                    samples.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "one_way_ns": times[1:]})
+                if self._agree(self.rank == a and min(times[1:]) * 2 > self.slow_ns):
+                    break
+        return samples
+
+    # -- collectives -------------------------------------------------------------------------
+    def _collective(self, kind: str, size: int):
+        """(comm_size in the converter's convention, a function that runs it once)."""
+        n, dev = self.world, self.device
+        elems = max(1, size // FLOAT)
+        if kind == "ALL_REDUCE":
+            t = torch.ones(elems, device=dev)
+            return elems * FLOAT, lambda: dist.all_reduce(t)
+        if kind == "ALL_GATHER":
+            share = max(1, elems // n)
+            inp, out = torch.ones(share, device=dev), torch.empty(share * n, device=dev)
+            return share * FLOAT, lambda: dist.all_gather_into_tensor(out, inp)
+        if kind == "REDUCE_SCATTER":
+            share = max(1, elems // n)
+            inp, out = torch.ones(share * n, device=dev), torch.empty(share, device=dev)
+            return share * n * FLOAT, lambda: dist.reduce_scatter_tensor(out, inp)
+        if kind == "ALL_TO_ALL":
+            share = max(1, elems // n)
+            inp, out = torch.ones(share * n, device=dev), torch.empty(share * n, device=dev)
+            return share * n * FLOAT, lambda: dist.all_to_all_single(out, inp)
+        t = torch.ones(elems, device=dev)
+        return elems * FLOAT, lambda: dist.broadcast(t, 0)
+
+    def collectives(self) -> list[dict]:
+        samples = []
+        for kind in ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "BROADCAST"):
+            for size in _sizes(self.args.min_size, self.args.max_size):
+                comm_size, run = self._collective(kind, size)
+                dist.barrier()
+                t = time.perf_counter_ns()
+                run()  # warm: buffers and connections; and how many calls make one repetition
+                self._sync()
+                iters = self._iterations(time.perf_counter_ns() - t, src=0)
+                mine = []
+                for _ in range(self.args.repeats):
+                    dist.barrier()
+                    t = time.perf_counter_ns()
+                    for _ in range(iters):
+                        run()
+                    self._sync()
+                    mine.append((time.perf_counter_ns() - t) / iters)
+                mine_t = torch.tensor(mine, dtype=torch.float64, device=self.device)
+                dist.all_reduce(mine_t, op=dist.ReduceOp.MAX)
+                slowest = mine_t.cpu().tolist()
+                samples.append({"kind": kind, "ranks": list(range(self.world)), "size": comm_size, "ns": slowest})
+                if min(slowest) > self.slow_ns:
+                    break
+        return samples
+
+    # -- the reduction -----------------------------------------------------------------------
+    def reduce(self) -> list[dict]:
+        samples = []
+        for size in _sizes(self.args.min_size, self.args.max_size):
+            a, b = self._buf(size), self._buf(size)
+            times = []
+            for _ in range(self.args.repeats + 1):
+                t = time.perf_counter_ns()
+                a.add_(b)
+                self._sync()
+                times.append(time.perf_counter_ns() - t)
+            samples.append({"size": a.numel() * FLOAT, "ns": times[1:]})
+        return samples
+
+
+def main(argv=None) -> None:
+    args = _parse(argv)
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.set_num_threads(1)
+    dist.init_process_group(backend)
+    probe = Probe(args)
+    started = time.monotonic()
+    p2p = probe.p2p()
+    gathered: list = [None] * probe.world
+    dist.all_gather_object(gathered, p2p)
+    colls = probe.collectives()
+    reduce = probe.reduce() if probe.rank == 0 else []
+    if probe.rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        doc = {"format": FORMAT, "backend": backend, "world_size": probe.world, "hosts": probe.hosts,
+               "p2p": [s for part in gathered for s in part], "collectives": colls, "reduce": reduce}
+        tmp = args.out / f".{PROBE_FILE}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, args.out / PROBE_FILE)
+        nodes = len(set(probe.hosts))
+        print(f"probe: {probe.world} ranks on {nodes} machine(s), {len(doc['p2p'])} message and "
+              f"{len(colls)} collective measurements in {time.monotonic() - started:.0f} s -> {args.out / PROBE_FILE}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Collectives priced as the library that ran them does them, on the cluster's fabric.
+
+ASTRA-sim runs each collective with the algorithm its system file names, dimension by dimension
+(a ring within each machine, then across machines). A captured job's collectives ran as its
+library does them, and on a hierarchy the two differ: gloo's all-reduce is one flat ring over the
+group's ranks in rank order, which crosses each machine boundary once each way in every step.
+So a capture is replayed with its own library's algorithms, each written here as the rounds of
+messages it sends (fabric.Fabric prices a round), read off the library's source:
+
+gloo (facebookincubator/gloo, as PyTorch's ProcessGroupGloo calls it):
+- all-reduce: a ring (each rank sends to the one before it), n-1 rounds of reduce-scatter and
+  n-1 of all-gather, each of size/n bytes, the first n-1 reduced on arrival (allreduce.cc);
+- reduce-scatter: PyTorch's gloo runs the all-reduce of the whole input and keeps its share
+  (measured with the probe: a 4 MiB reduce-scatter on 4 ranks takes what the 4 MiB all-reduce does);
+- all-gather: a ring (each rank sends to the one after it), n-1 rounds of one rank's share;
+- all-to-all: every rank sends its share to every other at once, one round (alltoall.cc);
+- broadcast: a binomial tree from the root, the nearest virtual rank first: round i doubles the
+  holders (broadcast.cc);
+- barrier: a dissemination barrier, ceil(log2 n) rounds of empty messages (barrier.cc);
+- reduce, gather, scatter: the all-reduce, and one round to or from the root.
+
+Each kind also has a `KindCost` fitted by calibration: a fixed cost per call (the library's and
+the operating system's share, which no link explains) and an efficiency (how far the kind's
+traffic falls short of the links' rate: many flows on one shaped link lose some to each other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from math import ceil
+from typing import Callable, Mapping, Sequence
+
+from chakra_tools.core.model import CommType
+from chakra_tools.feed.info import NodeInfo
+
+from .fabric import Fabric
+
+P2P = "SEND_RECV"
+#: a round: its simultaneous (src, dst, bytes) messages and the bytes each rank then reduces
+Round = tuple[tuple[tuple[int, int, int], ...], int]
+Rounds = Callable[[Sequence[int], int], list[Round]]
+
+
+@dataclass(frozen=True)
+class KindCost:
+    """What calibration fitted for one kind beyond the links: ns per call, and the links' rate
+    this kind's traffic reaches (1.0: the full rate)."""
+
+    overhead_ns: float = 0.0
+    efficiency: float = 1.0
+
+
+def ring_all_reduce(g: Sequence[int], size: int) -> list[Round]:
+    n = len(g)
+    chunk = ceil(size / n)
+    step = tuple((g[i], g[i - 1], chunk) for i in range(n))
+    return [(step, chunk if k < n - 1 else 0) for k in range(2 * (n - 1))]
+
+
+def ring_all_gather(g: Sequence[int], size: int) -> list[Round]:
+    n = len(g)
+    step = tuple((g[i], g[(i + 1) % n], size) for i in range(n))
+    return [(step, 0)] * (n - 1)
+
+
+def direct_all_to_all(g: Sequence[int], size: int) -> list[Round]:
+    n = len(g)
+    share = ceil(size / n)
+    return [(tuple((a, b, share) for a in g for b in g if a != b), 0)]
+
+
+def binomial_broadcast(g: Sequence[int], size: int, root: int = 0) -> list[Round]:
+    n = len(g)
+    rounds, bit = [], 1
+    while bit < n:
+        msgs = tuple((g[(v + root) % n], g[(v + bit + root) % n], size)  # holders 0..bit-1
+                     for v in range(bit) if v + bit < n)
+        rounds.append((msgs, 0))
+        bit *= 2
+    return rounds
+
+
+def dissemination_barrier(g: Sequence[int], size: int) -> list[Round]:
+    n, d, rounds = len(g), 1, []
+    while d < n:
+        rounds.append((tuple((g[i], g[(i + d) % n], 0) for i in range(n)), 0))
+        d *= 2
+    return rounds
+
+
+def to_root(g: Sequence[int], size: int) -> list[Round]:
+    return [(tuple((r, g[0], size) for r in g[1:]), 0)]
+
+
+def from_root(g: Sequence[int], size: int) -> list[Round]:
+    return [(tuple((g[0], r, size) for r in g[1:]), 0)]
+
+
+#: library -> collective kind -> its rounds
+LIBRARIES: dict[str, dict[CommType, Rounds]] = {
+    "gloo": {
+        CommType.ALL_REDUCE: ring_all_reduce,
+        CommType.REDUCE_SCATTER: ring_all_reduce,
+        CommType.REDUCE_SCATTER_BLOCK: ring_all_reduce,
+        CommType.REDUCE: ring_all_reduce,
+        CommType.ALL_GATHER: ring_all_gather,
+        CommType.ALL_TO_ALL: direct_all_to_all,
+        CommType.BROADCAST: binomial_broadcast,
+        CommType.BARRIER: dissemination_barrier,
+        CommType.GATHER: to_root,
+        CommType.SCATTER: from_root,
+    },
+}
+
+
+def library_of(name: str | None) -> str | None:
+    """The library a backend name stands for, where its algorithms are modelled here (gloo;
+    "cpu:gloo,cuda:nccl" reads as gloo for CPU jobs)."""
+    if not name:
+        return None
+    parts = [p.split(":")[-1].strip().lower() for p in name.split(",")]
+    return next((p for p in parts if p in LIBRARIES), None)
+
+
+@dataclass
+class LibraryBackend:
+    """A feed.Backend whose communication is the library's algorithms on `fabric`; compute and
+    memory as `base` (an AnalyticalBackend: its scales, roofline and memory) says. Every member
+    of a collective starts at the last one's arrival: gloo's rings advance in lock step."""
+
+    base: object
+    fabric: Fabric
+    library: str = "gloo"
+    kinds: Mapping[str, KindCost] = field(default_factory=dict)
+    reduce_ns_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.system = self.base.system
+        self._algorithms = LIBRARIES[self.library]
+        self._cache: dict = {}
+        self._priced: dict[str, Fabric] = {}
+
+    def compute_ns(self, rank: int, info: NodeInfo) -> int:
+        return self.base.compute_ns(rank, info)
+
+    def memory_ns(self, rank: int, info: NodeInfo, now_ns: int) -> int:
+        return self.base.memory_ns(rank, info, now_ns)
+
+    def _fabric(self, kind: str) -> Fabric:
+        """The fabric at this kind's efficiency (its bytes cost 1/efficiency more)."""
+        fab = self._priced.get(kind)
+        if fab is None:
+            eff = self.kinds.get(kind, KindCost()).efficiency
+            fab = self.fabric if eff == 1.0 else Fabric(tuple(
+                replace(lv, ns_per_byte=lv.ns_per_byte / eff) for lv in self.fabric.levels))
+            self._priced[kind] = fab
+        return fab
+
+    def _scaled(self, ns: float) -> int:
+        scale = self.base.scales.comm
+        return int(ns) if scale == 1.0 else max(0, round(ns * scale))
+
+    def p2p_ns(self, src: int, dst: int, size: int) -> int:
+        if src == dst:
+            return 0
+        key = (P2P, src, dst, size)
+        ns = self._cache.get(key)
+        if ns is None:
+            cost = self.kinds.get(P2P, KindCost())
+            ns = self._cache[key] = self._scaled(cost.overhead_ns + self._fabric(P2P).message_ns(src, dst, size))
+        return ns
+
+    def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                      involved_dim: Sequence[bool] | None = None) -> int:
+        if len(ranks) <= 1:
+            return 0
+        key = (comm_type, size, tuple(ranks))
+        ns = self._cache.get(key)
+        if ns is None:
+            kind = CommType(comm_type)
+            rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
+            fab = self._fabric(kind.name)
+            total = self.kinds.get(kind.name, KindCost()).overhead_ns
+            priced: dict = {}
+            for msgs, reduced in rounds:
+                if msgs not in priced:
+                    priced[msgs] = fab.round_ns(msgs)
+                total += priced[msgs] + reduced * self.reduce_ns_per_byte
+            ns = self._cache[key] = self._scaled(total)
+        return ns
+
+    def notes(self) -> list[str]:
+        return []
+
+    def describe(self) -> dict:
+        return {**self.base.describe(), "collectives": f"{self.library} (library algorithms)",
+                "fabric": self.fabric.describe(), "reduce_ns_per_byte": self.reduce_ns_per_byte,
+                "kinds": {k: {"overhead_ns": c.overhead_ns, "efficiency": c.efficiency}
+                          for k, c in sorted(self.kinds.items())}}
