@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chakra_tools.core.graph import Graph, RankSet  # noqa: E402
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs  # noqa: E402
 from chakra_tools.replay import open_rankset  # noqa: E402
-from chakra_tools.replay.backend import SystemSpec  # noqa: E402
+from chakra_tools.replay.spec import SystemSpec  # noqa: E402
 from chakra_tools.replay.api import run_replay  # noqa: E402
 
 T = NodeType

@@ -32,7 +32,7 @@ from chakra_tools.core.validate import validate_path
 from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
 from chakra_tools.frontends.builder import write_rankset
 from chakra_tools.replay import AS_CAPTURED, open_rankset, run_replay
-from chakra_tools.replay.backend import SystemSpec
+from chakra_tools.replay.spec import SystemSpec
 
 fx, pure = sys.argv[1], bool(sys.argv[2])
 assert (hotloops.COMPILED is None) == (convert_loops.COMPILED is None) == pure, "the facades did not pick as asked"

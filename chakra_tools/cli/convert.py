@@ -121,6 +121,8 @@ def calibrate(
     npus: Optional[int] = typer.Option(None, "--npus", min=1,
                                        help="NPUs of the network written (default: the capture's ranks); give the rank count of a scaled set to replay it."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
+    probe: Optional[Path] = typer.Option(None, "--probe",
+                                         help="The probe's folder or probe.json (torchrun ... -m chakra_tools.capture.probe --out PROBE, under the job's own launcher): latency and bandwidth within and between machines, measured over a sweep of sizes; the fit then has the cluster's hierarchy and prices each collective with its library's algorithm (docs/whatif.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
 ) -> None:
     """Fit an ASTRA-sim network to the capture's own collectives and send/receive.
@@ -141,11 +143,14 @@ def calibrate(
 
         trace-replay out/ddp --network-fit out/ddp-net
     """
-    from chakra_tools.replay.netfit import calibrate as fit, format_calibration, replay_check, write_calibration
+    from chakra_tools.replay.api import check_calibration
+    from chakra_tools.replay.netfit import ONE_SIZE_WARNING, calibrate as fit, format_calibration, write_calibration
 
-    cal = fit(rankset, npus=npus, comm_group=comm_group)
+    cal = fit(rankset, npus=npus, comm_group=comm_group, probe=probe)
+    if cal.one_size and cal.cluster is None and as_json:
+        typer.echo(ONE_SIZE_WARNING, err=True)
     if manifest is not None:
-        replay_check(rankset, cal, manifest)
+        check_calibration(rankset, cal, manifest)
     out.mkdir(parents=True, exist_ok=True)
     write_calibration(cal, out)
     if as_json:

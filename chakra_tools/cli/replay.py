@@ -24,6 +24,10 @@ def replay(
                                           help="ASTRA-sim system JSON (collective algorithms, chunks, endpoint delay, roofline)."),
     network_fit: Optional[Path] = typer.Option(None, "--network-fit",
                                                help="A trace-convert calibrate folder (or its fit.json): each collective kind and send/receive the capture showed is priced on its own fitted Ring of the set's ranks, any other on the shared fit (network.yml, which is what ASTRA-sim reads). In place of --network."),
+    bandwidth: List[str] = typer.Option([], "--bandwidth", metavar="LEVEL=RATE",
+                                        help="What-if: a level's link bandwidth, a factor or a rate (inter-node=x5, inter-node=500Mbit/s, 0=12.5GB/s). LEVEL: a level of the --network-fit cluster (intra-node, inter-node) or a dimension index of the network. Repeatable."),
+    latency: List[str] = typer.Option([], "--latency", metavar="LEVEL=TIME",
+                                      help="What-if: a level's latency, a factor or a time (inter-node=x0.5, intra-node=2us). Repeatable."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g",
                                               help="comm_group.json; default: the one beside the traces."),
     memory: Optional[Path] = typer.Option(None, "--memory", "-m",
@@ -75,6 +79,10 @@ def replay(
     A capture against its own measured steps:
 
         trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
+
+    What-if on the cluster the probe measured, links between machines 5x faster (docs/whatif.md):
+
+        trace-replay out/job --network-fit out/job-net --bandwidth inter-node=x5
     """
     from chakra_tools.replay import (AS_CAPTURED, CaptureModes, RanksetRefused, SystemSpec, parse_limits,
                                      replay_rankset)
@@ -83,7 +91,7 @@ def replay(
         comm=comm, host_time=host_time or ("gaps" if host_gaps else None), align=align, lanes=lanes,
         coll_start=collective_start)
     spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, _scales(scale), roofline,
-                      exact_memory, kind_fit=network_fit)
+                      exact_memory, kind_fit=network_fit, links=_links(bandwidth, latency))
     try:
         result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes, limits=parse_limits(limits),
                                 memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),
@@ -153,6 +161,15 @@ def _scales(text: Optional[str]):
         return Scales.parse(text)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--scale") from None
+
+
+def _links(bandwidth: List[str], latency: List[str]):
+    from chakra_tools.replay.links import parse_changes
+
+    try:
+        return parse_changes(bandwidth, latency)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--bandwidth/--latency") from None
 
 
 def _memory_slot(text: str) -> bool:

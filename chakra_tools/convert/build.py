@@ -658,18 +658,7 @@ class Builder:
         network time the call up to there (gloo's worker may close its range after the caller
         went on). It leaves the ops that enclose it in time, innermost first, each the part
         after its own start (`_charge_wait`)."""
-        calls = [r for r in self.recs if r.call is not None and r.stream is None and r.call.is_async is True
-                 and r.dur_us > 0 and r.ts and "launch_only" not in r.attrs and not self._waits_inside(r.call)]
-        if not calls:
-            return
-        first_need: dict[int, Rec] = {}  # call node -> the first host op on its thread that needs it
-        wanted = {r.id: r.tid for r in calls}
-        for q in self.recs:
-            if q.type == _COMP and q.stream is None and q.ts and q.attrs.get("is_cpu_op"):
-                for d in q.deps:
-                    if wanted.get(d) == q.tid and (d not in first_need or q.ts < first_need[d].ts):
-                        first_need[d] = q
-        if not first_need:
+        if self.dev is None:
             return
         events, node_op = self.lk.op_event, {rid: oid for oid, rid in self.op_node.items()}
         op_of = {ev.idx: oid for oid, ev in events.items()}
@@ -678,7 +667,16 @@ class Builder:
             ends[ev.tid].append(ev.end)
         for v in ends.values():
             v.sort()
-        done: set[int] = set()
+        done = self._marked_waits(events, node_op, op_of, ends)
+        calls = [r for r in self.recs if r.call is not None and r.stream is None and r.call.is_async is True
+                 and r.dur_us > 0 and r.ts and "launch_only" not in r.attrs and not self._waits_inside(r.call)]
+        first_need: dict[int, Rec] = {}  # call node -> the first host op on its thread that needs it
+        wanted = {r.id: r.tid for r in calls}
+        for q in self.recs:
+            if q.type == _COMP and q.stream is None and q.ts and q.attrs.get("is_cpu_op"):
+                for d in q.deps:
+                    if wanted.get(d) == q.tid and (d not in first_need or q.ts < first_need[d].ts):
+                        first_need[d] = q
         for r in calls:
             waiter = first_need.get(r.id)
             ev = events.get(node_op.get(waiter.id)) if waiter is not None else None
@@ -691,6 +689,31 @@ class Builder:
                 continue  # the thread was busy until the call had ended: it did not wait for it
             done.add(waiter.id)
             self._charge_wait(ev, op_of, since, ev.ts)
+
+    def _marked_waits(self, events, node_op, op_of, ends) -> set[int]:
+        """The waits trace-capture marked (`wait_mark`: the instant `Work.wait()` returned): the
+        thread's untraced stretch right before the mark, from its last host event's end (or the
+        call's launch, if later) is the wait, whatever the call's own record says. That record
+        is no guide here: gloo runs a group's calls on two worker threads, whose ranges may be
+        matched to the calls out of order, and a call whose record the profiler cut off has
+        none (a data-parallel capture kept 30-60% of each step's wait as compute without this).
+        Returns the marks charged."""
+        done: set[int] = set()
+        for w in self.recs:
+            if not w.attrs.get("wait_mark"):
+                continue
+            ev = events.get(node_op.get(w.id))
+            if ev is None:
+                continue
+            thread = ends[ev.tid]
+            i = bisect.bisect_right(thread, ev.ts) - 1
+            launched = [self.recs[d - 1].attrs.get("call_start_us", self.recs[d - 1].ts) for d in w.deps
+                        if self.recs[d - 1].call is not None and self.recs[d - 1].ts]
+            since = max([thread[i] if i >= 0 else ev.ts, *launched])
+            if ev.ts > since:
+                done.add(w.id)
+                self._charge_wait(ev, op_of, since, ev.ts)
+        return done
 
     def _charge_wait(self, ev: Event | None, op_of: dict[int, int], since: float, until: float) -> None:
         """Take [since, until] out of the host events enclosing event `ev` on its thread,

@@ -72,6 +72,7 @@ from chakra_tools.core.layout import ParallelLayout
 from chakra_tools.core.measured import (HOST_END, SCALED_FROM, STEPS, WAITS_OUT, WINDOW, scaled_from, step_windows,
                                         waits_taken_out)
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
+from chakra_tools.core.placement import placement_of, record_placement
 
 BATCH_MODES = ("per-rank", "global")
 #: collective kind -> how its comm_size follows the degree: "keep" or "share" (total / degree)
@@ -351,6 +352,20 @@ def _node_where(rs: RankSet, g: Graph, n: Node) -> str:
     return f"{g.source or _where(rs)}: rank {g.rank} node {n.id} ({n.name!r})"
 
 
+def _refuse_experts(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
+    """An all-to-all on a group within a replica is refused unless --tp says what it is: that is
+    expert parallelism (MoE token dispatch) or sequence parallelism (Ulysses) far more often than
+    tensor parallelism, and the expert groups' layout is not Megatron's tp x dp x pp: reading them
+    as tensor parallel would scale the job wrongly (a 4-rank DDP + experts job became 16 ranks)."""
+    for (pg, kind), (g, n) in comm.kinds.items():
+        if kind is CommType.ALL_TO_ALL and job.kinds.get(pg) in ("tp", "replica"):
+            raise InputError(f"{_node_where(rs, g, n)}: ALL_TO_ALL on process group {pg} (ranks "
+                             f"{list(_members(rs, g, n))}), a group inside one replica at tp={job.layout.tp} "
+                             f"dp={job.layout.dp} pp={job.layout.pp}: that is expert (MoE) or sequence "
+                             "parallelism, which scale does not model, so nothing is written; if the group "
+                             "really is tensor parallel, say so with --tp")
+
+
 def _check_sizes(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
     """A collective whose per-rank size depends on its peers is refused on a group whose size
     changes (the data-parallel groups and the world, when the degree does)."""
@@ -426,6 +441,8 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
         raise InputError(f"--dp {dp}: the degree is at least 1")
     comm = _communication(rs)
     job = job_layout(rs, tp, pp, comm)
+    if tp is None:
+        _refuse_experts(rs, job, comm)
     if dp != job.layout.dp:
         _check_sizes(rs, job, comm)
     if dp > job.layout.dp and not job.synced:
@@ -451,6 +468,9 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
     report.waits_ns = {r: sum(w.values()) or _waits_out(rs[r]) for r, w in waits.items()}
     graphs = {r: _scaled_graph(rs[src], r, old, new, batch, groups, report, waits[src])
               for r, src in source.items()}
+    place = placement_of(rs)
+    if place is not None:  # as many ranks per machine as captured, more machines
+        record_placement(graphs.values(), place.hosts_at(new.world), None)
     return RankSet(graphs, groups.groups, rs.prefix), report
 
 

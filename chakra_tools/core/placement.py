@@ -21,16 +21,17 @@ HOST, BACKEND = "host", "comm_backend"
 
 
 def record_placement(graphs: Iterable["Graph"], hosts: Mapping[int, str | None], backend: str | None) -> None:
-    """Write each rank's host and the run's library into its graph's metadata (where known)."""
+    """Write each rank's host and the run's library into its graph's metadata (where known; a
+    rank whose host is not known loses any it had)."""
     for g in graphs:
-        extra = {}
+        meta = g.metadata
+        attrs = {k: v for k, v in meta.attrs.items() if k != HOST}
         if hosts.get(g.rank):
-            extra[HOST] = make_attr(HOST, str(hosts[g.rank]))
+            attrs[HOST] = make_attr(HOST, str(hosts[g.rank]))
         if backend:
-            extra[BACKEND] = make_attr(BACKEND, str(backend))
-        if extra:
-            meta = g.metadata
-            g.metadata = Metadata(meta.version, {**meta.attrs, **extra}, meta.present)
+            attrs[BACKEND] = make_attr(BACKEND, str(backend))
+        if attrs != meta.attrs:
+            g.metadata = Metadata(meta.version, attrs, meta.present)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,19 @@ class Placement:
         return cls(tuple(tuple(range(s, min(world, s + k))) for s in range(0, world, k)),
                    tuple(f"node{i}" for i in range(-(-world // k))))
 
+    def hosts_at(self, world: int) -> dict[int, str | None]:
+        """Each of `world` ranks' host on this placement grown or cut to `world` ranks, as many per
+        machine as now (more machines named node<i>): the hosts a rescaled job runs on. None for
+        every rank where the placement is not torchrun's (`contiguous`).
+
+        >>> Placement.from_hosts({0: "a", 1: "a", 2: "b", 3: "b"}).hosts_at(6)
+        {0: 'a', 1: 'a', 2: 'b', 3: 'b', 4: 'node2', 5: 'node2'}
+        """
+        if not self.contiguous:
+            return {r: None for r in range(world)}
+        k = self.ranks_per_node
+        return {r: self.hosts[r // k] if r // k < len(self.hosts) else f"node{r // k}" for r in range(world)}
+
     def node_of(self, rank: int) -> int:
         for i, ranks in enumerate(self.nodes):
             if rank in ranks:
@@ -87,12 +101,30 @@ class Placement:
 
 def placement_of(rankset: "RankSet") -> Placement | None:
     """The placement the rank set's files record, None where a rank records no host."""
+    return _placement({g.rank: g.metadata for g in rankset})
+
+
+def placement_in_files(path) -> Placement | None:
+    """`placement_of` a rank set on disk (folder, prefix or file), reading only each file's
+    GlobalMetadata."""
+    from .etio import TraceReader
+    from .graph import find_rank_files
+
+    metas = {}
+    for rank, f in find_rank_files(path).items():
+        reader = TraceReader(f)
+        metas[rank] = reader.metadata
+        reader.close()
+    return _placement(metas)
+
+
+def _placement(metas: Mapping[int, Metadata | None]) -> Placement | None:
     hosts = {}
-    for g in rankset:
-        attr = (g.metadata.attrs or {}).get(HOST)
+    for rank, meta in metas.items():
+        attr = ((meta.attrs if meta else None) or {}).get(HOST)
         if attr is None or not isinstance(attr.value, str):
             return None
-        hosts[g.rank] = attr.value
+        hosts[rank] = attr.value
     return Placement.from_hosts(hosts) if hosts else None
 
 

@@ -23,7 +23,8 @@ path, JSON, timeline), fidelity.py (against a capture's measured steps), calibra
 """
 
 from .api import AS_CAPTURED, CaptureModes, RanksetRefused, open_rankset, replay, replay_rankset, run_replay
-from .backend import AnalyticalBackend, Scales, SystemSpec
+from .backend import AnalyticalBackend, Scales
+from .spec import SystemSpec
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
 from .engine import DEFAULT_LIMITS, Replayer, Resources, parse_limits

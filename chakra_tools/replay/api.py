@@ -18,10 +18,13 @@ from chakra_tools.core.graph import find_rank_files, read_comm_groups
 from chakra_tools.feed.feeder import ETFeeder
 from chakra_tools.feed.protocol import Backend
 
-from .backend import SystemSpec
+from .backend import AnalyticalBackend
 from .calibrate import COMM_MODES
+from .config import default_network
 from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
-from .fidelity import measured_of
+from .fidelity import compare_with_manifest, measured_of
+from .netfit import Calibration
+from .spec import SystemSpec
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered
 
@@ -236,3 +239,28 @@ def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
             on_warning(d)
     if report.errors:
         raise RanksetRefused(path, report)
+
+
+#: the replays a calibration is checked with: everything modelled (trace-replay's default), and
+#: the host time from the recorded timeline with communication still from the network
+CHECK_MODES = {"default": {}, "host-time timeline": {"host_time": "timeline"}}
+
+
+def check_calibration(path: str | Path, cal: Calibration, manifest: str | Path) -> dict:
+    """The capture replayed on the default network, the calibrated one, the per-kind fit
+    (`KindPriced`) and the probe's cluster where measured, each mode of CHECK_MODES, against the
+    steps the manifest measured: {network: {mode: error}}; the error is the job's where the
+    manifest has the ranks' step starts, else the step's."""
+    networks = {"default": lambda: AnalyticalBackend(default_network(cal.npus)),
+                "calibrated": lambda: cal.fit.backend(cal.npus),
+                "per-kind": lambda: cal.kind_priced(cal.npus)}
+    if cal.cluster is not None:
+        networks["probed cluster"] = lambda: cal.cluster.backend(cal.npus, cal.fit.backend(cal.npus))
+    out: dict[str, dict[str, float]] = {}
+    for net, backend in networks.items():
+        for mode, kw in CHECK_MODES.items():
+            doc = replay(path, backend(), modes=CaptureModes(**kw), record_events=False).to_dict(events=False)
+            cmp = compare_with_manifest(doc, manifest)
+            out.setdefault(net, {})[mode] = (cmp.get("job") or cmp["step"])["error"]
+    cal.replay = out
+    return out

@@ -13,9 +13,8 @@ node reads local memory at `local-mem-bw`. Scale factors per kind are for what-i
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from math import ceil, prod
-from pathlib import Path
 from typing import Sequence
 
 from chakra_tools.core.errors import InputError
@@ -23,8 +22,7 @@ from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
-from .config import (MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
-                     load_system)
+from .config import MemoryConfig, NetworkConfig, SystemConfig
 
 #: the algorithms a communicator group smaller than the system runs over its members (their step
 #: models take any pair's link; a double binary tree over such a group crashes ASTRA-sim)
@@ -469,66 +467,3 @@ class AnalyticalBackend:
         return {"backend": "analytical", "network": self.network.describe(),
                 "system": self.system.describe(), "memory": self.memory.describe(),
                 "scales": vars(self.scales), "roofline": bool(self.roofline)}
-
-
-@dataclass(frozen=True)
-class SystemSpec:
-    """The simulated system as `trace-replay`'s options name it, built into an AnalyticalBackend
-    for a rank set by `backend(npus)`: ASTRA-sim config files (None: one Switch of every rank,
-    50 GB/s, 500 ns; ASTRA-sim's system defaults; no remote memory), in-network reduction on the
-    `offload` dimensions (Switch only), overrides of peak compute and local memory bandwidth,
-    what-if scales, and the roofline switch (None: as the system JSON says)."""
-
-    network: str | Path | None = None
-    system: str | Path | None = None
-    memory: str | Path | None = None
-    offload: tuple[int, ...] = ()
-    peak_tflops: float | None = None
-    mem_bw_gbps: float | None = None
-    scales: Scales = field(default_factory=Scales)
-    roofline: bool | None = None
-    exact_memory: bool = False  # the memory JSON's bandwidth and latency as written, not as ASTRA-sim's integers
-    #: a `trace-convert calibrate` folder or fit.json: communication priced per kind (netfit.KindPriced)
-    kind_fit: str | Path | None = None
-
-    def backend(self, npus: int, source: str = "the rank set"):
-        """The backend for `npus` ranks (`source` names them in the error if the network is
-        smaller): an AnalyticalBackend, or with `kind_fit` a netfit.KindPriced over one."""
-        cal = self._calibration() if self.kind_fit is not None else None
-        if cal is not None:
-            net = with_offload(cal.fit.network(npus), self.offload)
-        else:
-            net = with_offload(load_network(self.network) if self.network else default_network(npus), self.offload)
-        if npus > net.npus:
-            raise InputError(f"{source}: rank {npus - 1} but the network has only {net.npus} NPUs")
-        sysc = load_system(self.system) if self.system else cal.fit.system() if cal else SystemConfig()
-        if self.peak_tflops is not None:
-            sysc = replace(sysc, peak_perf_tflops=self.peak_tflops)
-        if self.mem_bw_gbps is not None:
-            sysc = replace(sysc, local_mem_bw_gbps=self.mem_bw_gbps)
-        memory = load_memory(self.memory, exact=self.exact_memory) if self.memory else MemoryConfig()
-        base = AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
-        return cal.kind_priced(npus, base) if cal is not None else base
-
-    def _calibration(self):
-        from .netfit import read_calibration
-
-        if self.network is not None:
-            raise InputError("--network-fit prices communication from the calibration: give it or --network, not both")
-        cal = read_calibration(self.kind_fit)
-        if not cal.per_kind:
-            raise InputError(f"{self.kind_fit}: its fit.json keeps no per-kind parameters (written before they "
-                             "were kept): run trace-convert calibrate again")
-        return cal
-
-
-def with_offload(net: NetworkConfig, dims: Sequence[int]) -> NetworkConfig:
-    """`net` with in-network reduction on each of `dims` (each must be a Switch dimension)."""
-    if not dims:
-        return net
-    new = list(net.dims)
-    for d in dims:
-        if not 0 <= d < len(new) or new[d].topology != "Switch":
-            raise InputError(f"--offload {d}: dimension {d} is not a Switch dimension of the network")
-        new[d] = replace(new[d], in_network_offload=True)
-    return NetworkConfig(tuple(new), net.source)

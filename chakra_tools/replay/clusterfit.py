@@ -8,9 +8,12 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    sizes (where the rate shows, past any burst a shaped link lets through at line rate), the
    latency what the smallest size takes beyond its bytes.
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
-3. Per collective kind, on the library's own algorithm over that fabric (library.py): a fixed
-   cost per call and an efficiency, the least squares fit of the measured medians in relative
-   terms (every size weighs the same), the efficiency kept within [1/3, 3] and the cost >= 0.
+3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
+   efficiency, read on the sizes whose bytes take most of the modelled time (the median of
+   modelled over measured bytes time: one size that lost packets to a full queue does not set
+   it), kept within [1/3, 3]; and a floor per round, the median time per round of the other
+   sizes (latency-bound calls, which on a shared host take what waking the members takes, not
+   what the links do).
 
 Where the probe ran on one machine, the network between machines is unknown: the fit says so and
 a replay that needs it (more machines than one) is refused.
@@ -24,11 +27,20 @@ from typing import Any, Mapping
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
-from chakra_tools.core.placement import Placement
-from chakra_tools.core.probe import ProbeResult
+from chakra_tools.core.placement import Placement, placement_in_files
+from chakra_tools.core.probe import ProbeResult, read_probe
 
 from .fabric import Fabric, Level
 from .library import P2P, KindCost, LibraryBackend, library_of
+from .links import LinkChange, changed_fabric
+
+#: what calibrate says where the capture cannot tell latency from bandwidth
+ONE_SIZE_WARNING = (
+    "warning: every collective kind in this capture comes in one message size, so latency and bandwidth "
+    "cannot be told apart: the bandwidth below is a guess, and a prediction at another bandwidth or "
+    "scale priced on it will be far off. Measure the links instead: run the probe under the job's own "
+    "launcher (torchrun ... -m chakra_tools.capture.probe --out PROBE) and calibrate with --probe PROBE "
+    "(docs/whatif.md).")
 
 INTRA, INTER = "intra-node", "inter-node"
 EFFICIENCY_RANGE = (1 / 3, 3.0)
@@ -51,23 +63,45 @@ class ClusterFit:
     def ranks_per_node(self) -> int:
         return self.fabric.levels[0].npus
 
-    def backend(self, world: int, base) -> LibraryBackend:
+    def backend(self, world: int, base, changes: tuple[LinkChange, ...] = ()) -> LibraryBackend:
         """A backend for `world` ranks, `ranks_per_node` per machine (as many machines as that
-        takes), compute and memory as `base` says."""
-        fabric = self.fabric.sized(world)
+        takes), each link as `changes` say, compute and memory as `base` says."""
+        fabric = changed_fabric(self.fabric.sized(world), changes)
         if fabric.levels[-1].npus > 1 and not self.inter_known:
             raise InputError(f"{world} ranks at {self.ranks_per_node} per machine span "
                              f"{fabric.levels[-1].npus} machines, but the probe ran on one: the network "
                              "between machines was not measured (probe a multi-node launch)")
         return LibraryBackend(base, fabric, self.library, dict(self.kinds), self.reduce_ns_per_byte)
 
+    def network_yaml(self, npus: int) -> str:
+        """The fabric as an ASTRA-sim analytical network of `npus` NPUs: a FullyConnected
+        dimension per machine, a Switch across machines. ASTRA-sim gives every NPU its own link
+        per dimension, so a machine's shared uplink is written as its rate split among the
+        machine's ranks, and a Switch's latency is per hop (two per message)."""
+        fabric = self.fabric.sized(npus)
+        topo, counts, bws, lats = [], [], [], []
+        for i, lv in enumerate(fabric.levels):
+            switch = i == len(fabric.levels) - 1
+            per_npu = lv.bandwidth_bytes_per_s / (self.ranks_per_node if lv.shared else 1)
+            topo.append("Switch" if switch else "FullyConnected")
+            counts.append(str(lv.npus))
+            bws.append(f"{min(per_npu / (1 << 30), 1e9):.6g}")
+            lats.append(f"{lv.latency_ns / (2 if switch else 1):.6g}")
+        return ("# ASTRA-sim analytical network fitted by trace-convert calibrate --probe "
+                "(chakra_tools/replay/clusterfit.py)\n"
+                f"# levels: {', '.join(lv.name for lv in fabric.levels)}; "
+                "trace-replay --network-fit prices the library's own algorithms on them\n"
+                f"topology: [ {', '.join(topo)} ]\n"
+                f"npus_count: [ {', '.join(counts)} ]\n"
+                f"bandwidth: [ {', '.join(bws)} ]  # GB/s per NPU (1 GB = 2**30 bytes)\n"
+                f"latency: [ {', '.join(lats)} ]  # ns per hop\n")
+
     def to_dict(self) -> dict[str, Any]:
         return {"library": self.library, "reduce_ns_per_byte": self.reduce_ns_per_byte,
                 "inter_known": self.inter_known,
                 "levels": [{"name": lv.name, "npus": lv.npus, "latency_ns": lv.latency_ns,
                             "ns_per_byte": lv.ns_per_byte, "shared": lv.shared} for lv in self.fabric.levels],
-                "kinds": {k: {"overhead_ns": c.overhead_ns, "efficiency": c.efficiency}
-                          for k, c in sorted(self.kinds.items())},
+                "kinds": {k: c.to_dict() for k, c in sorted(self.kinds.items())},
                 "rows": list(self.rows)}
 
 
@@ -98,11 +132,46 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
         raise bad("levels", "at least one level")
     kinds = {}
     for k, c in (doc.get("kinds") or {}).items():
-        kinds[str(k)] = KindCost(number(c, "overhead_ns", f"kinds.{k}."), number(c, "efficiency", f"kinds.{k}.", 1e-6))
+        kinds[str(k)] = KindCost(number(c, "floor_ns", f"kinds.{k}."), number(c, "efficiency", f"kinds.{k}.", 1e-6))
     rows = doc.get("rows") or []
     return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
                       number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
                       tuple(r for r in rows if isinstance(r, dict)))
+
+
+def fit_cluster(rankset: str | Any, probe_path: str | Any) -> ClusterFit:
+    """The probe's fit, checked against the capture it is to price: both must place as many
+    ranks on each machine (where the rank set records its hosts)."""
+    probe = read_probe(probe_path)
+    cluster = fit_probe(probe)
+    place = placement_in_files(rankset)
+    if place is not None and place.ranks_per_node not in (None, cluster.ranks_per_node):
+        raise InputError(f"{rankset}: its ranks ran {place.ranks_per_node} per machine, but the probe "
+                         f"{probe.source} ran {cluster.ranks_per_node} per machine: probe with the job's own "
+                         "launcher (same --nproc-per-node)")
+    if place is not None and not place.contiguous:
+        raise InputError(f"{rankset}: its ranks are not placed in rank order on its machines "
+                         f"({[list(n) for n in place.nodes]}); the fitted fabric assumes torchrun's placement")
+    return cluster
+
+
+def cluster_lines(cluster: ClusterFit) -> list[str]:
+    """The fitted network as text: a line per level, per kind, and the probe's worst rows."""
+    lines = [f"network measured by the probe ({cluster.library}'s algorithms on it):"]
+    for lv in cluster.fabric.levels:
+        rate = lv.bandwidth_bytes_per_s
+        shared = f", shared by the machine's ranks" if lv.shared else ""
+        lines.append(f"  {lv.name:<11} {lv.npus:>3} per unit: latency {lv.latency_ns / 1000:.1f} us, "
+                     f"{rate * 8 / 1e6:.4g} Mbit/s ({rate / 1e9:.4g} GB/s){shared}")
+    if not cluster.inter_known:
+        lines.append("  inter-node: not measured (the probe ran on one machine)")
+    for kind, c in sorted(cluster.kinds.items()):
+        lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor {c.floor_ns / 1e6:.3g} ms per round")
+    if cluster.rows:
+        errors = sorted(abs(r["error"]) for r in cluster.rows)
+        lines.append(f"  the probe's {len(errors)} measurements on it: median |error| {median(errors):.1%}, "
+                     f"max {errors[-1]:.1%}")
+    return lines
 
 
 # -- the fit -------------------------------------------------------------------------------------
@@ -166,12 +235,8 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
 
 
 def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: float) -> KindCost:
-    """The fixed cost and efficiency of one kind: measured = cost + latency part + bytes part /
-    efficiency + reduction, per sample (its median). The two are read where each shows: the
-    efficiency from the sizes whose bytes take most of the modelled time (least squares in time,
-    so the largest weigh most: their rate is what a bandwidth-bound job pays), the cost from the
-    others (the median of what they take beyond the model, never below 0; small messages on busy
-    hosts vary several-fold, and the median is what a job pays per call)."""
+    """One kind's floor and efficiency (see the module's docstring). A size is bandwidth-bound
+    where its bytes take at least half of what it measured; each sample is its median."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -179,17 +244,15 @@ def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: f
     for c in samples:
         full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        rows.append((base, full - base, median(c.ns)))
-    large = [r for r in rows if r[1] >= r[0] + r[1] - r[1] and r[1] >= 0.5 * (r[0] + r[1]) and r[1] > 0]
-    small = [r for r in rows if r not in large]
-    cost, x = 0.0, 1.0
-    for _ in range(2):
-        if small:
-            cost = max(0.0, median(m - base - x * b for base, b, m in small))
-        if large:
-            x = sum(b * (m - base - cost) for base, b, m in large) / sum(b * b for _, b, _ in large)
-            x = min(1 / EFFICIENCY_RANGE[0], max(1 / EFFICIENCY_RANGE[1], x))
-    return KindCost(cost, 1 / x)
+        rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
+        rows.append((base, full - base, median(c.ns), rounds))
+    bound = [(base, b, m) for base, b, m, _ in rows if b > 0 and b >= 0.5 * m]
+    latency = [m / n for base, b, m, n in rows if not (b > 0 and b >= 0.5 * m)]
+    efficiency = 1.0
+    if bound:
+        efficiency = median(b / max(m - base, 1.0) for base, b, m in bound)
+        efficiency = min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], efficiency))
+    return KindCost(median(latency) if latency else 0.0, efficiency)
 
 
 class _NoCompute:

@@ -62,6 +62,7 @@ from chakra_tools.feed.info import NodeInfo
 
 from .backend import AnalyticalBackend
 from .calibrate import calibrated_ns
+from .clusterfit import ONE_SIZE_WARNING, ClusterFit, cluster_from_dict, cluster_lines, fit_cluster
 from .config import MAX_RATE, MIN_BANDWIDTH, Dim, NetworkConfig, SystemConfig
 from .recorded import node_ns, read_rankset
 
@@ -441,6 +442,14 @@ class Calibration:
     #: kind -> its network in the per-kind fit (`fit_kind_latencies`); empty in a fit.json
     #: written before it was kept
     per_kind: dict[str, NetworkFit] = field(default_factory=dict)
+    #: the network the probe measured (clusterfit.py), which prices communication where present
+    cluster: "ClusterFit | None" = None
+
+    @property
+    def one_size(self) -> bool:
+        """Whether no kind the capture showed came in two sizes: latency and bandwidth are then
+        not told apart, and the fit's bandwidth is a guess."""
+        return bool(self.kinds) and not any(k["separable"] for k in self.kinds.values())
 
     def kind_priced(self, npus: int, base: AnalyticalBackend | None = None) -> "KindPriced":
         """A backend for `npus` ranks pricing each kind the capture showed with its own latency
@@ -462,7 +471,8 @@ class Calibration:
                         "reduce_ns_per_byte": self.fit.reduce_ns_per_byte},
                 "median_abs_error": self.median_abs_error, "buckets": self.rows, "kinds": self.kinds,
                 "per_kind": {k: {p: getattr(f, p) for p in PARAMS} for k, f in sorted(self.per_kind.items())},
-                "files": self.files, "replay": self.replay}
+                "files": self.files, "replay": self.replay, "one_size": self.one_size,
+                "cluster": self.cluster.to_dict() if self.cluster is not None else None}
 
 
 def residual_rows(rows: Sequence[Bucket], fit: NetworkFit, npus: int) -> list[dict]:
@@ -494,9 +504,12 @@ def kind_fits(rows: Sequence[Bucket], npus: int) -> dict[str, dict]:
     return out
 
 
-def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Path | None = None) -> Calibration:
+def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Path | None = None,
+              probe: str | Path | None = None) -> Calibration:
     """Fit a network to the rank set at `path`; `npus` (default: its ranks) sizes the network
-    written, so that a rank set scaled to more ranks replays on it."""
+    written, so that a rank set scaled to more ranks replays on it. `probe`: the probe's folder
+    or probe.json (capture/probe.py), whose per-level fit (clusterfit.py) then prices
+    communication and writes the hierarchical network.yml."""
     samples = [s for s in comm_samples(path, comm_group) if len(set(s.group)) > 1]  # a 1-rank group crosses no network
     world = max((r for s in samples for r in s.group), default=0) + 1
     npus = max(npus or 0, world)
@@ -505,35 +518,9 @@ def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Pa
         raise InputError(f"{path}: no timed collective or send/receive between two ranks or more to fit "
                          "a network to (a single-rank capture has none)")
     fit = fit_network(rows, world)
+    cluster = fit_cluster(path, probe) if probe is not None else None
     return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world),
-                       per_kind=fit_kind_latencies(rows, world))
-
-
-#: the replays a calibration is checked with: everything modelled (trace-replay's default), and
-#: the host time from the recorded timeline with communication still from the network
-CHECK_MODES = {"default": {}, "host-time timeline": {"host_time": "timeline"}}
-
-
-def replay_check(path: str | Path, cal: Calibration, manifest: str | Path) -> dict:
-    """The capture replayed on the default network, the calibrated one and the per-kind fit
-    (`KindPriced`), each mode of
-    CHECK_MODES, against the steps the manifest measured: {network: {mode: error}}; the error is
-    the job's where the manifest has the ranks' step starts, else the step's."""
-    from .config import default_network
-    from .api import CaptureModes, replay
-    from .fidelity import compare_with_manifest
-
-    networks = {"default": lambda: AnalyticalBackend(default_network(cal.npus)),
-                "calibrated": lambda: cal.fit.backend(cal.npus),
-                "per-kind": lambda: cal.kind_priced(cal.npus)}
-    out: dict[str, dict[str, float]] = {}
-    for net, backend in networks.items():
-        for mode, kw in CHECK_MODES.items():
-            doc = replay(path, backend(), modes=CaptureModes(**kw), record_events=False).to_dict(events=False)
-            cmp = compare_with_manifest(doc, manifest)
-            out.setdefault(net, {})[mode] = (cmp.get("job") or cmp["step"])["error"]
-    cal.replay = out
-    return out
+                       per_kind=fit_kind_latencies(rows, world), cluster=cluster)
 
 
 def network_yaml(fit: NetworkFit, npus: int) -> str:
@@ -562,7 +549,7 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
     paths = {"network": out / "network.yml", "system": out / "system.json", "report": out / "fit.json"}
     cal.files = {k: str(p) for k, p in paths.items()}
     with atomic_output(paths["network"], "w") as f:
-        f.write(network_yaml(cal.fit, cal.npus))
+        f.write(cal.cluster.network_yaml(cal.npus) if cal.cluster is not None else network_yaml(cal.fit, cal.npus))
     with atomic_output(paths["system"], "w") as f:
         json.dump(system_json(cal.fit), f, indent=1)
     with atomic_output(paths["report"], "w") as f:
@@ -641,14 +628,21 @@ def read_calibration(path: str | Path) -> Calibration:
         if min(params) < 0:
             raise bad(f"per_kind.{kind}", "non-negative parameters")
         per_kind[kind] = NetworkFit(*params)
+    cluster = cluster_from_dict(doc["cluster"], str(file)) if doc.get("cluster") is not None else None
     return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay,
-                       per_kind)
+                       per_kind, cluster)
 
 
 def format_calibration(cal: Calibration) -> str:
     """The fit as text: the parameters, a row per bucket, a line per kind, the per-kind fit."""
     f = cal.fit
-    lines = [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
+    lines = []
+    if cal.cluster is not None:
+        lines += cluster_lines(cal.cluster) + ["", "the capture's own collectives, on the shared fit "
+                                                   "(trace-replay --network-fit prices with the probe's network above):"]
+    elif cal.one_size:
+        lines.append(ONE_SIZE_WARNING)
+    lines += [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
              f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s (Ring of {cal.npus}, ring algorithms)",
              f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'mean':>11}{'median':>11}{'min..max':>22}{'fitted':>11}"
              f"{'error':>9}"]

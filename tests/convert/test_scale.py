@@ -539,3 +539,20 @@ def test_scaled_from_survives_a_second_rescale_and_a_bad_one_is_an_input_error(t
         **g.metadata.attrs, "scaled_from": make_attr("scaled_from", '{"dp": "two"}')}, g.metadata.present))
     with pytest.raises(InputError, match="GlobalMetadata scaled_from is not"):
         scaled_from(bad)
+
+
+def test_expert_parallel_all_to_all_is_refused_not_read_as_tensor_parallel():
+    """A 4-rank DDP job with MoE's all-to-all on groups [0,1] and [2,3]: the groups look like
+    tensor-parallel ones, and reading them so made `--dp 8` write 16 ranks. Refused with the
+    reason unless --tp says what they are."""
+    def moe(rank):
+        pg = "2" if rank < 2 else "3"
+        return [comp(1, 100), coll(2, CommType.ALL_TO_ALL, 65536, [1], pg=pg), comp(3, 100, [2]),
+                coll(4, CommType.ALL_REDUCE, 4096, [3], pg="1")]
+
+    groups = {"1": (0, 1, 2, 3), "2": (0, 1), "3": (2, 3)}
+    rs = RankSet({r: Graph(moe(r), rank=r, metadata=metadata(r, 4)) for r in range(4)}, groups)
+    with pytest.raises(InputError, match=r"ALL_TO_ALL on process group 2 \(ranks \[0, 1\]\).*expert"):
+        scale_rankset(rs, 8)
+    scaled, _ = scale_rankset(rs, 4, tp=2)  # stated: kept as tensor parallel
+    assert scaled.ranks == list(range(8))

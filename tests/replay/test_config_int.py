@@ -10,7 +10,7 @@ import pytest
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.feed.info import NodeInfo
-from chakra_tools.replay.backend import SystemSpec
+from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.replay.config import load_memory
 
 POOL = {"memory-type": "MEMORY_POOL", "remote-mem-latency": 800.9, "remote-mem-bw": 12.5}

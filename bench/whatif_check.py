@@ -1,0 +1,191 @@
+"""What-if predictions checked against real runs on a cluster made on this machine.
+
+For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix), on the test bed
+(chakra_tools/testbed: network namespaces as nodes, tbf-shaped uplinks):
+
+1. capture it the way a cluster user does, one `trace-capture -- torchrun --nnodes N --node-rank i`
+   per node, on the capture cluster (2 nodes x 2 ranks, 100 Mbit/s uplinks by default);
+2. convert, and calibrate on the probe run once on that cluster (`-m chakra_tools.capture.probe`);
+3. run it for real, uncaptured, on each target cluster (other uplink rates, more nodes) and
+   predict each: `trace-convert scale --dp` to the target's ranks where they differ, then
+   `trace-replay --network-fit NET --bandwidth inter-node=xF`;
+4. print predicted, real and error per case, and the capture replayed as it ran, against the
+   steps its manifest measured: on the probed network (`--network-fit NET --manifest`) and with
+   its own recorded communication (`--as-captured --manifest`).
+
+Needs root (network namespaces, tc) and torch; about 10 minutes on 2 cores (`--quick`: the data-
+parallel job and two targets, about 3). Writes everything under --work (default: a temporary
+folder, removed) and the table as JSON with --json.
+
+    sudo .venv/bin/python bench/whatif_check.py [--quick] [--jobs dp,fsdp] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+
+from chakra_tools.convert.run import convert, inputs_from_run
+from chakra_tools.convert.scale import scale
+from chakra_tools.replay import CaptureModes, replay
+from chakra_tools.replay.api import AS_CAPTURED
+from chakra_tools.replay.fidelity import compare_with_manifest
+from chakra_tools.replay.links import parse_changes
+from chakra_tools.replay.netfit import calibrate, write_calibration
+from chakra_tools.replay.spec import SystemSpec
+from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable
+from chakra_tools.testbed.jobs import PROBE, failed, measured_step_ns, run_job
+
+#: name -> surrogate arguments; each runs on 4 ranks (2 nodes x 2) and on 8
+JOBS = {
+    "dp": ["--layers", "6", "--bucket-kib", "256"],
+    "fsdp": ["--layers", "4", "--fsdp", "--bucket-kib", "256"],
+    "pipeline": ["--layers", "3", "--pp", "2", "--microbatches", "4", "--activation-kib", "128",
+                 "--bucket-kib", "64"],
+    "tp": ["--layers", "4", "--tp", "2", "--activation-kib", "64", "--bucket-kib", "128"],
+    "mix": ["--layers", "3", "--tp", "2", "--pp", "2", "--microbatches", "2", "--activation-kib", "64",
+            "--bucket-kib", "64"],
+}
+CAPTURE = (2, 2, 100.0)  # nodes, ranks per node, uplink Mbit/s
+TARGETS = [(2, 2, 100.0), (2, 2, 500.0), (4, 2, 100.0), (4, 2, 500.0), (4, 2, 250.0)]
+QUICK_TARGETS = [(2, 2, 500.0), (4, 2, 100.0)]
+STEPS = ["--steps", "8", "--warmup", "3"]
+CAPTURED_STEPS = 2
+
+
+@dataclass
+class Case:
+    job: str
+    target: str
+    predicted_ns: float
+    real_ns: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_ns - self.real_ns) / self.real_ns
+
+
+def _cluster(work: Path, nodes: int, rate: float) -> Cluster:
+    return Cluster(nodes, Shaping(rate_mbit=rate))
+
+
+def _label(t) -> str:
+    return f"{t[0]}x{t[1]} @{t[2]:g} Mbit/s"
+
+
+def real_step(work: Path, job: str, target, args) -> float:
+    nodes, nproc, rate = target
+    result = work / f"real-{job}-{nodes}x{nproc}-{rate:g}.json"
+    with _cluster(work, nodes, rate) as cl:
+        runs = run_job(cl, nproc, [*args, *STEPS, "--result", str(result)], logs=work / "logs" / result.stem)
+    if failed(runs):
+        raise RuntimeError(f"{job} on {_label(target)} failed:\n{failed(runs)}")
+    return measured_step_ns(result)
+
+
+def capture_job(work: Path, job: str, args) -> Path:
+    nodes, nproc, rate = CAPTURE
+    cap = work / f"cap-{job}"
+    with _cluster(work, nodes, rate) as cl:
+        runs = run_job(cl, nproc, [*args, "--steps", "6"], logs=work / "logs" / cap.name, capture=cap,
+                       capture_options=["--wait", "2", "--warmup", "1", "--active", str(CAPTURED_STEPS)])
+    if failed(runs):
+        raise RuntimeError(f"capturing {job} failed:\n{failed(runs)}")
+    et = work / f"et-{job}"
+    convert(inputs_from_run(cap), et)
+    return cap
+
+
+def probe(work: Path) -> Path:
+    nodes, nproc, rate = CAPTURE
+    out = work / "probe"
+    with _cluster(work, nodes, rate) as cl:
+        runs = run_job(cl, nproc, ["--out", str(out)], logs=work / "logs" / "probe", module=PROBE, timeout_s=900)
+    if failed(runs):
+        raise RuntimeError(f"the probe failed:\n{failed(runs)}")
+    return out
+
+
+def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes) -> float:
+    nodes, nproc, rate = target
+    world = nodes * nproc
+    et = work / f"et-{job}"
+    if world != CAPTURE[0] * CAPTURE[1]:
+        tp = _arg(args, "--tp")
+        pp = _arg(args, "--pp")
+        scaled = work / f"et-{job}-{world}"
+        if not scaled.exists():
+            scale(et, world // (tp * pp), scaled, tp=tp, pp=pp)
+        et = scaled
+    spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / CAPTURE[2]:g}"]))
+    doc = replay(et, spec.backend(world), modes=modes, record_events=False).to_dict(events=False)
+    return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS
+
+
+def _arg(args, name: str) -> int:
+    return int(args[args.index(name) + 1]) if name in args else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--jobs", default=None, help=f"comma-separated, of {','.join(JOBS)}")
+    p.add_argument("--work", type=Path, default=None, help="keep everything here")
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    why = unavailable()
+    if why:
+        print(f"whatif_check: skipped: {why}")
+        return 0
+    jobs = a.jobs.split(",") if a.jobs else (["dp"] if a.quick else list(JOBS))
+    targets = QUICK_TARGETS if a.quick else TARGETS
+    tmp = None if a.work else tempfile.TemporaryDirectory(prefix="whatif-")
+    work = a.work or Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    print(f"capture cluster {_label(CAPTURE)}; probing ...", flush=True)
+    probe_dir = probe(work)
+    cases, captured = [], {}
+    for job in jobs:
+        args = JOBS[job]
+        cap = capture_job(work, job, args)
+        net = work / f"net-{job}"
+        net.mkdir(exist_ok=True)
+        write_calibration(calibrate(work / f"et-{job}", probe=probe_dir), net)
+        for label, modes in (("probed network", CaptureModes()), ("--as-captured", AS_CAPTURED)):
+            doc = replay(work / f"et-{job}", SystemSpec(kind_fit=net).backend(4), modes=modes,
+                         record_events=False).to_dict(events=False)
+            captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
+        for target in targets:
+            real = real_step(work, job, target, args)
+            pred = predict(work, job, args, net, target, CaptureModes())
+            cases.append(Case(job, _label(target), pred, real))
+            print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
+                  f"error {cases[-1].error:+6.1%}", flush=True)
+    print(f"\nwhat-if from a capture on {_label(CAPTURE)} (trace-replay --network-fit NET --bandwidth ...)")
+    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}")
+    for c in cases:
+        print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}")
+    errors = [abs(c.error) for c in cases]
+    print(f"mean |error| {fmean(errors):.1%}, max {max(errors):.1%} over {len(cases)} cases "
+          f"(goal: each within 10%, mean 5%)")
+    for label, errors in captured.items():
+        print(f"the capture against its own measured steps, {label}: "
+              + ", ".join(f"{j} {e:+.1%}" for j, e in errors.items()))
+    print(f"({time.time() - t0:.0f} s)")
+    if a.json:
+        a.json.write_text(json.dumps({"cases": [vars(c) | {"error": c.error} for c in cases],
+                                      "as_captured": captured}, indent=1))
+    if tmp:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

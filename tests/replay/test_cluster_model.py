@@ -1,0 +1,180 @@
+"""The cluster model behind what-if predictions: the fabric's rounds, gloo's algorithms as rounds,
+the probe's fit, what-if link changes, and the calibration that carries them to trace-replay.
+
+The probe documents here are made by the test from a known fabric (every measurement what that
+fabric costs, with a floor for small calls and noise), so the fit is checked against parameters
+the test chose; the test bed's own runs are in tests/testbed."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.model import CommType
+from chakra_tools.core.placement import Placement
+from chakra_tools.core.probe import probe_from_dict
+from chakra_tools.replay.clusterfit import INTER, INTRA, ClusterFit, cluster_from_dict, fit_probe
+from chakra_tools.replay.fabric import Fabric, Level
+from chakra_tools.replay.library import (KindCost, LibraryBackend, binomial_broadcast, direct_all_to_all,
+                                         library_of, ring_all_gather, ring_all_reduce)
+from chakra_tools.replay.links import changed_fabric, parse_change, parse_changes
+
+# 2 ranks per machine: loopback 0.4 ns/B; machines' uplinks 100 Mbit/s (80 ns/B), shared
+TRUE = Fabric((Level(INTRA, 2, 50_000, 0.4), Level(INTER, 2, 200_000, 80.0, shared=True)))
+
+
+class _Base:
+    class scales:
+        comm = 1.0
+
+    system = None
+
+    def describe(self):
+        return {}
+
+
+def test_a_flat_ring_crosses_each_machine_boundary_once_each_way():
+    # 4 ranks on 2 machines: the ring 0<-1<-2<-3<-0 has two messages between machines per step,
+    # one leaving and one entering each machine, so each uplink carries one chunk per step
+    rounds = ring_all_reduce((0, 1, 2, 3), 4096)
+    assert len(rounds) == 6 and all(len(msgs) == 4 for msgs, _ in rounds)
+    step = TRUE.round_ns(rounds[0][0])
+    assert step == int(200_000 + 1024 * 80.0)
+    # the same bytes all crossing from machine 0 to machine 1 at once share its uplink
+    assert TRUE.round_ns([(0, 2, 1024), (1, 3, 1024)]) == int(200_000 + 2048 * 80.0)
+
+
+def test_algorithms_send_what_the_library_sends():
+    assert sum(len(m) for m, _ in ring_all_gather((0, 1, 2), 10)) == 6
+    (msgs, _), = direct_all_to_all((0, 1, 2, 3), 4000)
+    assert len(msgs) == 12 and {b for *_, b in msgs} == {1000}
+    holders = {0}
+    for msgs, _ in binomial_broadcast(tuple(range(5)), 8):
+        assert {s for s, _, _ in msgs} <= holders  # only a rank that has the data sends it
+        holders |= {d for _, d, _ in msgs}
+    assert holders == set(range(5))
+    assert library_of("cpu:gloo,cuda:nccl") == "gloo" and library_of("nccl") is None
+
+
+def _probe_doc(fabric: Fabric, floor_ns: float, noise: float, seed: int = 1) -> dict:
+    """What a probe on `fabric` would measure: every collective as the library's rounds on it,
+    each round no shorter than `floor_ns`, each repetition off by up to `noise` (relative)."""
+    rng = random.Random(seed)
+    kinds = ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "BROADCAST")
+    model = LibraryBackend(_Base(), fabric, "gloo", {k: KindCost(floor_ns) for k in kinds}, 0.0)
+    sizes = [1024 * 4 ** i for i in range(7)]
+
+    def reps(ns):
+        return [ns * (1 + rng.uniform(-noise, noise)) for _ in range(5)]
+
+    world = fabric.npus
+    p2p = [{"src": 0, "dst": dst, "size": s, "one_way_ns": reps(fabric.message_ns(0, dst, s))}
+           for dst in (1, 2) for s in sizes]
+    colls = [{"kind": kind, "ranks": list(range(world)), "size": s,
+              "ns": reps(model.collective_ns(int(CommType[kind]), s, tuple(range(world))))}
+             for kind in kinds for s in sizes]
+    hosts = [f"h{r // fabric.levels[0].npus}" for r in range(world)]
+    return {"format": "chakra-tools-probe/1", "backend": "gloo", "world_size": world, "hosts": hosts,
+            "p2p": p2p, "collectives": colls, "reduce": [{"size": s, "ns": [0.0] * 5} for s in sizes]}
+
+
+def test_the_fit_recovers_the_links_and_the_floor_of_small_rounds():
+    fit = fit_probe(probe_from_dict(_probe_doc(TRUE, floor_ns=1e6, noise=0.02), "probe.json"))
+    intra, inter = fit.fabric.levels
+    assert (intra.npus, inter.npus, inter.shared) == (2, 2, True)
+    assert inter.ns_per_byte == pytest.approx(80.0, rel=0.05)
+    ar = fit.kinds["ALL_REDUCE"]
+    assert ar.floor_ns == pytest.approx(1e6, rel=0.05)
+    assert ar.efficiency == pytest.approx(1.0, abs=0.06)
+    # the large sizes, which a bandwidth-bound job pays, within a few percent
+    big = [r for r in fit.rows if r["size"] >= 256 * 1024]
+    assert max(abs(r["error"]) for r in big) < 0.06
+
+
+def test_more_machines_and_a_faster_uplink_from_the_fit():
+    fit = fit_probe(probe_from_dict(_probe_doc(TRUE, floor_ns=0.0, noise=0.0), "probe.json"))
+    four = fit.backend(8, _Base())
+    assert four.fabric.levels[-1].npus == 4
+    ring8 = four.collective_ns(int(CommType.ALL_REDUCE), 1 << 20, tuple(range(8)))
+    truth8 = LibraryBackend(_Base(), TRUE.sized(8), "gloo").collective_ns(int(CommType.ALL_REDUCE), 1 << 20,
+                                                                          tuple(range(8)))
+    assert ring8 == pytest.approx(truth8, rel=0.05)
+    fast = fit.backend(4, _Base(), parse_changes(["inter-node=x5"]))
+    slow_ns = fit.backend(4, _Base()).collective_ns(int(CommType.ALL_GATHER), 1 << 22, (0, 1, 2, 3))
+    fast_ns = fast.collective_ns(int(CommType.ALL_GATHER), 1 << 22, (0, 1, 2, 3))
+    assert 4.0 < slow_ns / fast_ns <= 5.0  # bytes 5x cheaper, latency unchanged
+
+
+def test_a_probe_on_one_machine_refuses_more_machines():
+    one = Fabric((Level(INTRA, 4, 10_000, 0.5), Level(INTER, 1, 0, 0, shared=True)))
+    fit = fit_probe(probe_from_dict(_probe_doc(one, 0.0, 0.0), "probe.json"))
+    assert not fit.inter_known
+    fit.backend(4, _Base())
+    with pytest.raises(InputError, match="the probe ran on one"):
+        fit.backend(8, _Base())
+
+
+def test_the_fit_round_trips_through_its_document():
+    fit = fit_probe(probe_from_dict(_probe_doc(TRUE, 1e6, 0.01), "probe.json"))
+    back = cluster_from_dict(json.loads(json.dumps(fit.to_dict())), "fit.json")
+    assert back.fabric == fit.fabric and back.kinds == fit.kinds
+    bad = fit.to_dict()
+    bad["levels"][1]["ns_per_byte"] = "fast"
+    with pytest.raises(InputError, match=r"fit.json: cluster.levels\[1\].ns_per_byte"):
+        cluster_from_dict(bad, "fit.json")
+
+
+def test_the_hierarchical_network_file_astra_sim_reads(tmp_path):
+    fit = ClusterFit(TRUE, "gloo", {"ALL_REDUCE": KindCost()}, 0.0)
+    text = fit.network_yaml(8)
+    assert "topology: [ FullyConnected, Switch ]" in text and "npus_count: [ 2, 4 ]" in text
+    from chakra_tools.replay.config import load_network
+
+    (tmp_path / "network.yml").write_text(text)
+    net = load_network(tmp_path / "network.yml")
+    assert net.npus == 8 and net.dims[1].latency_ns == 100_000  # a Switch: two hops per message
+
+
+@pytest.mark.parametrize("text, what, ns_per_byte, latency", [
+    ("inter-node=x5", "bandwidth", 16.0, None),
+    ("inter-node=5x", "bandwidth", 16.0, None),
+    ("inter-node=500Mbit/s", "bandwidth", 16.0, None),
+    ("inter-node=62.5MB/s", "bandwidth", 16.0, None),
+    ("1=500Mbps", "bandwidth", 16.0, None),
+    ("inter-node=20us", "latency", None, 20_000),
+    ("inter-node=x0.5", "latency", None, 100_000),
+])
+def test_what_if_link_changes(text, what, ns_per_byte, latency):
+    fab = changed_fabric(TRUE, [parse_change(text, what)])
+    inter = fab.levels[1]
+    if ns_per_byte is not None:
+        assert inter.ns_per_byte == pytest.approx(ns_per_byte)
+    if latency is not None:
+        assert inter.latency_ns == pytest.approx(latency)
+    assert fab.levels[0] == TRUE.levels[0]
+
+
+@pytest.mark.parametrize("text, what, message", [
+    ("inter-node", "bandwidth", "expected LEVEL=VALUE"),
+    ("inter-node=fast", "bandwidth", "a bandwidth is a factor"),
+    ("inter-node=x0", "bandwidth", "above 0"),
+    ("inter-node=5parsecs", "latency", "a latency is a factor"),
+])
+def test_link_changes_refused_with_the_reason(text, what, message):
+    with pytest.raises(ValueError, match=message):
+        parse_change(text, what)
+
+
+def test_a_level_the_network_lacks_is_named():
+    with pytest.raises(InputError, match="no level 'rack'.*0 \\(intra-node\\), 1 \\(inter-node\\)"):
+        changed_fabric(TRUE, [parse_change("rack=x2", "bandwidth")])
+
+
+def test_placement_grows_by_machines_of_the_same_size():
+    p = Placement.from_hosts({0: "a", 1: "a", 2: "b", 3: "b"})
+    assert p.hosts_at(8)[7] == "node3" and p.hosts_at(2) == {0: "a", 1: "a"}
+    odd = Placement.from_hosts({0: "a", 1: "b", 2: "a", 3: "b"})
+    assert not odd.contiguous and set(odd.hosts_at(4).values()) == {None}
