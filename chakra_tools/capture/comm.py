@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 import weakref
 from typing import Any, Callable
 
@@ -437,13 +438,16 @@ def note_work(result: Any, name: str) -> None:
                 return
 
 
-def wait_annotation(call_name: str) -> str | None:
-    """The annotation of a wait on the call annotated `call_name`: its group and sequence."""
+def wait_annotation(call_name: str, waited_us: int | None = None) -> str | None:
+    """The annotation of a wait on the call annotated `call_name`: its group and sequence, and
+    how long the wait took (µs; ops the wait ran on this thread meanwhile, as gloo's copies of
+    a reduce-scatter's result, included), which tells the converter where it began."""
     fields = parse_annotation(call_name)
     if not fields:
         return None
     keep = {k: fields[k] for k in ("pg", "pg_ranks", "pg_desc", "rank", "seq") if k in fields}
-    return format_annotation({**keep, "op": "wait", "api": "Work.wait", "waits_for": fields.get("op")})
+    timed = {"waited_us": int(waited_us)} if waited_us is not None else {}
+    return format_annotation({**keep, "op": "wait", "api": "Work.wait", "waits_for": fields.get("op"), **timed})
 
 
 def _install_wait() -> bool:
@@ -455,8 +459,11 @@ def _install_wait() -> bool:
     @functools.wraps(orig)
     def wait(self, *args, **kwargs):
         call = WORKS.get(self) if (STATE.recording or STATE.always) else None
-        name = wait_annotation(call) if call is not None else None
+        if call is None:
+            return orig(self, *args, **kwargs)
+        began = time.perf_counter_ns()
         result = orig(self, *args, **kwargs)
+        name = wait_annotation(call, (time.perf_counter_ns() - began) // 1000)
         if name is not None:
             with record_function(name):  # an instant, as the wait returns: nothing nests in it
                 pass

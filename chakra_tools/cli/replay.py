@@ -43,7 +43,7 @@ def replay(
     mem_bw: Optional[float] = typer.Option(None, "--mem-bw-gbps", help="Local memory bandwidth (overrides local-mem-bw)."),
     scale: Optional[str] = typer.Option(None, "--scale", help="What-if multipliers, e.g. compute=0.5,comm=2 (host, compute, comm, memory)."),
     limits: Optional[str] = typer.Option(None, "--limits",
-                                         help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0."),
+                                         help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0 (comm=2 on a --network-fit cluster of gloo, which runs a group's calls on two worker threads)."),
     as_captured: bool = typer.Option(False, "--as-captured",
                                      help="Replay a capture on the system it ran on, to compare with its measured steps: --comm calibrated --host-time timeline --align recorded --lanes stream (each can still be set on its own)."),
     comm: Optional[str] = typer.Option(None, "--comm",
@@ -93,7 +93,8 @@ def replay(
     spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, _scales(scale), roofline,
                       exact_memory, kind_fit=network_fit, links=_links(bandwidth, latency))
     try:
-        result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes, limits=parse_limits(limits),
+        result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes,
+                                limits=parse_limits(limits) if limits else None,
                                 memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),
                                 window=window, manifest=manifest, validate=validate, on_warning=_warn,
                                 absent_peers=_absent_peers(absent_peers))

@@ -168,6 +168,8 @@ def report(
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g", help="Communicator-group file (rank sets)."),
     fit: Optional[Path] = typer.Option(None, "--fit", help="A calibrated network (trace-convert calibrate's folder or its fit.json): show its fit and replay every rank-set input on it."),
     measured: Optional[Path] = typer.Option(None, "--measured", help="A real run at the target scale (trace-capture folder or its manifest.json): its measured step against each prediction."),
+    bandwidth: List[str] = typer.Option([], "--bandwidth", metavar="LEVEL=RATE", help="What-if, with --fit: as trace-replay's --bandwidth (inter-node=x5, inter-node=500Mbit/s)."),
+    latency: List[str] = typer.Option([], "--latency", metavar="LEVEL=TIME", help="What-if, with --fit: as trace-replay's --latency."),
     open_it: bool = typer.Option(False, "--open", help="Open the report in the default browser."),
     as_json: bool = typer.Option(False, "--json", help="Print the report's numbers as JSON."),
 ) -> None:
@@ -176,8 +178,9 @@ def report(
     simulated side by side when both are given.
 
     For a scaled run (trace-convert scale) or any prediction: --fit NET replays each rank-set
-    input on the calibrated network and shows the fit (latency, bandwidth per kind, residuals);
-    --measured RUN puts the measured step of a real run at that scale beside each predicted one.
+    input as trace-replay --network-fit NET does (with --bandwidth/--latency changes) and shows
+    the fit; --measured RUN puts the measured step of a real run at that scale beside each
+    predicted one. The page then leads with the prediction and its error.
 
     Examples:
 
@@ -192,9 +195,18 @@ def report(
 
     ranks = parse_ints(rank, "--rank") if rank else None
     sets = [load_events(p, comm_group=comm_group).narrow(ranks) for p in paths]
+    from chakra_tools.replay.links import parse_changes
+
+    try:
+        links = parse_changes(bandwidth, latency)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--bandwidth/--latency") from None
+    if links and fit is None:
+        raise typer.BadParameter("a what-if change needs the network it changes: give --fit NET",
+                                 param_hint="--bandwidth/--latency")
     whatif = None
     if fit is not None or measured is not None or any(es.label == "scaled" for es in sets):
-        whatif = whatif_data(paths, fit=fit, measured=measured, comm_group=comm_group)
+        whatif = whatif_data(paths, fit=fit, measured=measured, comm_group=comm_group, links=links)
     write_report(sets, out, title=title, whatif=whatif)
     if as_json:
         print_json({"out": str(out), **report_data(sets, whatif)})

@@ -32,6 +32,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from chakra_tools.core.annotations import parse_wait
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.model import NodeType
 
@@ -691,25 +692,40 @@ class Builder:
             self._charge_wait(ev, op_of, since, ev.ts)
 
     def _marked_waits(self, events, node_op, op_of, ends) -> set[int]:
-        """The waits trace-capture marked (`wait_mark`: the instant `Work.wait()` returned): the
-        thread's untraced stretch right before the mark, from its last host event's end (or the
-        call's launch, if later) is the wait, whatever the call's own record says. That record
-        is no guide here: gloo runs a group's calls on two worker threads, whose ranges may be
-        matched to the calls out of order, and a call whose record the profiler cut off has
-        none (a data-parallel capture kept 30-60% of each step's wait as compute without this).
-        Returns the marks charged."""
+        """The waits trace-capture marked (`wait_mark`: the instant `Work.wait()` returned).
+        Where the mark says how long the wait took (`waited_us`), its untraced part is that
+        span less the ops the thread ran inside it (gloo copies a reduce-scatter's result on
+        the waiting thread); an older mark's wait is the thread's untraced stretch right before
+        it, from its last host event's end (or the call's launch, if later). The call's own
+        record is no guide here: gloo runs a group's calls on two worker threads, whose ranges
+        may be matched to the calls out of order, and a call whose record the profiler cut off
+        has none (a data-parallel capture kept 30-60% of each step's wait as compute without
+        this). Returns the marks charged."""
         done: set[int] = set()
-        for w in self.recs:
-            if not w.attrs.get("wait_mark"):
-                continue
+        marks = [w for w in self.recs if w.attrs.get("wait_mark")]
+        spans: dict = defaultdict(list)  # device-trace thread -> its host events' (start, end), by start
+        if marks:
+            for e in self.dev.host:
+                spans[e.tid].append((e.ts, e.end))
+            for v in spans.values():
+                v.sort()
+        for w in marks:
             ev = events.get(node_op.get(w.id))
             if ev is None:
                 continue
-            thread = ends[ev.tid]
-            i = bisect.bisect_right(thread, ev.ts) - 1
-            launched = [self.recs[d - 1].attrs.get("call_start_us", self.recs[d - 1].ts) for d in w.deps
-                        if self.recs[d - 1].call is not None and self.recs[d - 1].ts]
-            since = max([thread[i] if i >= 0 else ev.ts, *launched])
+            waited = (parse_wait(w.name) or {}).get("waited_us")
+            if isinstance(waited, int) and waited > 0:
+                since = ev.ts - waited
+                thread = spans[ev.tid]
+                lo, hi = bisect.bisect_left(thread, (since,)), bisect.bisect_left(thread, (ev.ts,))
+                inside = _covered(thread[lo:hi], since)
+                since = ev.ts - max(0.0, waited - inside)
+            else:
+                thread = ends[ev.tid]
+                i = bisect.bisect_right(thread, ev.ts) - 1
+                launched = [self.recs[d - 1].attrs.get("call_start_us", self.recs[d - 1].ts) for d in w.deps
+                            if self.recs[d - 1].call is not None and self.recs[d - 1].ts]
+                since = max([thread[i] if i >= 0 else ev.ts, *launched])
             if ev.ts > since:
                 done.add(w.id)
                 self._charge_wait(ev, op_of, since, ev.ts)
@@ -848,3 +864,14 @@ def _first_from(items, t: float) -> int | None:
 def _last_before(items: list[tuple[float, int]], t: float) -> int | None:
     i = bisect.bisect_left(items, (t, -1))
     return items[i - 1][1] if i else None
+
+
+def _covered(spans, start: float) -> float:
+    """The time the (start, end) spans cover from `start` on, overlaps counted once."""
+    total, reach = 0.0, start
+    for a, b in sorted(spans):
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total

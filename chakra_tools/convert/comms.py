@@ -260,6 +260,8 @@ def _belongs(op: HostOp, call: CommCall, gloo_ops: set[int]) -> bool:
         return True
     if call.c10d_collectives and _is_c10d_collective(op.name):
         return False  # a second collective under one annotation: another call (gloo's parent links)
+    if op.name.startswith(("gloo:", "nccl:")) and call.backend is not None:
+        return False  # a second backend op under one annotation: another call's (gloo's parent links)
     return op.name.startswith(COMM_PREFIXES)
 
 
@@ -290,12 +292,15 @@ def _caller(calls: list[CommCall], call: CommCall) -> CommCall | None:
 
 def _claimer(calls: list[CommCall], op: HostOp) -> CommCall | None:
     """The call a free-standing backend op belongs to: gloo runs collectives on worker threads
-    (or inside a later `wait_tensor`), so the op is recorded outside its call. The latest earlier
-    call of its kind without a backend op, else (gloo implements some kinds with others, e.g. a
+    (or inside a later `wait_tensor`), so the op is recorded outside its call. The earliest
+    earlier call of its kind without a backend op (gloo's work queue is first in, first out: six
+    asynchronous all-reduces queued by a backward pass run in the order they were called; the
+    latest, as this took before, gave the first one's record to the last call and the replay
+    of the capture came out +23..59% off), else (gloo implements some kinds with others, e.g. a
     functional reduce_scatter as all_reduce) the latest annotated call without one."""
     kind = op_kind(op.name)
     recent = calls[-16:]
-    for call in reversed(recent):
+    for call in recent:
         if call.op == kind and call.backend is None and call.source != "backend":
             return call
     for call in reversed(recent):

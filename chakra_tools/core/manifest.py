@@ -89,6 +89,17 @@ def read_manifest(path: str | Path) -> RunManifest:
         nodes = sorted(q.parent for q in p.glob(f"node-*/{MANIFEST}"))
         if nodes:
             return read_job(nodes, folder=p)
+    man = _read_node(p)
+    if man.nodes and man.nodes[0].count > 1:
+        node = man.nodes[0]
+        raise InputError(f"{man.source}: the capture of node {node.rank} of a {node.count}-node launch, not "
+                         f"the whole job: give the folder that holds every node's folder (node-0, node-1, ...), "
+                         f"or every node's folder (trace-convert NODE0 NODE1 ... -o OUT)")
+    return man
+
+
+def _read_node(p: Path) -> RunManifest:
+    """One manifest file as it is (a node's, in a multi-node launch)."""
     file = p / MANIFEST if p.is_dir() else p
     try:
         doc = json.loads(file.read_text())
@@ -106,7 +117,7 @@ def read_job(folders: list[str | Path], *, folder: Path | None = None) -> RunMan
     folder): every node of the launch present once, of one launch (the same job id and world),
     their ranks disjoint and together the world. Trace names become paths relative to `folder`
     (the job's run folder, which holds the node folders) or absolute paths."""
-    parts = [read_manifest(f) for f in folders]
+    parts = [_read_node(Path(f)) for f in folders]
     for part in parts:
         if not part.nodes:
             raise InputError(f"{part.source}: a single-node capture; a job is merged from the "

@@ -134,10 +134,11 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
                limits: Mapping[str, int] | None = None, record_events: bool = True,
                memory_on_comm: bool = True, absent_peers: bool = False) -> ReplayResult:
-    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`);
-    `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`."""
-    resources = Resources(dict(limits or DEFAULT_LIMITS), per=modes.check().lanes,
-                          memory_on_comm=memory_on_comm)
+    """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
+    None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
+    worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`."""
+    limits = dict(limits) if limits else {**DEFAULT_LIMITS, **getattr(backend, "lane_limits", {})}
+    resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
     return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
                     record_events=record_events, absent_peers=absent_peers).run()
 
@@ -199,6 +200,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)
     result.compare(manifest=manifest, measured=measured_of(feeders))
+    for note in getattr(backend, "unused_scales", list)() if on_warning is not None else ():
+        on_warning(Diagnostic("warning", "scale-unused", note, file=str(path)))
     if on_warning is not None and not any(r["nodes"] for r in result.ranks):
         on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
                               "is 0 (a device trace with no host op and no device work?)", file=str(path)))

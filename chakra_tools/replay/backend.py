@@ -78,6 +78,7 @@ class AnalyticalBackend:
     roofline: bool | None = None  # None: as the system config says
 
     def __post_init__(self) -> None:
+        self._ops_by_side = [0, 0]  # compute nodes replayed: host ops, device kernels
         self._coll_cache: dict = {}
         self._p2p_cache: dict = {}
         self._local_cache: dict[tuple[str, tuple[int, ...]], bool] = {}  # (collective, group) -> _local_ring
@@ -96,7 +97,12 @@ class AnalyticalBackend:
 
     # -- compute --------------------------------------------------------------------------------
     def compute_ns(self, rank: int, info: NodeInfo) -> int:
-        scale = self.scales.host if info.is_cpu_op else self.scales.compute
+        if info.is_cpu_op:
+            scale = self.scales.host
+            self._ops_by_side[0] += 1
+        else:
+            scale = self.scales.compute
+            self._ops_by_side[1] += 1
         # ASTRA-sim runs the roofline for GPU nodes only: a host op replays its duration
         if self.roofline and info.num_ops > 0 and self.system.peak_perf_tflops > 0 and not info.is_cpu_op:
             ns = self.roofline_ns(info.num_ops, info.tensor_size)
@@ -160,6 +166,19 @@ class AnalyticalBackend:
             return involved_dim
         return tuple(d < spans and (not involved_dim or d >= len(involved_dim) or bool(involved_dim[d]))
                      for d in range(ndims))
+
+    def unused_scales(self) -> list[str]:
+        """After a replay: the --scale factors given that applied to no node (compute on a CPU
+        capture, whose compute is host ops: the factor a user meant is host's)."""
+        out = []
+        host, device = self._ops_by_side
+        if self.scales.compute != 1.0 and not device and host:
+            out.append(f"--scale compute={self.scales.compute:g} changed nothing: this rank set has no device "
+                       f"kernels, its {host} compute nodes are host ops (a CPU capture): scale them with "
+                       f"host={self.scales.compute:g}")
+        if self.scales.host != 1.0 and not host and device:
+            out.append(f"--scale host={self.scales.host:g} changed nothing: this rank set has no host ops")
+        return out
 
     def notes(self) -> list[str]:
         """What a user should know about how the system config (`system.source`) is read, said

@@ -247,7 +247,9 @@ def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: f
         rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
         rows.append((base, full - base, median(c.ns), rounds))
     bound = [(base, b, m) for base, b, m, _ in rows if b > 0 and b >= 0.5 * m]
-    latency = [m / n for base, b, m, n in rows if not (b > 0 and b >= 0.5 * m)]
+    # every repetition of the latency-bound sizes, per round: on a busy host each varies
+    # several-fold, and the median of them all is steadier than that of a few sizes' medians
+    latency = [x / n for (base, b, m, n), c in zip(rows, samples) if not (b > 0 and b >= 0.5 * m) for x in c.ns]
     efficiency = 1.0
     if bound:
         efficiency = median(b / max(m - base, 1.0) for base, b, m in bound)

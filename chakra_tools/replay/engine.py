@@ -135,6 +135,10 @@ class _Rank:
     lane_freed_by: list[int] = field(default_factory=list)
     keyed: dict[tuple, int] = field(default_factory=dict)  # (lane, tid or stream) -> resource
     coll_seq: dict[str, int] = field(default_factory=dict)
+    #: collective node -> its place among the rank's calls on its group, given as it leaves the
+    #: feeder (program order), not as it starts: a call waiting for its lane must not swap places
+    #: with a later one that found a lane free (gloo and NCCL match calls in the order they are made)
+    seq_of: dict[int, int] = field(default_factory=dict)
     freed_by: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, time) that freed it
     live: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, resource) in flight
     n_deferred: int = 0
@@ -275,13 +279,21 @@ class Replayer:
         nid = feeder.next_issuable()
         if nid is not None and not r.n_deferred and not feeder.has_issuable():
             info = feeder.info(nid)  # the common case: one node freed, nothing waiting
+            if info.type == _COLL:
+                _sequence(r, nid, info)
             res = r.resource(info)
             if r.busy[res] < r.caps[res]:
                 r.busy[res] += 1
                 self._start(r, nid, res, info)
                 return
+            heapq.heappush(deferred[res], nid)
+            r.n_deferred += 1
+            nid = feeder.next_issuable()
         while nid is not None:
-            heapq.heappush(deferred[r.resource(feeder.info(nid))], nid)
+            info = feeder.info(nid)
+            if info.type == _COLL:
+                _sequence(r, nid, info)
+            heapq.heappush(deferred[r.resource(info)], nid)
             r.n_deferred += 1
             nid = feeder.next_issuable()
         caps, busy = r.caps, r.busy
@@ -335,8 +347,7 @@ class Replayer:
                              f"{info.comm_type} is no collective kind (0..{max(_COMM_TYPES)})")
         group = self._group(r, nid, info)
         pg = info.pg_name
-        k = r.coll_seq.get(pg, 0)
-        r.coll_seq[pg] = k + 1
+        k = r.seq_of.pop(nid)
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
         waiting.append((r.rank, nid, info, ev, self._now))
@@ -385,7 +396,7 @@ class Replayer:
 
     def on_send(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self._peer(r, nid, info, info.comm_dst, "comm_dst")
-        ns = self.timing.eager_send_ns(r.rank, nid, info, dst)
+        ns = self.timing.eager_send_ns(r.rank, nid, info, dst, self._now)
         arrival = None if ns is None else self._now + ns  # None: a rendezvous, finished in _meet
         if arrival is not None:
             self._at(arrival, r.rank, nid)
@@ -480,6 +491,13 @@ class Replayer:
 
     def _warn(self, code: str, message: str, rank: int, nid: int) -> None:
         self.diagnostics.add(Diagnostic("warning", code, message, rank=rank, node_id=nid))
+
+
+def _sequence(r: _Rank, nid: int, info: NodeInfo) -> None:
+    pg = info.pg_name
+    k = r.coll_seq.get(pg, 0)
+    r.coll_seq[pg] = k + 1
+    r.seq_of[nid] = k
 
 
 def _kind(info: NodeInfo) -> str:

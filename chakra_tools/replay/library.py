@@ -103,6 +103,10 @@ def from_root(g: Sequence[int], size: int) -> list[Round]:
     return [(tuple((g[0], r, size) for r in g[1:]), 0)]
 
 
+#: library -> how many of a rank's calls it runs at once (ProcessGroupGloo's worker threads,
+#: two by default: an asynchronous reduce-scatter and the next layer's all-gather proceed together)
+IN_FLIGHT = {"gloo": 2}
+
 #: library -> collective kind -> its rounds
 LIBRARIES: dict[str, dict[CommType, Rounds]] = {
     "gloo": {
@@ -143,9 +147,11 @@ class LibraryBackend:
 
     def __post_init__(self) -> None:
         self.system = self.base.system
+        self.lane_limits = {"comm": IN_FLIGHT.get(self.library, 1)}
         self._algorithms = LIBRARIES[self.library]
         self._cache: dict = {}
         self._priced: dict[str, Fabric] = {}
+        self._link_free: dict[tuple, int] = {}  # a shared link -> when its queued messages are through
 
     def compute_ns(self, rank: int, info: NodeInfo) -> int:
         return self.base.compute_ns(rank, info)
@@ -182,6 +188,25 @@ class LibraryBackend:
             ns = self._cache[key] = self._scaled(max(cost.floor_ns, self._fabric(P2P).message_ns(src, dst, size)))
         return ns
 
+    def p2p_finish_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
+        """When a message sent at `now_ns` arrives, queued behind the messages before it on the
+        shared links it crosses (its machine's uplink out, the peer's in): two pipeline stages'
+        sends leaving one machine at once take twice as long, as they did on the test bed. A
+        message within a machine, or on a level of per-rank links, takes its time alone."""
+        if src == dst:
+            return now_ns
+        lv = self.fabric.level_between(src, dst)
+        level = self.fabric.levels[lv]
+        if not level.shared:
+            return now_ns + self.p2p_ns(src, dst, size)
+        out, into = ("out", lv, self.fabric.unit(src, lv)), ("in", lv, self.fabric.unit(dst, lv))
+        eff = self.kinds.get(P2P, KindCost()).efficiency
+        bytes_ns = self._scaled(size * level.ns_per_byte / eff)
+        start = max(now_ns, self._link_free.get(out, 0), self._link_free.get(into, 0))
+        self._link_free[out] = self._link_free[into] = start + bytes_ns
+        return start + max(self._scaled(self.kinds.get(P2P, KindCost()).floor_ns),
+                           self._scaled(level.latency_ns) + bytes_ns)
+
     def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
                       involved_dim: Sequence[bool] | None = None) -> int:
         if len(ranks) <= 1:
@@ -202,8 +227,47 @@ class LibraryBackend:
             ns = self._cache[key] = self._scaled(total)
         return ns
 
+    def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
+                             involved_dim: Sequence[bool] | None, arrivals_ns: Sequence[int]) -> list[int]:
+        """When the call ends for its members, all starting at the last arrival: its time alone,
+        or later where the shared links it crosses still carry earlier traffic (another group's
+        collective, pipeline sends): each link carries its bytes after what it already had
+        queued. Two data-parallel groups of a tensor-parallel job all-reduce across the same
+        uplinks at once; priced alone, each took half the time it did on the test bed."""
+        now = max(arrivals_ns)
+        if len(ranks) <= 1:
+            return [now] * len(ranks)
+        end = now + self.collective_ns(comm_type, size, ranks)
+        for link, busy in self._link_loads(comm_type, size, tuple(ranks)).items():
+            start = max(now, self._link_free.get(link, 0))
+            self._link_free[link] = start + busy
+            end = max(end, start + busy)
+        return [end] * len(ranks)
+
+    def _link_loads(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> dict[tuple, int]:
+        """ns each shared link is busy carrying this call's bytes (all its rounds)."""
+        key = ("links", comm_type, size, ranks)
+        loads = self._cache.get(key)
+        if loads is None:
+            kind = CommType(comm_type)
+            fab = self._fabric(kind.name)
+            rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
+            carried: dict[tuple, int] = {}
+            for msgs, _ in rounds:
+                for s, d, b in msgs:
+                    lv = fab.level_between(s, d) if s != d else -1
+                    if lv >= 0 and fab.levels[lv].shared:
+                        for link in (("out", lv, fab.unit(s, lv)), ("in", lv, fab.unit(d, lv))):
+                            carried[link] = carried.get(link, 0) + b
+            loads = self._cache[key] = {link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
+                                        for link, b in carried.items()}
+        return loads
+
     def notes(self) -> list[str]:
         return []
+
+    def unused_scales(self) -> list[str]:
+        return self.base.unused_scales()
 
     def describe(self) -> dict:
         return {**self.base.describe(), "collectives": f"{self.library} (library algorithms)",

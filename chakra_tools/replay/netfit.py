@@ -225,6 +225,9 @@ class KindPriced:
     def notes(self) -> list[str]:
         return self.shared.notes()
 
+    def unused_scales(self) -> list[str]:
+        return self.shared.unused_scales()
+
     def describe(self) -> dict:
         return {**self.shared.describe(),
                 "per_kind": {k: {"latency_ns": b.network.dims[0].latency_ns,

@@ -56,15 +56,23 @@ class Modelled:
         ns = self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)
         return [ns] * len(members)
 
-    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int) -> int | None:
-        """How long a send's data takes to arrive when it leaves at issue (eager); None: the send
-        is a rendezvous, timed by `rendezvous_ns` once its receive is posted."""
-        return self.backend.p2p_ns(rank, dst, info.comm_size)
+    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int, now_ns: int = 0) -> int | None:
+        """How long a send's data takes to arrive when it leaves at issue (`now_ns`, eager);
+        None: the send is a rendezvous, timed by `rendezvous_ns` once its receive is posted."""
+        return self._p2p_ns(rank, dst, info.comm_size, now_ns)
 
     def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
         """(send, receive) times from the instant the later of the two was posted."""
-        ns = self.backend.p2p_ns(send[0], recv[0], send[2].comm_size)
+        ns = self._p2p_ns(send[0], recv[0], send[2].comm_size, max(send[3], recv[3]))
         return ns, ns
+
+    def _p2p_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
+        """A message's time from `now_ns`: a backend that queues messages on shared links
+        (`p2p_finish_ns`, library.LibraryBackend) says when it ends, any other how long it takes."""
+        finish = getattr(self.backend, "p2p_finish_ns", None)
+        if finish is None:
+            return self.backend.p2p_ns(src, dst, size)
+        return finish(src, dst, size, now_ns) - now_ns
 
     def describe(self) -> dict:
         return self.backend.describe()
@@ -151,11 +159,11 @@ class Captured(Modelled):
     def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
         return self._recorded_ns(members) or super().collective_ns(members, group, size)
 
-    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int) -> int | None:
+    def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int, now_ns: int = 0) -> int | None:
         if self.comm == "calibrated" and recorded_ns(info) is not None:
             return None
         ns = self._recorded_ns([(rank, nid, info)])
-        return ns[0] if ns else super().eager_send_ns(rank, nid, info, dst)
+        return ns[0] if ns else super().eager_send_ns(rank, nid, info, dst, now_ns)
 
     def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
         ns = self._recorded_ns([send, recv])

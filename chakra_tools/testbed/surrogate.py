@@ -78,7 +78,9 @@ class Job:
             raise SystemExit(f"surrogate: world {self.world} is not a multiple of tp {args.tp} x pp {args.pp}")
         self.layout = ParallelLayout(tp=args.tp, dp=self.world // (args.tp * args.pp), pp=args.pp)
         self.tp_group = self._groups(self.layout.tp_group, args.tp)
-        self.dp_group = self._groups(self.layout.dp_group, self.layout.dp)
+        # a data-parallel group even of one rank, as DDP makes one: its all-reduce is what says
+        # what more replicas would exchange (trace-convert scale)
+        self.dp_group = self._groups(self.layout.dp_group, max(2, self.layout.dp))
         _, _, self.stage = self.layout.coord(self.rank)
         act = args.activation_kib * 1024 // FLOAT
         self.act = torch.ones(act)

@@ -220,7 +220,7 @@ def _cards(sources: list[dict]) -> str:
 
 
 def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", whatif: dict | None = None) -> str:
-    from .whatif import whatif_html
+    from .whatif import headline_html, whatif_html
 
     data = report_data(sets, whatif)
     sources = data["sources"]
@@ -228,11 +228,11 @@ def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", wha
     scale = max((_ms(b["compute_ns"] + b["exposed_comm_ns"] + b["idle_ns"]) for s in sources
                  for b in s["breakdown"].values()), default=0)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [
+    sections = [  # a prediction first: it is what the report was asked for
+        whatif_html(whatif) if whatif is not None else "",
         '<h2 id="breakdown">Per-rank breakdown</h2>' + svg.legend(PARTS)
         + '<div class="cols">' + "".join(_breakdown_section(s, scale) for s in sources) + "</div>",
         _comparison_section(data.get("comparison", [])),
-        whatif_html(whatif) if whatif is not None else "",
         '<h2 id="top-operators">Top operators by time</h2><p class="sub">self time: an op\'s duration less that of the ops nested in it</p><div class="cols">'
         + "".join(_top_section(s) for s in sources) + "</div>",
         '<h2 id="comm-volume">Communication volume by kind and group</h2><div class="cols">'
@@ -243,7 +243,8 @@ def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", wha
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
             f'<p class="sub">{escape(", ".join(s["source"] for s in sources))} — generated {when} — '
-            f'<span id="ranks-drawn" data-count="0">rendering…</span></p>{_cards(sources)}{notes}'
+            f'<span id="ranks-drawn" data-count="0">rendering…</span></p>'
+            f'{headline_html(whatif) if whatif is not None else ""}{_cards(sources)}{notes}'
             + "".join(sections) + f"<script>{JS}</script></body></html>\n")
 
 

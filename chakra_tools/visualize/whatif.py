@@ -2,9 +2,12 @@
 calibrated network against the measured step of a real run at that scale, and the network's fit.
 
 - `--fit NET` (the folder `trace-convert calibrate` wrote, or its fit.json): every rank-set input
-  is replayed on the fitted network (trace-replay's default modes: durations from the trace,
-  communication from the network) and the fit itself is shown: latency and bandwidth, each
-  collective kind fitted alone, and the residuals per kind and size that calibrate computed.
+  is replayed as `trace-replay RANKSET --network-fit NET` replays it (the same backend, the same
+  default modes, `--bandwidth`/`--latency` changes included: the report's figure is the CLI's),
+  and as ASTRA-sim would on the files calibrate wrote for it (`--network NET/network.yml
+  --system NET/system.json`); the fit itself is shown: the probed cluster's levels where
+  calibrated with --probe, latency and bandwidth, each collective kind fitted alone, and the
+  residuals per kind and size that calibrate computed.
 - `--measured RUN` (a `trace-capture` folder at the target scale, or its manifest.json): each
   prediction (a rank set replayed on the fit, or a replay result given as input) is compared with
   the run's measured step as `trace-replay --compare` compares it (`compare_with_manifest`: the
@@ -31,15 +34,16 @@ NO_MEASURED = ("no measured step at this scale: the scaled files keep no measure
 
 
 def whatif_data(paths: list[str | Path], *, fit: str | Path | None = None, measured: str | Path | None = None,
-                comm_group: str | Path | None = None) -> dict:
+                comm_group: str | Path | None = None, links: tuple = ()) -> dict:
     """{"fit": the calibration (Calibration.to_dict() plus its file) or None,
-    "predictions": [one per rank-set input (when `fit`) and per replay-result input]}."""
+    "predictions": [one per rank-set input (when `fit`) and per replay-result input]}.
+    `links`: what-if changes (replay.links), as trace-replay's --bandwidth/--latency."""
     from chakra_tools.replay.netfit import read_calibration
 
     cal = read_calibration(fit) if fit is not None else None
     manifest = _manifest(measured) if measured is not None else None
     fit_file = str(Path(fit) / "fit.json" if Path(fit).is_dir() else fit) if fit is not None else None
-    preds = [p for p in (_prediction(path, cal, fit_file, manifest, comm_group) for path in paths) if p]
+    preds = [p for p in (_prediction(path, cal, fit_file, manifest, comm_group, links) for path in paths) if p]
     return {"fit": {"file": fit_file, **cal.to_dict()} if cal else None, "predictions": preds,
             "measured_run": str(manifest) if manifest else None}
 
@@ -53,11 +57,12 @@ def _manifest(path: str | Path) -> Path:
     return file
 
 
-def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
+def _prediction(path, cal, fit_file, manifest, comm_group, links=()) -> dict | None:
     from chakra_tools.core.measured import scaled_from, step_windows
     from chakra_tools.core.chrome_trace import load as load_doc
     from chakra_tools.core.graph import RankSet
     from chakra_tools.replay import replay
+    from chakra_tools.replay.spec import SystemSpec
 
     from .sources import detect
 
@@ -78,16 +83,26 @@ def _prediction(path, cal, fit_file, manifest, comm_group) -> dict | None:
                     "notes": ["a scaled rank set: give --fit NET (trace-convert calibrate's folder) to "
                               "replay it on the calibrated network and predict its step"]}
         npus = max(cal.npus, len(rs))
-        doc = replay(path, cal.fit.backend(npus), comm_group=comm_group,
+        spec = SystemSpec(kind_fit=fit_file, links=tuple(links))
+        doc = replay(path, spec.backend(npus, str(path)), comm_group=comm_group,
                      record_events=False).to_dict(events=False)
-        network = f"calibrated: {fit_file} (Ring of {npus})"
+        changes = "".join(f" --{c.what} {c.text}" for c in links)
+        what = "the probed cluster" if cal.cluster is not None else "the per-kind fit"
+        network = f"trace-replay --network-fit {fit_file}{changes} ({what}, {npus} ranks)"
         out = _compared(str(path), doc, info, steps, network, manifest)
-        if cal.per_kind:  # and on the per-kind fit (trace-replay --network-fit)
-            by_kind = _compared(str(path), replay(path, cal.kind_priced(npus), comm_group=comm_group,
-                                                  record_events=False).to_dict(events=False),
-                                info, steps, network, manifest)
-            out["per_kind"] = {"predicted_step_ns": by_kind["predicted_step_ns"],
-                               "error": by_kind["measured"]["error"] if by_kind["measured"] else None}
+        files = {k: Path(v) for k, v in (cal.files or {}).items()}
+        if not links and files.get("network") and files["network"].is_file() and files["system"].is_file():
+            try:  # as ASTRA-sim runs it on the files calibrate wrote
+                backend = SystemSpec(network=files["network"], system=files["system"]).backend(npus, str(path))
+            except InputError as e:
+                out["notes"].append(f"not replayed on {files['network']}: {e}")
+            else:
+                by_files = _compared(str(path), replay(path, backend, comm_group=comm_group,
+                                                       record_events=False).to_dict(events=False),
+                                     info, steps, network, manifest)
+                out["network_file"] = {"network": str(files["network"]),
+                                       "predicted_step_ns": by_files["predicted_step_ns"],
+                                       "error": by_files["measured"]["error"] if by_files["measured"] else None}
         return out
     else:
         return None  # a captured run is measured, not a prediction
@@ -148,6 +163,20 @@ def _was(info: dict) -> str:
     return f'{info["dp"] * info["tp"] * info["pp"]}' + (f" ({kept} kept)" if kept else "")
 
 
+def headline_html(data: dict) -> str:
+    """The prediction first: each predicted step, and its error where a real run was given."""
+    cards = []
+    for p in data["predictions"]:
+        if p["predicted_step_ns"] is None:
+            continue
+        m = p["measured"]
+        against = ("" if m is None else
+                   f' measured {_ms(m["measured_ns"])} ms, error <b>{100 * m["error"]:+.1f}%</b>')
+        cards.append(f'<div class="card" data-headline="prediction">predicted step, {p["ranks"]} ranks'
+                     f'<b>{_ms(p["predicted_step_ns"])} ms</b>{escape(p["network"] or "")}{against}</div>')
+    return '<div class="cards">' + "".join(cards) + "</div>" if cards else ""
+
+
 def _predictions_html(preds: list[dict]) -> str:
     if not preds:
         return ""
@@ -156,7 +185,7 @@ def _predictions_html(preds: list[dict]) -> str:
         info = p["scaled_from"]
         scaled = (f'{_was(info)} → {p["ranks"]} ranks ({escape(info["batch"])} batch)' if info else "not scaled")
         m = p["measured"]
-        k = p.get("per_kind")
+        k = p.get("network_file")
         rows.append([f'<span class="l">{escape(p["source"])}</span>', scaled, str(p["ranks"]),
                      escape(p["network"] or "none"), "" if p["steps"] is None else str(p["steps"]),
                      _ms(p["predicted_step_ns"]), "none" if m is None else _ms(m["measured_ns"]),
@@ -166,7 +195,7 @@ def _predictions_html(preds: list[dict]) -> str:
     notes = "".join(f'<p class="note">{escape(p["source"])}: {escape(n)}</p>' for p in preds for n in p["notes"])
     return ('<h2 id="whatif">Predicted step against measured</h2>'
             + html_table(["input", "scaled", "ranks", "network", "steps", "predicted ms/step", "measured ms/step",
-                      "error", "per-kind fit ms/step"], rows, "whatif") + notes)
+                          "error", "on network.yml (as ASTRA-sim) ms/step"], rows, "whatif") + notes)
 
 
 def _fit_html(cal: dict | None) -> str:
@@ -194,6 +223,16 @@ def _fit_html(cal: dict | None) -> str:
         'ASTRA-sim reads the one Ring above)</h3>'
         + html_table(["kind", "latency ns"], [[escape(k), f'{v["latency_ns"]:.0f}'] for k, v in per_kind.items()],
                      "fit-per-kind"))
-    return ('<h2 id="network-fit">Calibrated network</h2>' + head
+    cluster = cal.get("cluster")
+    probed = "" if not cluster else (
+        '<h3>the cluster the probe measured (what trace-replay --network-fit prices with)</h3>'
+        + html_table(["level", "units", "latency µs", "Mbit/s", "shared by a unit's ranks"],
+                     [[escape(lv["name"]), str(lv["npus"]), _us(lv["latency_ns"]),
+                       f'{8e3 / lv["ns_per_byte"]:.4g}' if lv["ns_per_byte"] > 0 else "∞",
+                       "yes" if lv["shared"] else "no"] for lv in cluster["levels"]], "fit-cluster")
+        + html_table(["kind", "efficiency", "floor per round µs"],
+                     [[escape(k), f'{v["efficiency"]:.3f}', _us(v["floor_ns"])]
+                      for k, v in cluster["kinds"].items()], "fit-cluster-kinds"))
+    return ('<h2 id="network-fit">Calibrated network</h2>' + probed + head
             + '<h3>each kind fitted alone</h3>' + kinds + by_kind
             + '<h3>residuals per kind and size (measured: the instances\' mean, waits taken out)</h3>' + rows + checks)

@@ -52,15 +52,22 @@ def test_one_folder_per_node_anywhere(tmp_path):
     assert man.trace_path(man.ranks[2].host_trace) == b / "rank-2.host.json.gz"
 
 
+def test_a_node_missing_or_read_alone_is_named(tmp_path):
+    write(tmp_path / "run" / "node-0", node_manifest(0))
+    with pytest.raises(InputError, match=r"ran 2 nodes but node\(s\) \[1\] left no capture"):
+        read_manifest(tmp_path / "run")
+    with pytest.raises(InputError, match="node 0 of a 2-node launch, not the whole job"):
+        read_manifest(tmp_path / "run" / "node-0")
+
+
 @pytest.mark.parametrize("docs, message", [
-    ([node_manifest(0)], r"ran 2 nodes but node\(s\) \[1\] left no capture"),
     ([node_manifest(0), node_manifest(1, job="10.0.0.1:29501")], "different launches"),
     ([node_manifest(0), node_manifest(0)], "node 0 was captured twice"),
 ])
 def test_what_does_not_make_one_job_is_named(tmp_path, docs, message):
     folders = [write(tmp_path / f"n{i}", d) for i, d in enumerate(docs)]
     with pytest.raises(InputError, match=message):
-        read_job(folders) if len(folders) > 1 else read_manifest(tmp_path / "n0")
+        read_job(folders)
 
 
 def test_the_node_of_a_launch_is_read_off_torchrun():

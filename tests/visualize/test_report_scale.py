@@ -21,6 +21,7 @@ from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType as T, make_attr, make_attrs
 from chakra_tools.replay import compare_with_manifest, replay
 from chakra_tools.replay.netfit import calibrate, format_calibration, read_calibration, write_calibration
+from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.visualize.report import render_html, report_data
 from chakra_tools.visualize.sources import load_events
 from chakra_tools.visualize.whatif import whatif_data
@@ -89,17 +90,21 @@ def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_comp
     data = whatif_data([dp4], fit=net, measured=run)
     (pred,) = data["predictions"]
     cal = calibrate(cap, npus=4)
-    doc = replay(dp4, cal.fit.backend(4), record_events=False).to_dict(events=False)
+    # the report's prediction is trace-replay --network-fit's: the same backend, the same figure
+    doc = replay(dp4, SystemSpec(kind_fit=net).backend(4), record_events=False).to_dict(events=False)
     job = compare_with_manifest(doc, run / "manifest.json")["job"]
     assert pred["scaled_from"] == {"dp": 2, "batch": "per-rank", "steps": 2, "tp": 1, "pp": 1} and pred["ranks"] == 4
     assert pred["predicted_step_ns"] == job["predicted_ns"] == pytest.approx(doc["makespan_ns"] / 2, abs=1)
     window = 30_000 + 6_000_000 + 6_400_000  # rank 3 starts 30 µs late; the window to its 2nd step's end
     assert pred["measured"]["measured_ns"] == job["measured_ns"] == pytest.approx(window / 2, abs=1)
     assert pred["measured"]["error"] == job["error"] and pred["notes"] == []
-    # and on the per-kind fit (trace-replay --network-fit), against the same run
-    by_kind = compare_with_manifest(replay(dp4, cal.kind_priced(4), record_events=False).to_dict(events=False),
-                                    run / "manifest.json")["job"]
-    assert pred["per_kind"] == {"predicted_step_ns": by_kind["predicted_ns"], "error": by_kind["error"]}
+    # and as ASTRA-sim runs it on the files calibrate wrote, against the same run
+    on_files = SystemSpec(network=net / "network.yml", system=net / "system.json").backend(4)
+    by_files = compare_with_manifest(replay(dp4, on_files, record_events=False).to_dict(events=False),
+                                     run / "manifest.json")["job"]
+    assert pred["network_file"] == {"network": str(net / "network.yml"), "predicted_step_ns": by_files["predicted_ns"],
+                                    "error": by_files["error"]}
+    assert pred["network"].startswith(f"trace-replay --network-fit {net / 'fit.json'}")
     # the fit is calibrate's, read back from fit.json typed: every number equal
     assert data["fit"]["buckets"] == cal.rows and data["fit"]["kinds"] == cal.kinds
     assert data["fit"]["fit"]["latency_ns"] == cal.fit.latency_ns and data["fit"]["npus"] == 4
@@ -109,6 +114,11 @@ def test_prediction_against_a_real_run_at_the_target_is_what_the_replay_api_comp
     assert sets[0].label == "scaled" and "scaled from 2 to 4 ranks" in sets[0].notes[0]
     assert "comparison" not in report_data(sets, data)  # copied times are not measured ones
     html = render_html(sets, whatif=data)
+    # the page leads with the prediction and its error, before anything the copied times show
+    headline = html[html.index('data-headline="prediction"'):]
+    assert f'{job["predicted_ns"] / 1e6:.3f} ms' in headline[:300] and f'{100 * job["error"]:+.1f}%' in headline[:600]
+    assert html.index('data-headline="prediction"') < html.index('class="card">scaled')
+    assert html.index('id="whatif"') < html.index('id="breakdown"')
     section = html[html.index('id="whatif"'):html.index('id="network-fit"')]
     for text in (f'{job["predicted_ns"] / 1e6:.3f}', f'{job["measured_ns"] / 1e6:.3f}', f'{100 * job["error"]:+.1f}%',
                  "2 → 4 ranks (per-rank batch)"):
@@ -173,6 +183,12 @@ def test_cli_report_of_a_scaled_run(scaled_set, tmp_path):
     doc = json.loads(proc.stdout)
     assert doc["whatif"] == json.loads(json.dumps(whatif_data([dp4], fit=net, measured=run)))
     assert 'id="network-fit"' in (tmp_path / "r.html").read_text()
+    # the report and trace-replay, asked the same question, give the same answer
+    replayed = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import replay_main; replay_main()",
+                               str(dp4), "--network-fit", str(net), "--json"], capture_output=True, text=True)
+    assert replayed.returncode == 0, replayed.stderr
+    (pred,) = doc["whatif"]["predictions"]
+    assert pred["makespan_ns"] == json.loads(replayed.stdout)["makespan_ns"]
     (net / "fit.json").write_text(json.dumps({**json.loads((net / "fit.json").read_text()), "npus": "four"}))
     bad = _cli("report", dp4, "--fit", net, "-o", tmp_path / "r2.html")
     assert bad.returncode == 2 and str(net / "fit.json") in bad.stderr and "npus" in bad.stderr
@@ -208,7 +224,8 @@ def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
     assert sum(n.attr("collective_wait_ns") or 0 for n in before.nodes.values()) == report.waits_ns[waited]
     assert sum(n.attr("collective_wait_ns") or 0 for n in after.nodes.values()) == report.waits_ns[0]
     (pred,) = whatif_data([tmp_path / "dp1"], fit=tmp_path / "net")["predictions"]
-    doc = replay(tmp_path / "dp1", cal.fit.backend(2), record_events=False).to_dict(events=False)
+    doc = replay(tmp_path / "dp1", SystemSpec(kind_fit=tmp_path / "net").backend(2),
+                 record_events=False).to_dict(events=False)
     assert pred["makespan_ns"] == doc["makespan_ns"] and pred["steps"] == 3
     assert pred["measured"] is None and "keep no measured window" in pred["notes"][0]
 
