@@ -256,13 +256,28 @@ def _belongs(op: HostOp, call: CommCall, gloo_ops: set[int]) -> bool:
     thread (`absorb_worker_ops`)."""
     if op.name.startswith(ANNOTATION_PREFIX) or op.parent in gloo_ops:
         return False
+    if op.name.startswith(("gloo:", "nccl:")) and not _may_run(call, op_kind(op.name)):
+        return False  # another call's backend op, nested here by gloo's drifting parent links
     if call.source != "annotation" or op.parent != call.root:
         return True
     if call.c10d_collectives and _is_c10d_collective(op.name):
         return False  # a second collective under one annotation: another call (gloo's parent links)
-    if op.name.startswith(("gloo:", "nccl:")) and call.backend is not None:
-        return False  # a second backend op under one annotation: another call's (gloo's parent links)
     return op.name.startswith(COMM_PREFIXES)
+
+
+#: kinds gloo runs only as themselves: a backend op of another kind is never theirs
+_OWN_BACKEND = ("all_reduce", "all_gather", "broadcast", "all_to_all", "send", "recv")
+
+
+def _may_run(call: CommCall, kind: str | None) -> bool:
+    """Whether a backend op of `kind` can be this call's: it has none yet, and the op is of its
+    kind or of one gloo implements it with (a reduce-scatter as all-reduces). Under an FSDP
+    backward's drifting parent links, an asynchronous reduce-scatter's `gloo:all_reduce` and six
+    all-reduces of a DDP backward nested in the first call that was open, which then had seven
+    backend ops and the others none."""
+    if call.backend is not None:
+        return False
+    return kind == call.op or call.op not in _OWN_BACKEND
 
 
 def _is_c10d_collective(name: str) -> bool:
@@ -303,8 +318,8 @@ def _claimer(calls: list[CommCall], op: HostOp) -> CommCall | None:
     for call in recent:
         if call.op == kind and call.backend is None and call.source != "backend":
             return call
-    for call in reversed(recent):
-        if call.backend is None and call.source == "annotation" and call.op != "barrier":
+    for call in recent:
+        if call.source == "annotation" and call.op != "barrier" and _may_run(call, kind):
             return call
     latest = next((c for c in reversed(recent) if c.source != "backend"), None)
     if latest is not None and latest.op != kind and latest.backend_kind == kind:

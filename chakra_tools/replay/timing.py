@@ -166,13 +166,33 @@ class Captured(Modelled):
         return ns[0] if ns else super().eager_send_ns(rank, nid, info, dst, now_ns)
 
     def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
-        ns = self._recorded_ns([send, recv])
+        ns = self._recorded_ns([send, recv], pair=True)
         return (ns[0], ns[1]) if ns else super().rendezvous_ns(send, recv)
 
-    def _recorded_ns(self, members: Sequence[tuple]) -> list[int] | None:
-        """Per member, its time from the record (as `comm` says), or None: use the model."""
+    def _recorded_ns(self, members: Sequence[tuple], pair: bool = False) -> list[int] | None:
+        """Per member, its time from the record (as `comm` says), or None: use the model. A
+        send (`pair`: members are a send and its receive) completed no later than its receive:
+        gloo's `isend` record stays open until the script waits for it (a pipeline waits for its
+        sends at the end of the step, a quarter of a second after the data had arrived)."""
         if not self._recorded:
             return None
         ends = [self.comm_end_ns.get(m[0], {}).get(m[1]) for m in members]
         starts = [self.comm_start_ns.get(m[0], {}).get(m[1]) for m in members]
+        if pair:
+            ends[0] = _no_later(members[0][2], ends[0], members[1][2], ends[1])
         return self._recorded([m[2] for m in members], ends, starts)
+
+
+def _no_later(send: NodeInfo, send_end: int | None, recv: NodeInfo, recv_end: int | None) -> int | None:
+    """The send's completion, no later than its receive's (ns on the capture's clock; None where
+    the record is kept as it is). An unknown end (`recorded.UNKNOWN_END`) stays unknown."""
+    def end(info: NodeInfo, known: int | None) -> int | None:
+        if known is not None:
+            return known
+        ns = recorded_ns(info)
+        return None if ns is None or info.start_time_micros <= 0 else info.start_time_micros * 1000 + ns
+
+    mine, theirs = end(send, send_end), end(recv, recv_end)
+    if mine is None or theirs is None or mine < 0 or theirs < 0 or mine <= theirs:
+        return send_end
+    return theirs

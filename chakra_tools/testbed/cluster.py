@@ -71,11 +71,11 @@ class Shaping:
         return self.rate_mbit * 1e6 / 8
 
     def tbf_args(self) -> list[str]:
-        # a few full-size frames: the kernel's high-resolution timers keep the rate with that
-        # (11.9 of 12.5 MB/s at 100 Mbit/s, 59.3 of 62.5 at 500), and a message does not leave
-        # faster than the link after an idle spell, as no real link lets it (a bucket of one
-        # timer tick's bytes, 250 KB at 500 Mbit/s, sent whole messages at veth speed)
-        burst = self.burst_bytes or 8192
+        # a few full-size frames and what one timer tick (4 ms) releases: with a smaller bucket
+        # the rate holds on an idle host (11.9 of 12.5 MB/s at 100 Mbit/s with 8 KiB) but falls
+        # with the load as the qdisc's timer wakes late (a data-parallel job on 8 busy ranks ran
+        # 55% slower at 500 Mbit/s with 8 KiB than with this)
+        burst = self.burst_bytes or max(16 * 1514, int(self.bytes_per_s / 250))
         limit = max(int(self.bytes_per_s * self.queue_ms / 1000), 4 * burst)
         return ["tbf", "rate", f"{self.rate_mbit:g}mbit", "burst", str(burst), "limit", str(limit)]
 
