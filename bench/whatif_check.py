@@ -13,8 +13,9 @@ For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix)
    steps its manifest measured: on the probed network (`--network-fit NET --manifest`) and with
    its own recorded communication (`--as-captured --manifest`).
 
-Needs root (network namespaces, tc) and torch; about 10 minutes on 2 cores (`--quick`: the data-
-parallel job and two targets, about 3). Writes everything under --work (default: a temporary
+Needs root (network namespaces, tc) and torch; about 15 minutes on 2 cores (`--quick`: the data-
+parallel job and two targets, about 4). Run it on an otherwise idle machine: the real runs share
+its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies. Writes everything under --work (default: a temporary
 folder, removed) and the table as JSON with --json.
 
     sudo .venv/bin/python bench/whatif_check.py [--quick] [--jobs dp,fsdp] [--json out.json]
@@ -55,7 +56,7 @@ JOBS = {
 CAPTURE = (2, 2, 100.0)  # nodes, ranks per node, uplink Mbit/s
 TARGETS = [(2, 2, 100.0), (2, 2, 500.0), (4, 2, 100.0), (4, 2, 500.0), (4, 2, 250.0)]
 QUICK_TARGETS = [(2, 2, 500.0), (4, 2, 100.0)]
-STEPS = ["--steps", "8", "--warmup", "3"]
+STEPS = ["--steps", "10", "--warmup", "3"]
 CAPTURED_STEPS = 2
 
 
@@ -64,7 +65,8 @@ class Case:
     job: str
     target: str
     predicted_ns: float
-    real_ns: float
+    real_ns: float  # the mean of the real runs
+    spread: float = 0.0  # (max - min) / mean of the real runs: how much the target itself varies
 
     @property
     def error(self) -> float:
@@ -79,14 +81,18 @@ def _label(t) -> str:
     return f"{t[0]}x{t[1]} @{t[2]:g} Mbit/s"
 
 
-def real_step(work: Path, job: str, target, args) -> float:
+def real_steps(work: Path, job: str, target, args, runs: int) -> list[float]:
+    """The step of `runs` real runs on the target cluster (a fresh one each time)."""
     nodes, nproc, rate = target
-    result = work / f"real-{job}-{nodes}x{nproc}-{rate:g}.json"
-    with _cluster(work, nodes, rate) as cl:
-        runs = run_job(cl, nproc, [*args, *STEPS, "--result", str(result)], logs=work / "logs" / result.stem)
-    if failed(runs):
-        raise RuntimeError(f"{job} on {_label(target)} failed:\n{failed(runs)}")
-    return measured_step_ns(result)
+    out = []
+    for i in range(runs):
+        result = work / f"real-{job}-{nodes}x{nproc}-{rate:g}-{i}.json"
+        with _cluster(work, nodes, rate) as cl:
+            done = run_job(cl, nproc, [*args, *STEPS, "--result", str(result)], logs=work / "logs" / result.stem)
+        if failed(done):
+            raise RuntimeError(f"{job} on {_label(target)} failed:\n{failed(done)}")
+        out.append(measured_step_ns(result))
+    return out
 
 
 def capture_job(work: Path, job: str, args) -> Path:
@@ -138,6 +144,7 @@ def main() -> int:
     p.add_argument("--jobs", default=None, help=f"comma-separated, of {','.join(JOBS)}")
     p.add_argument("--work", type=Path, default=None, help="keep everything here")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--runs", type=int, default=2, help="real runs per target (their mean is the real step)")
     a = p.parse_args()
     why = unavailable()
     if why:
@@ -163,15 +170,17 @@ def main() -> int:
                          record_events=False).to_dict(events=False)
             captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
         for target in targets:
-            real = real_step(work, job, target, args)
+            reals = real_steps(work, job, target, args, a.runs)
+            real = fmean(reals)
             pred = predict(work, job, args, net, target, CaptureModes())
-            cases.append(Case(job, _label(target), pred, real))
+            cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real))
             print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
-                  f"error {cases[-1].error:+6.1%}", flush=True)
+                  f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}", flush=True)
     print(f"\nwhat-if from a capture on {_label(CAPTURE)} (trace-replay --network-fit NET --bandwidth ...)")
-    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}")
+    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}")
     for c in cases:
-        print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}")
+        print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}"
+              f"{c.spread:>13.1%}")
     errors = [abs(c.error) for c in cases]
     print(f"mean |error| {fmean(errors):.1%}, max {max(errors):.1%} over {len(cases)} cases "
           f"(goal: each within 10%, mean 5%)")

@@ -41,8 +41,32 @@ for _name, _sub in SUBAPPS.items():
 
 
 def main() -> None:
-    _skip_last_collection()
+    _start("chakra-tools")
     app()
+
+
+def _start(prog: str) -> None:
+    """What every console script does first: `--version` answered, a closed pipe (`| head`)
+    ending the command quietly as it ends `cat` (SIGPIPE's default action, exit 141 in the
+    shell), and the interpreter's last collection skipped."""
+    if sys.argv[1:] == ["--version"] or sys.argv[1:] == ["-V"]:
+        print(f"{prog} {version()}")
+        raise SystemExit(0)
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _skip_last_collection()
+
+
+def version() -> str:
+    """The installed chakra-tools' version (pyproject.toml's, via the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version("chakra-tools")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def _skip_last_collection() -> None:
@@ -56,7 +80,7 @@ def _skip_last_collection() -> None:
 
 
 def _run(name: str) -> None:
-    _skip_last_collection()
+    _start(f"trace-{name}")
     sub = SUBAPPS[name]
     argv = sys.argv[1:]
     prepare = getattr(sys.modules[f"{__package__}.{name}"], "prepare_argv", None)

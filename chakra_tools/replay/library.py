@@ -152,6 +152,7 @@ class LibraryBackend:
         self._cache: dict = {}
         self._priced: dict[str, Fabric] = {}
         self._link_free: dict[tuple, int] = {}  # a shared link -> when its queued messages are through
+        self._awake_until: dict[int, int] = {}  # a rank -> when the floors of its calls in flight are through
 
     def compute_ns(self, rank: int, info: NodeInfo) -> int:
         return self.base.compute_ns(rank, info)
@@ -238,30 +239,44 @@ class LibraryBackend:
         if len(ranks) <= 1:
             return [now] * len(ranks)
         end = now + self.collective_ns(comm_type, size, ranks)
-        for link, busy in self._link_loads(comm_type, size, tuple(ranks)).items():
+        loads, waking = self._link_loads(comm_type, size, tuple(ranks))
+        for link, busy in loads.items():
             start = max(now, self._link_free.get(link, 0))
             self._link_free[link] = start + busy
             end = max(end, start + busy)
+        if waking:  # the rounds' floors are the members' own time: two calls in flight take turns
+            start = max(now, *(self._awake_until.get(r, 0) for r in ranks))
+            for r in ranks:
+                self._awake_until[r] = start + waking
+            end = max(end, start + waking)
         return [end] * len(ranks)
 
-    def _link_loads(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> dict[tuple, int]:
-        """ns each shared link is busy carrying this call's bytes (all its rounds)."""
+    def _link_loads(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> tuple[dict[tuple, int], int]:
+        """ns each shared link is busy carrying this call's bytes (all its rounds), and ns of
+        its rounds that their floor, not their bytes, set: the members' own time (on gloo,
+        the worker threads' turns on the ranks' cores), which a second call in flight waits for
+        where an uplink's bytes would have been shared."""
         key = ("links", comm_type, size, ranks)
-        loads = self._cache.get(key)
-        if loads is None:
+        got = self._cache.get(key)
+        if got is None:
             kind = CommType(comm_type)
             fab = self._fabric(kind.name)
+            floor = self.kinds.get(kind.name, KindCost()).floor_ns
             rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
             carried: dict[tuple, int] = {}
+            waking, priced = 0.0, {}
             for msgs, _ in rounds:
                 for s, d, b in msgs:
                     lv = fab.level_between(s, d) if s != d else -1
                     if lv >= 0 and fab.levels[lv].shared:
                         for link in (("out", lv, fab.unit(s, lv)), ("in", lv, fab.unit(d, lv))):
                             carried[link] = carried.get(link, 0) + b
-            loads = self._cache[key] = {link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
-                                        for link, b in carried.items()}
-        return loads
+                if msgs not in priced:
+                    priced[msgs] = fab.round_ns(msgs)
+                waking += floor if floor > priced[msgs] else 0.0  # a round its floor sets is all theirs
+            got = self._cache[key] = ({link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
+                                       for link, b in carried.items()}, self._scaled(waking))
+        return got
 
     def notes(self) -> list[str]:
         return []
