@@ -11,7 +11,9 @@ sizes from `--min-size` to `--max-size` (x4 each time):
 - one message there and back between two ranks of one machine, and between two machines (the
   first rank of each), half the round trip being one message's time;
 - all-reduce, all-gather, reduce-scatter, all-to-all and broadcast on every rank, each started
-  together after a barrier and timed to its slowest member's return;
+  together after a barrier and timed to its slowest member's return; and all-reduce, all-gather
+  and reduce-scatter on the ranks of the first machine alone (up to 1 MiB), whose rounds never
+  leave it;
 - one rank adding two buffers (the reduction a collective performs on what it receives).
 
 A size whose single repetition takes longer than `--budget-s` / 20 is the last of its kind, so a
@@ -96,9 +98,7 @@ class Probe:
     def pairs(self) -> list[tuple[int, int]]:
         """Two ranks of one machine and two of different machines, where the job has them."""
         out = []
-        by_host: dict[str, list[int]] = {}
-        for r, h in enumerate(self.hosts):
-            by_host.setdefault(h, []).append(r)
+        by_host = self._by_host()
         local = next((ranks for ranks in by_host.values() if len(ranks) > 1), None)
         if local:
             out.append((local[0], local[1]))
@@ -136,50 +136,73 @@ class Probe:
         return samples
 
     # -- collectives -------------------------------------------------------------------------
-    def _collective(self, kind: str, size: int):
-        """(comm_size in the converter's convention, a function that runs it once)."""
-        n, dev = self.world, self.device
+    def _collective(self, kind: str, size: int, n: int, group=None):
+        """(comm_size in the converter's convention, a function that runs it once on `group`
+        of `n` ranks)."""
+        dev = self.device
         elems = max(1, size // FLOAT)
         if kind == "ALL_REDUCE":
             t = torch.ones(elems, device=dev)
-            return elems * FLOAT, lambda: dist.all_reduce(t)
+            return elems * FLOAT, lambda: dist.all_reduce(t, group=group)
         if kind == "ALL_GATHER":
             share = max(1, elems // n)
             inp, out = torch.ones(share, device=dev), torch.empty(share * n, device=dev)
-            return share * FLOAT, lambda: dist.all_gather_into_tensor(out, inp)
+            return share * FLOAT, lambda: dist.all_gather_into_tensor(out, inp, group=group)
         if kind == "REDUCE_SCATTER":
             share = max(1, elems // n)
             inp, out = torch.ones(share * n, device=dev), torch.empty(share, device=dev)
-            return share * n * FLOAT, lambda: dist.reduce_scatter_tensor(out, inp)
+            return share * n * FLOAT, lambda: dist.reduce_scatter_tensor(out, inp, group=group)
         if kind == "ALL_TO_ALL":
             share = max(1, elems // n)
             inp, out = torch.ones(share * n, device=dev), torch.empty(share * n, device=dev)
-            return share * n * FLOAT, lambda: dist.all_to_all_single(out, inp)
+            return share * n * FLOAT, lambda: dist.all_to_all_single(out, inp, group=group)
         t = torch.ones(elems, device=dev)
-        return elems * FLOAT, lambda: dist.broadcast(t, 0)
+        return elems * FLOAT, lambda: dist.broadcast(t, 0, group=group)
 
     def collectives(self) -> list[dict]:
+        """Every kind on the whole job; and the ring kinds on the first machine's ranks alone
+        (where it has two or more, and the job spans machines), whose rounds stay within it:
+        what a round costs there is not what one between machines does."""
+        world = list(range(self.world))
+        samples = self._sweep(("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "BROADCAST"), world)
+        local = next((ranks for ranks in self._by_host().values() if len(ranks) > 1), None)
+        if local and len(local) < self.world:
+            group = dist.new_group(local)  # every rank makes it, as torch.distributed requires
+            samples += self._sweep(("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"), local, group,
+                                   max_size=min(self.args.max_size, 1 << 20))
+        return samples
+
+    def _by_host(self) -> dict[str, list[int]]:
+        by_host: dict[str, list[int]] = {}
+        for r, h in enumerate(self.hosts):
+            by_host.setdefault(h, []).append(r)
+        return by_host
+
+    def _sweep(self, kinds, ranks: list[int], group=None, max_size: int | None = None) -> list[dict]:
         samples = []
-        for kind in ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "BROADCAST"):
-            for size in _sizes(self.args.min_size, self.args.max_size):
-                comm_size, run = self._collective(kind, size)
+        member = self.rank in ranks
+        for kind in kinds:
+            for size in _sizes(self.args.min_size, max_size or self.args.max_size):
+                comm_size, run = self._collective(kind, size, len(ranks), group)
                 dist.barrier()
                 t = time.perf_counter_ns()
-                run()  # warm: buffers and connections; and how many calls make one repetition
-                self._sync()
-                iters = self._iterations(time.perf_counter_ns() - t, src=0)
+                if member:
+                    run()  # warm: buffers and connections; and how many calls make one repetition
+                    self._sync()
+                iters = self._iterations(time.perf_counter_ns() - t, src=ranks[0])
                 mine = []
                 for _ in range(self.args.repeats):
                     dist.barrier()
                     t = time.perf_counter_ns()
-                    for _ in range(iters):
-                        run()
-                    self._sync()
-                    mine.append((time.perf_counter_ns() - t) / iters)
+                    if member:
+                        for _ in range(iters):
+                            run()
+                        self._sync()
+                    mine.append((time.perf_counter_ns() - t) / iters if member else 0.0)
                 mine_t = torch.tensor(mine, dtype=torch.float64, device=self.device)
                 dist.all_reduce(mine_t, op=dist.ReduceOp.MAX)
                 slowest = mine_t.cpu().tolist()
-                samples.append({"kind": kind, "ranks": list(range(self.world)), "size": comm_size, "ns": slowest})
+                samples.append({"kind": kind, "ranks": list(ranks), "size": comm_size, "ns": slowest})
                 if min(slowest) > self.slow_ns:
                     break
         return samples

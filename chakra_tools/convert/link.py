@@ -30,6 +30,9 @@ class Link:
     kernels: dict[int, list[Event]] = field(default_factory=dict)
     unlinked_kernels: int = 0
     method: str = "none"
+    #: where both traces carry record-function ids and few of them agree: why the two are
+    #: probably not of one process (None where they pair, or cannot tell)
+    mismatch: str | None = None
 
     def matched_fraction(self, n_ops: int) -> float:
         return len(self.op_event) / n_ops if n_ops else 1.0
@@ -41,6 +44,12 @@ def link(host: HostTrace, dev: DeviceTrace) -> Link:
     if dev.has_rf_ids:
         lk.op_event, lk.method = _by_rf_id(host.ops, dev.host), "rf_id"
         if len(lk.op_event) < 0.5 * min(len(host.ops), len(dev.host)):
+            with_ids = sum(1 for op in host.ops if op.rf_id)
+            if with_ids >= 0.5 * len(host.ops) and host.ops:
+                lk.mismatch = (f"{host.path} and {dev.path} look like traces of different processes: "
+                               f"{len(lk.op_event)} of {with_ids} host ops find the device event of their "
+                               "record-function id under the same name (a pair of one process finds "
+                               "nearly all); give each rank's own pair (--force links them by op order anyway)")
             lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"
     else:
         lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"

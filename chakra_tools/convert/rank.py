@@ -86,6 +86,8 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
         groups = _local_groups(host, dev, result.calls, known)
         world = _world_size(dev, groups, known)
         meta = _metadata(host, dev, lk, rank)
+        if lk is not None and lk.mismatch:
+            result.diagnostics.add(Diagnostic("error", "unpaired-traces", lk.mismatch, file=source, rank=rank))
         stats = {"link": lk.method if lk else "none", "linked": len(lk.op_event) if lk else 0,
                  "host_ops": len(host.ops)}
         has_device = dev is not None

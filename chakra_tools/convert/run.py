@@ -14,6 +14,7 @@ A rank that fails stops the conversion with its file named, and nothing is writt
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import zlib
@@ -231,7 +232,8 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     ids, groups = assign_groups(results, world, diags)
     globalise(results, ids, diags)
     record_groups(results, ids, groups)
-    record_placement([r.graph for r in results], {s.rank: s.machine for s in inputs.ranks}, inputs.backend)
+    record_placement([r.graph for r in results], {s.rank: s.machine for s in inputs.ranks}, inputs.backend,
+                     conversion_id(inputs))
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
     align_windows(rankset, diags)
     if adapt is not None:
@@ -257,12 +259,30 @@ def _adapt(rankset: RankSet, target: str) -> None:
                 g.nodes[nid] = new
 
 
+def conversion_id(inputs: RunInputs) -> str:
+    """The same for every file of one conversion, and for a conversion of the same inputs again
+    (outputs stay byte-stable), different for other inputs: each rank's trace names and sizes."""
+    def size(p: str | None) -> int:
+        return os.path.getsize(p) if p and os.path.exists(p) else -1
+
+    parts = sorted((s.rank, Path(s.host).name if s.host else "", size(s.host),
+                    Path(s.device).name if s.device else "", size(s.device)) for s in inputs.ranks)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+#: the converter's findings that refuse its output unless --force, as validation errors do
+REFUSING = ("unpaired-traces",)
+
+
 def _check(rankset: RankSet, diags: Diagnostics, force: bool, target: str | None = None) -> None:
     from chakra_tools.core.validate import validate_rankset
 
     found = validate_rankset(rankset, target=target)
     diags.extend(found)
-    errors = [d for d in found if d.severity == "error"]
+    # the converter's own errors (a host trace paired with another process's device trace)
+    # refuse the output as validation's do
+    errors = ([d for d in diags if d.severity == "error" and d.code in REFUSING]
+              + [d for d in found if d.severity == "error"])
     if errors and not force:
         shown = "\n  ".join(str(d) for d in errors[:20])
         more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""

@@ -17,12 +17,15 @@ from .model import Metadata, make_attr
 if TYPE_CHECKING:
     from .graph import Graph, RankSet
 
-HOST, BACKEND = "host", "comm_backend"
+HOST, BACKEND, CONVERSION = "host", "comm_backend", "conversion"
 
 
-def record_placement(graphs: Iterable["Graph"], hosts: Mapping[int, str | None], backend: str | None) -> None:
+def record_placement(graphs: Iterable["Graph"], hosts: Mapping[int, str | None], backend: str | None,
+                     conversion: str | None = None) -> None:
     """Write each rank's host and the run's library into its graph's metadata (where known; a
-    rank whose host is not known loses any it had)."""
+    rank whose host is not known loses any it had), and the id of the conversion that wrote
+    them all (`conversion`): files of one rank set converted apart (a host-only rank beside
+    full ones, another run's rank) are then told apart by validation."""
     for g in graphs:
         meta = g.metadata
         attrs = {k: v for k, v in meta.attrs.items() if k != HOST}
@@ -30,6 +33,8 @@ def record_placement(graphs: Iterable["Graph"], hosts: Mapping[int, str | None],
             attrs[HOST] = make_attr(HOST, str(hosts[g.rank]))
         if backend:
             attrs[BACKEND] = make_attr(BACKEND, str(backend))
+        if conversion:
+            attrs[CONVERSION] = make_attr(CONVERSION, conversion)
         if attrs != meta.attrs:
             g.metadata = Metadata(meta.version, attrs, meta.present)
 

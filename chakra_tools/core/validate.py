@@ -264,6 +264,8 @@ class RankScan:
     file: str | None
     nodes: int = 0
     world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
+    recorded_rank: int | None = None  # the rank its GlobalMetadata says the file holds
+    conversion: str | None = None  # the id of the conversion that wrote it (core.placement)
     collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
     sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
@@ -525,12 +527,51 @@ def check_missing_ranks(scans: Mapping[int, RankScan], out: Diagnostics) -> None
                            f"{_ranks_text(missing)}", file=scans[r].file, rank=r))
 
 
+def check_file_ranks(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
+    """A file whose GlobalMetadata names another rank than its name does (two files swapped or
+    renamed): every cross-rank check would pair the wrong ranks, so it is an error."""
+    for rank, scan in scans.items():
+        if scan.recorded_rank is not None and scan.recorded_rank != rank:
+            out.add(Diagnostic("error", "rank-mismatch",
+                               f"the file is named rank {rank} but its GlobalMetadata says rank {scan.recorded_rank} "
+                               "(files swapped or renamed?): name each file after the rank it holds",
+                               file=scan.file, rank=rank))
+
+
+def check_one_conversion(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
+    """Files of one rank set written by different conversions: a rank converted host-only beside
+    ranks with durations, another run's rank, a rank converted again from other traces."""
+    ids: dict[str, list[int]] = {}
+    for rank, scan in sorted(scans.items()):
+        if scan.conversion:
+            ids.setdefault(scan.conversion, []).append(rank)
+    if len(ids) > 1:
+        main = max(ids.values(), key=len)
+        stray = sorted(r for ranks in ids.values() if ranks is not main for r in ranks)
+        out.add(Diagnostic("error", "mixed-conversions",
+                           f"{_ranks_text(stray)} were converted apart from {_ranks_text(main)} ({len(ids)} "
+                           "conversions in one rank set): convert the run's ranks together (trace-convert RUN)",
+                           file=scans[stray[0]].file, rank=stray[0]))
+
+
 def _world_size(meta) -> int | None:
     a = meta.attrs.get("world_size") if meta is not None else None
     return a.value if a is not None and type(a.value) is int and a.value > 0 else None
 
 
+def _conversion(meta) -> str | None:
+    a = meta.attrs.get("conversion") if meta is not None else None
+    return a.value if a is not None and isinstance(a.value, str) else None
+
+
+def _recorded_rank(meta) -> int | None:
+    a = meta.attrs.get("rank") if meta is not None else None
+    return a.value if a is not None and type(a.value) is int and a.value >= 0 else None
+
+
 def _cross_rank(scans: dict[int, RankScan], comm_groups, out: Diagnostics) -> None:
+    check_file_ranks(scans, out)
+    check_one_conversion(scans, out)
     check_missing_ranks(scans, out)
     check_absent_ranks(scans, comm_groups or {}, out)
     if len(scans) > 1:
@@ -558,6 +599,8 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
                                 target=target)
         scans[rank].world_size = _world_size(reader.metadata)
+        scans[rank].recorded_rank = _recorded_rank(reader.metadata)
+        scans[rank].conversion = _conversion(reader.metadata)
     _cross_rank(scans, groups, out)
     return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path))
 
@@ -582,5 +625,7 @@ def validate_rankset(rankset: RankSet, *, target: str | None = None) -> list[Dia
         scans[g.rank] = scan_rank(nodes, rank=g.rank, file=g.source, comm_groups=groups, out=out,
                                   again=functools.partial(iter, nodes), graph=g, target=target)
         scans[g.rank].world_size = _world_size(g.metadata)
+        scans[g.rank].recorded_rank = _recorded_rank(g.metadata)
+        scans[g.rank].conversion = _conversion(g.metadata)
     _cross_rank(scans, groups, out)
     return list(out)

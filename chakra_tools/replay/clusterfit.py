@@ -13,7 +13,8 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    modelled over measured bytes time: one size that lost packets to a full queue does not set
    it), kept within [1/3, 3]; and a floor per round, the median time per round of the other
    sizes (latency-bound calls, which on a shared host take what waking the members takes, not
-   what the links do).
+   what the links do), for rounds that cross the level the probe's calls crossed (between
+   machines): a round within a machine costs its link alone.
 
 Where the probe ran on one machine, the network between machines is unknown: the fit says so and
 a replay that needs it (more machines than one) is refused.
@@ -132,7 +133,11 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
         raise bad("levels", "at least one level")
     kinds = {}
     for k, c in (doc.get("kinds") or {}).items():
-        kinds[str(k)] = KindCost(number(c, "floor_ns", f"kinds.{k}."), number(c, "efficiency", f"kinds.{k}.", 1e-6))
+        floors = c.get("floors_ns") if isinstance(c, dict) else None
+        if not isinstance(floors, list) or len(floors) > len(levels) or not all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1e18 for f in floors):
+            raise bad(f"kinds.{k}.floors_ns", f"a list of at most {len(levels)} numbers >= 0 (one per level)")
+        kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6))
     rows = doc.get("rows") or []
     return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
                       number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
@@ -166,7 +171,8 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
     if not cluster.inter_known:
         lines.append("  inter-node: not measured (the probe ran on one machine)")
     for kind, c in sorted(cluster.kinds.items()):
-        lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor {c.floor_ns / 1e6:.3g} ms per round")
+        floors = ", ".join(f"{lv.name} {f / 1e6:.3g}" for lv, f in zip(cluster.fabric.levels, c.floors_ns))
+        lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor per round (ms): {floors or 'none'}")
     if cluster.rows:
         errors = sorted(abs(r["error"]) for r in cluster.rows)
         lines.append(f"  the probe's {len(errors)} measurements on it: median |error| {median(errors):.1%}, "
@@ -221,8 +227,14 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     by_kind: dict[str, list] = {}
     for c in probe.collectives:
         by_kind.setdefault(c.kind, []).append(c)
+    ring = by_kind.pop("ALL_REDUCE", None)
+    if ring:  # first: its floors stand in for a level another kind was not measured on
+        kinds["ALL_REDUCE"] = _kind_cost(fabric, library, "ALL_REDUCE", ring, reduce)
+        by_kind["ALL_REDUCE"] = ring
     for kind, samples in sorted(by_kind.items()):
-        kinds[kind] = _kind_cost(fabric, library, kind, samples, reduce)
+        if kind != "ALL_REDUCE":
+            kinds[kind] = _kind_cost(fabric, library, kind, samples, reduce,
+                                     kinds["ALL_REDUCE"].floors_ns if ring else ())
     backend = LibraryBackend(_NoCompute(), fabric, library, kinds, reduce)
     for kind, samples in sorted(by_kind.items()):
         for c in samples:
@@ -234,9 +246,13 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows))
 
 
-def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: float) -> KindCost:
-    """One kind's floor and efficiency (see the module's docstring). A size is bandwidth-bound
-    where its bytes take at least half of what it measured; each sample is its median."""
+def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: float,
+               fallback_floors: tuple[float, ...] = ()) -> KindCost:
+    """One kind's floors and efficiency (see the module's docstring). A size is bandwidth-bound
+    where its bytes take at least half of what it measured; each sample is its median. Each
+    group of ranks the probe ran the kind on gives the floor of the outermost level it spans
+    (the world: between machines; the first machine's ranks: within one); a level no group
+    measured takes `fallback_floors`' (all-reduce's), else the next level out's."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -245,16 +261,26 @@ def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: f
         full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
-        rows.append((base, full - base, median(c.ns), rounds))
-    bound = [(base, b, m) for base, b, m, _ in rows if b > 0 and b >= 0.5 * m]
-    # every repetition of the latency-bound sizes, per round: on a busy host each varies
-    # several-fold, and the median of them all is steadier than that of a few sizes' medians
-    latency = [x / n for (base, b, m, n), c in zip(rows, samples) if not (b > 0 and b >= 0.5 * m) for x in c.ns]
+        spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
+        rows.append((base, full - base, median(c.ns), rounds, max(0, spans)))
+    world = max(r[4] for r in rows)
+    bound = [(base, b, m) for base, b, m, _, lv in rows if b > 0 and b >= 0.5 * m and lv == world]
     efficiency = 1.0
     if bound:
         efficiency = median(b / max(m - base, 1.0) for base, b, m in bound)
         efficiency = min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], efficiency))
-    return KindCost(median(latency) if latency else 0.0, efficiency)
+    floors: list[float | None] = [None] * len(fabric.levels)
+    for level in sorted({r[4] for r in rows}):
+        # every repetition of the latency-bound sizes, per round: on a busy host each varies
+        # several-fold, and the median of them all is steadier than that of a few sizes' medians
+        latency = [x / n for (base, b, m, n, lv), c in zip(rows, samples)
+                   if lv == level and not (b > 0 and b >= 0.5 * m) for x in c.ns]
+        floors[level] = median(latency) if latency else 0.0
+    for i in range(len(floors) - 1, -1, -1):
+        if floors[i] is None:
+            known = fallback_floors[i] if i < len(fallback_floors) and fallback_floors[i] is not None else None
+            floors[i] = known if known is not None else (floors[i + 1] if i + 1 < len(floors) else 0.0)
+    return KindCost(tuple(float(f) for f in floors), efficiency)
 
 
 class _NoCompute:

@@ -61,6 +61,7 @@ def compare_with_manifest(result: dict, manifest: str | Path | dict | RunManifes
     """
     man = _load(manifest)
     finish = {r["rank"]: r["finish_ns"] - r.get("start_ns", 0) for r in result["ranks"]}
+    _check_same_job(man, sorted(finish))
     rows = []
     for rec in man.ranks:
         rank = rec.rank
@@ -81,7 +82,30 @@ def compare_with_manifest(result: dict, manifest: str | Path | dict | RunManifes
     window = aligned_window_ns(man, [r["rank"] for r in rows])
     if window is not None:
         out["job"] = _versus(window / steps, predicted)
+    out["headline"] = headline(out)
     return out
+
+
+def headline(cmp: dict) -> dict:
+    """The one figure a comparison is judged by, and what it is: the job's (its window across
+    ranks, the time a synchronous job really takes) where known, else the step's. Every output
+    leads with it; the per-rank and per-step figures are details."""
+    if cmp.get("job"):
+        what = ("the traced window across ranks against the makespan" if cmp.get("source") == "trace" else
+                "the captured window across ranks per step against the makespan per step")
+        return {"basis": "job", "what": what, **cmp["job"]}
+    return {"basis": "step", "what": "the ranks' mean step time against the makespan per step", **cmp["step"]}
+
+
+def _check_same_job(man: RunManifest, ranks: list[int]) -> None:
+    """A comparison only of a replay with the run it came from (or a run of its size): ranks the
+    run did not have are refused, not compared with whatever rank 0 measured."""
+    world = man.world_size or len(man.ranks)
+    extra = [r for r in ranks if r >= world]
+    if extra:
+        raise InputError(f"{man.source}: a run of {world} rank(s), but the replay has {len(ranks)} (ranks "
+                         f"{', '.join(map(str, extra[:8]))} are not in it): compare a replay with the run it "
+                         "was converted from, or with a real run at its scale")
 
 
 def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | None:
@@ -108,6 +132,7 @@ def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | No
     steps = [e - s for m in known.values() for s, e in m.steps_ns]
     if steps:
         out["profiler_steps_ns"] = {"count": len(steps), "min": min(steps), "max": max(steps)}
+    out["headline"] = headline(out)
     return out
 
 
@@ -151,27 +176,25 @@ def aligned_window_ns(man: dict | RunManifest, ranks: list[int]) -> int | None:
 
 
 def format_comparison(cmp: dict) -> str:
+    """The headline error first, then the details, each saying what it compares (ms throughout)."""
+    head = cmp.get("headline") or headline(cmp)
     per = " window" if cmp.get("source") == "trace" else "/step"
-    lines = [f"{'rank':>5} {'measured' + per:>14} {'predicted' + per:>15} {'error':>8}"]
+    lines = [f"error {head['error'] * 100:+.1f}%: measured {head['measured_ns'] / 1e6:.3f} ms, predicted "
+             f"{head['predicted_ns'] / 1e6:.3f} ms ({head['what']})",
+             "details:",
+             f"  {'rank':>5} {'measured' + per:>16} {'predicted' + per:>17} {'error':>8}"]
     for r in cmp["ranks"]:
-        lines.append(f"{r['rank']:>5} {r['measured_ns'] / 1e3:>12.1f}us {r['predicted_ns'] / 1e3:>13.1f}us "
-                     f"{r['error'] * 100:>7.1f}%")
-    lines.append(f"mean |error| over ranks {cmp['mean_abs_error'] * 100:.1f}%")
+        lines.append(f"  {r['rank']:>5} {r['measured_ns'] / 1e6:>13.3f} ms {r['predicted_ns'] / 1e6:>14.3f} ms "
+                     f"{r['error'] * 100:>+7.1f}%")
+    lines.append(f"  mean |error| over ranks {cmp['mean_abs_error'] * 100:.1f}% (each rank's own steps, which "
+                 "start at different instants)")
     st = cmp.get("step")
-    if st:
-        lines.append(f"step (mean over ranks vs makespan): measured {st['measured_ns'] / 1e3:.1f}us, "
-                     f"predicted {st['predicted_ns'] / 1e3:.1f}us, error {st['error'] * 100:.1f}%")
+    if st and head["basis"] != "step":
+        lines.append(f"  step (the ranks' mean step time vs the makespan per step): measured "
+                     f"{st['measured_ns'] / 1e6:.3f} ms, predicted {st['predicted_ns'] / 1e6:.3f} ms, "
+                     f"error {st['error'] * 100:+.1f}%")
     steps = cmp.get("profiler_steps_ns")
     if steps:
-        lines.append(f"ProfilerStep ranges in the window: {steps['count']}, "
-                     f"{steps['min'] / 1e3:.1f}us .. {steps['max'] / 1e3:.1f}us")
-    job = cmp.get("job")
-    if job and cmp.get("source") == "trace":
-        lines.append(f"job (the traced window across ranks vs makespan): measured "
-                     f"{job['measured_ns'] / 1e3:.1f}us, predicted {job['predicted_ns'] / 1e3:.1f}us, "
-                     f"error {job['error'] * 100:.1f}%")
-    elif job:
-        lines.append(f"job (captured window across ranks vs makespan, per step): measured "
-                     f"{job['measured_ns'] / 1e3:.1f}us, predicted {job['predicted_ns'] / 1e3:.1f}us, "
-                     f"error {job['error'] * 100:.1f}%")
+        lines.append(f"  ProfilerStep ranges in the window: {steps['count']}, "
+                     f"{steps['min'] / 1e6:.3f} .. {steps['max'] / 1e6:.3f} ms")
     return "\n".join(lines)

@@ -50,11 +50,21 @@ class KindCost:
     """What calibration fitted for one kind beyond the links: the least ns a round of its
     algorithm takes, and the links' rate this kind's traffic reaches (1.0: the full rate)."""
 
-    floor_ns: float = 0.0
+    #: the floor of a round by the outermost level it crosses (index 0: within a machine; a
+    #: level past the end has the last one's): a tensor-parallel all-reduce within a machine
+    #: does not wait what a ring between machines does
+    floors_ns: tuple[float, ...] = ()
     efficiency: float = 1.0
 
     def to_dict(self) -> dict:
-        return {"floor_ns": self.floor_ns, "efficiency": self.efficiency}
+        return {"floors_ns": list(self.floors_ns), "efficiency": self.efficiency}
+
+    def floor_of(self, fabric: Fabric, msgs) -> float:
+        """This kind's floor for a round of `msgs` on `fabric`."""
+        if not self.floors_ns:
+            return 0.0
+        crossed = max((fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
+        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] if crossed >= 0 else 0.0
 
 
 def ring_all_reduce(g: Sequence[int], size: int) -> list[Round]:
@@ -186,7 +196,8 @@ class LibraryBackend:
         ns = self._cache.get(key)
         if ns is None:
             cost = self.kinds.get(P2P, KindCost())
-            ns = self._cache[key] = self._scaled(max(cost.floor_ns, self._fabric(P2P).message_ns(src, dst, size)))
+            ns = self._cache[key] = self._scaled(max(cost.floor_of(self.fabric, [(src, dst, size)]),
+                                                     self._fabric(P2P).message_ns(src, dst, size)))
         return ns
 
     def p2p_finish_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
@@ -205,7 +216,7 @@ class LibraryBackend:
         bytes_ns = self._scaled(size * level.ns_per_byte / eff)
         start = max(now_ns, self._link_free.get(out, 0), self._link_free.get(into, 0))
         self._link_free[out] = self._link_free[into] = start + bytes_ns
-        return start + max(self._scaled(self.kinds.get(P2P, KindCost()).floor_ns),
+        return start + max(self._scaled(self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])),
                            self._scaled(level.latency_ns) + bytes_ns)
 
     def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
@@ -218,12 +229,12 @@ class LibraryBackend:
             kind = CommType(comm_type)
             rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
             fab = self._fabric(kind.name)
-            floor = self.kinds.get(kind.name, KindCost()).floor_ns
+            cost = self.kinds.get(kind.name, KindCost())
             total = 0.0
             priced: dict = {}
             for msgs, reduced in rounds:
                 if msgs not in priced:
-                    priced[msgs] = max(floor, fab.round_ns(msgs))
+                    priced[msgs] = max(cost.floor_of(fab, msgs), fab.round_ns(msgs))
                 total += priced[msgs] + reduced * self.reduce_ns_per_byte
             ns = self._cache[key] = self._scaled(total)
         return ns
@@ -261,7 +272,7 @@ class LibraryBackend:
         if got is None:
             kind = CommType(comm_type)
             fab = self._fabric(kind.name)
-            floor = self.kinds.get(kind.name, KindCost()).floor_ns
+            cost = self.kinds.get(kind.name, KindCost())
             rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
             carried: dict[tuple, int] = {}
             waking, priced = 0.0, {}
@@ -272,8 +283,9 @@ class LibraryBackend:
                         for link in (("out", lv, fab.unit(s, lv)), ("in", lv, fab.unit(d, lv))):
                             carried[link] = carried.get(link, 0) + b
                 if msgs not in priced:
-                    priced[msgs] = fab.round_ns(msgs)
-                waking += floor if floor > priced[msgs] else 0.0  # a round its floor sets is all theirs
+                    priced[msgs] = (cost.floor_of(fab, msgs), fab.round_ns(msgs))
+                floor, bytes_ns = priced[msgs]
+                waking += floor if floor > bytes_ns else 0.0  # a round its floor sets is all theirs
             got = self._cache[key] = ({link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
                                        for link, b in carried.items()}, self._scaled(waking))
         return got

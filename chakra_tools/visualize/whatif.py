@@ -230,8 +230,9 @@ def _fit_html(cal: dict | None) -> str:
                      [[escape(lv["name"]), str(lv["npus"]), _us(lv["latency_ns"]),
                        f'{8e3 / lv["ns_per_byte"]:.4g}' if lv["ns_per_byte"] > 0 else "∞",
                        "yes" if lv["shared"] else "no"] for lv in cluster["levels"]], "fit-cluster")
-        + html_table(["kind", "efficiency", "floor per round µs"],
-                     [[escape(k), f'{v["efficiency"]:.3f}', _us(v["floor_ns"])]
+        + html_table(["kind", "efficiency", "floor per round µs (" + ", ".join(
+                         escape(lv["name"]) for lv in cluster["levels"]) + ")"],
+                     [[escape(k), f'{v["efficiency"]:.3f}', ", ".join(_us(f) for f in v["floors_ns"])]
                       for k, v in cluster["kinds"].items()], "fit-cluster-kinds"))
     return ('<h2 id="network-fit">Calibrated network</h2>' + probed + head
             + '<h3>each kind fitted alone</h3>' + kinds + by_kind

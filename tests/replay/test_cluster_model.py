@@ -64,7 +64,7 @@ def _probe_doc(fabric: Fabric, floor_ns: float, noise: float, seed: int = 1) -> 
     each round no shorter than `floor_ns`, each repetition off by up to `noise` (relative)."""
     rng = random.Random(seed)
     kinds = ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "BROADCAST")
-    model = LibraryBackend(_Base(), fabric, "gloo", {k: KindCost(floor_ns) for k in kinds}, 0.0)
+    model = LibraryBackend(_Base(), fabric, "gloo", {k: KindCost((floor_ns / 4, floor_ns)) for k in kinds}, 0.0)
     sizes = [1024 * 4 ** i for i in range(7)]
 
     def reps(ns):
@@ -73,8 +73,10 @@ def _probe_doc(fabric: Fabric, floor_ns: float, noise: float, seed: int = 1) -> 
     world = fabric.npus
     p2p = [{"src": 0, "dst": dst, "size": s, "one_way_ns": reps(fabric.message_ns(0, dst, s))}
            for dst in (1, 2) for s in sizes]
-    colls = [{"kind": kind, "ranks": list(range(world)), "size": s,
-              "ns": reps(model.collective_ns(int(CommType[kind]), s, tuple(range(world))))}
+    local = list(range(fabric.levels[0].npus))  # the first machine's ranks, as the probe sweeps them
+    colls = [{"kind": kind, "ranks": ranks, "size": s,
+              "ns": reps(model.collective_ns(int(CommType[kind]), s, tuple(ranks)))}
+             for ranks in ([list(range(world))] + ([local] if len(local) < world else []))
              for kind in kinds for s in sizes]
     hosts = [f"h{r // fabric.levels[0].npus}" for r in range(world)]
     return {"format": "chakra-tools-probe/1", "backend": "gloo", "world_size": world, "hosts": hosts,
@@ -87,7 +89,8 @@ def test_the_fit_recovers_the_links_and_the_floor_of_small_rounds():
     assert (intra.npus, inter.npus, inter.shared) == (2, 2, True)
     assert inter.ns_per_byte == pytest.approx(80.0, rel=0.05)
     ar = fit.kinds["ALL_REDUCE"]
-    assert ar.floor_ns == pytest.approx(1e6, rel=0.05)
+    assert ar.floors_ns[1] == pytest.approx(1e6, rel=0.05)  # a round between machines
+    assert ar.floors_ns[0] == pytest.approx(2.5e5, rel=0.05)  # a round within one
     assert ar.efficiency == pytest.approx(1.0, abs=0.06)
     # the large sizes, which a bandwidth-bound job pays, within a few percent
     big = [r for r in fit.rows if r["size"] >= 256 * 1024]

@@ -263,8 +263,8 @@ def test_trace_replay_prints_measured_against_predicted_without_a_manifest(tmp_p
     res = CliRunner().invoke(app, [str(tmp_path / "et"), "--as-captured"])
     assert res.exit_code == 0, res.output
     assert "measured window" in res.output
-    job = next(line for line in res.output.splitlines() if line.startswith("job (the traced window"))
-    assert "measured 1030.0us" in job
+    head = next(line for line in res.output.splitlines() if line.startswith("error "))
+    assert "measured 1.030 ms" in head and "(the traced window across ranks against the makespan)" in head
     doc = json.loads(CliRunner().invoke(app, [str(tmp_path / "et"), "--as-captured", "--json"]).output)
     assert doc["fidelity"]["source"] == "trace" and doc["fidelity"]["ranks"][0]["measured_ns"] == 1_030_000
 
