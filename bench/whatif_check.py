@@ -166,9 +166,9 @@ def main() -> int:
         net = work / f"net-{job}"
         net.mkdir(exist_ok=True)
         write_calibration(calibrate(work / f"et-{job}", probe=probe_dir), net)
-        for label, modes in (("probed network", CaptureModes()), ("--as-captured", AS_CAPTURED)):
-            doc = replay(work / f"et-{job}", SystemSpec(kind_fit=net).backend(4), modes=modes,
-                         record_events=False).to_dict(events=False)
+        for label, spec, modes in (("probed network", SystemSpec(kind_fit=net), CaptureModes()),
+                                   ("--as-captured", SystemSpec(), AS_CAPTURED)):
+            doc = replay(work / f"et-{job}", spec.backend(4), modes=modes, record_events=False).to_dict(events=False)
             captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
         for target in targets:
             reals = real_steps(work, job, target, args, a.runs)

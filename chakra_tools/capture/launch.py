@@ -30,6 +30,8 @@ from . import manifest, protocol
 #: status is not `ok`): the script marks no step (`no-step`), or a rank that ran left no capture
 #: (`rank-failed`: a launcher or framework started it without the startup hook)
 CAPTURE_FAILED_EXIT = 2
+#: a Ctrl-C, as every command exits on one (128 + SIGINT)
+INTERRUPTED_EXIT = 130
 HOOK_DIR = Path(__file__).resolve().parent / "_hook"
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
@@ -429,6 +431,8 @@ def capture(words: list[str], *, out: Path | None, force: bool, wait: int, warmu
     clean_scratch(run)
     if code == 0 and doc["status"] != "ok":
         code = CAPTURE_FAILED_EXIT
+    if interrupted:
+        code = INTERRUPTED_EXIT  # whatever the launcher made of the Ctrl-C (torchrun: 1)
     return code, doc, run
 
 

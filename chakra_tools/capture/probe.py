@@ -39,6 +39,8 @@ FLOAT = 4
 #: a repetition's length: short calls are repeated back to back until they fill it
 REPETITION_NS = 20e6
 MAX_ITERS = 50
+#: sizes up to this are repeated three times as often (latency-bound: they set the floors)
+SMALL = 16 << 10
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
@@ -191,7 +193,9 @@ class Probe:
                     self._sync()
                 iters = self._iterations(time.perf_counter_ns() - t, src=ranks[0])
                 mine = []
-                for _ in range(self.args.repeats):
+                # the small sizes set the floor of a round, and vary most: three times the
+                # repetitions, which cost little
+                for _ in range(self.args.repeats * (3 if size <= SMALL else 1)):
                     dist.barrier()
                     t = time.perf_counter_ns()
                     if member:

@@ -367,6 +367,11 @@ def _install_exit_handlers() -> None:
     def excepthook(exc_type, exc, tb):
         if SESSION is not None:
             SESSION.record_exception(exc_type, exc)
+        if issubclass(exc_type, KeyboardInterrupt) and previous is sys.__excepthook__:
+            # Ctrl-C reaches every rank: one line each, not a traceback each (the manifest
+            # records it); the process still ends as an interrupted one
+            sys.stderr.write(f"rank {os.environ.get('RANK', '0')}: interrupted\n")
+            return
         previous(exc_type, exc, tb)
 
     def on_sigterm(signum, frame):

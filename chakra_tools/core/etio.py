@@ -461,7 +461,13 @@ def atomic_output(path: str | Path, mode: str = "wb"):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, mode) as f:
+        f = open(tmp, mode)
+    except OSError as e:  # named by the path the user gave, not the hidden temporary one
+        why = "no such folder" if isinstance(e, FileNotFoundError) else e.strerror
+        raise InputError(f"{path}: cannot write: {why}" + (f" ({path.parent})" if isinstance(e, FileNotFoundError)
+                                                            else "")) from None
+    try:
+        with f:
             yield f
         os.replace(tmp, path)
     except BaseException:
@@ -485,7 +491,8 @@ class TraceWriter:
         try:
             self._raw = open(self._tmp, "wb")
         except OSError as e:
-            raise InputError(f"{self.path}: cannot write: {e.strerror}") from None
+            why = f"no such folder ({self.path.parent})" if isinstance(e, FileNotFoundError) else e.strerror
+            raise InputError(f"{self.path}: cannot write: {why}") from None
         if compress if compress is not None else self.path.suffix == ".gz":
             self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0, filename="", compresslevel=6)
             self._out = io.BufferedWriter(self._gz, CHUNK)  # type: ignore[arg-type]

@@ -235,6 +235,8 @@ def find_rank_files(path: str | Path) -> dict[int, Path]:
     `out/trace.<r>.et`) or one file. Raises InputError if nothing matches or prefixes are mixed."""
     p = Path(path)
     if p.is_file():
+        if p.name.endswith((".json", ".json.gz")):
+            raise InputError(f"{p}: not a Chakra rank file{_what_it_is(p)}")
         m = RANK_FILE.match(p.name)
         return {int(m.group("rank")) if m else 0: p}
     if p.is_dir():
@@ -249,8 +251,18 @@ def find_rank_files(path: str | Path) -> dict[int, Path]:
     files = {int(RANK_FILE.match(c.name).group("rank")): c for c in candidates}
     if not files:
         raise InputError(f"{p}: no trace files (expected a .et file, a folder of <prefix>.<rank>.et "
-                         "files, or such a prefix)")
+                         f"files, or such a prefix){_what_it_is(p)}")
     return dict(sorted(files.items()))
+
+
+def _what_it_is(p: Path) -> str:
+    """What to do with a folder that holds no rank files but something the pipeline knows."""
+    if p.is_dir() and ((p / "manifest.json").is_file() or any(p.glob("node-*/manifest.json"))):
+        return f"; it is a trace-capture run folder: convert it first (trace-convert {p} -o OUT)"
+    if p.is_file() and p.name.endswith((".json", ".json.gz")):
+        return ("; a .json file is no rank file: a replay result opens in trace-visualize, a JSON dump "
+                "loads with chakra-tools json load, PyTorch traces convert with trace-convert pytorch")
+    return ""
 
 
 @dataclass

@@ -137,7 +137,8 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
     None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
     worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`."""
-    limits = dict(limits) if limits else {**DEFAULT_LIMITS, **getattr(backend, "lane_limits", {})}
+    library = getattr(backend, "lane_limits", {}) if modes.lanes in (None, "kind") else {}  # per thread: as recorded
+    limits = dict(limits) if limits else {**DEFAULT_LIMITS, **library}
     resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
     return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
                     record_events=record_events, absent_peers=absent_peers).run()

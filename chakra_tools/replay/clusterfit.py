@@ -9,9 +9,9 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    latency what the smallest size takes beyond its bytes.
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
-   efficiency, read on the sizes whose bytes take most of the modelled time (the median of
-   modelled over measured bytes time: one size that lost packets to a full queue does not set
-   it), kept within [1/3, 3]; and a floor per round, the median time per round of the other
+   efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
+   over measured bytes time, kept within [1/3, 3]; a call between two of them interpolated, so
+   a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a floor per round, the median time per round of the other
    sizes (latency-bound calls, which on a shared host take what waking the members takes, not
    what the links do), for rounds that cross the level the probe's calls crossed (between
    machines): a round within a machine costs its link alone.
@@ -137,7 +137,13 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
         if not isinstance(floors, list) or len(floors) > len(levels) or not all(
                 isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1e18 for f in floors):
             raise bad(f"kinds.{k}.floors_ns", f"a list of at most {len(levels)} numbers >= 0 (one per level)")
-        kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6))
+        by_size = c.get("by_size", [])
+        if not isinstance(by_size, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                            and x > 0 for x in p) for p in by_size):
+            raise bad(f"kinds.{k}.by_size", "a list of [size, efficiency] pairs above 0")
+        kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6),
+                                 tuple(sorted((int(s_), float(e)) for s_, e in by_size)))
     rows = doc.get("rows") or []
     return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
                       number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
@@ -227,14 +233,17 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     by_kind: dict[str, list] = {}
     for c in probe.collectives:
         by_kind.setdefault(c.kind, []).append(c)
-    ring = by_kind.pop("ALL_REDUCE", None)
-    if ring:  # first: its floors stand in for a level another kind was not measured on
-        kinds["ALL_REDUCE"] = _kind_cost(fabric, library, "ALL_REDUCE", ring, reduce)
-        by_kind["ALL_REDUCE"] = ring
+    # ring kinds send alike in every round (one share to the next rank): their rounds' floors
+    # are pooled, three kinds' repetitions steadier than one's; the others keep their own
+    pooled: dict[int, list[float]] = {}
+    for kind in RING_KINDS:
+        for level, xs in _round_times(fabric, library, kind, by_kind.get(kind, ()), reduce).items():
+            pooled.setdefault(level, []).extend(xs)
+    ring_floors = _floors(fabric, pooled, ())
     for kind, samples in sorted(by_kind.items()):
-        if kind != "ALL_REDUCE":
-            kinds[kind] = _kind_cost(fabric, library, kind, samples, reduce,
-                                     kinds["ALL_REDUCE"].floors_ns if ring else ())
+        floors = ring_floors if kind in RING_KINDS else _floors(
+            fabric, _round_times(fabric, library, kind, samples, reduce), ring_floors)
+        kinds[kind] = KindCost(floors, *_efficiency(fabric, library, kind, samples, reduce))
     backend = LibraryBackend(_NoCompute(), fabric, library, kinds, reduce)
     for kind, samples in sorted(by_kind.items()):
         for c in samples:
@@ -246,13 +255,12 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows))
 
 
-def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: float,
-               fallback_floors: tuple[float, ...] = ()) -> KindCost:
-    """One kind's floors and efficiency (see the module's docstring). A size is bandwidth-bound
-    where its bytes take at least half of what it measured; each sample is its median. Each
-    group of ranks the probe ran the kind on gives the floor of the outermost level it spans
-    (the world: between machines; the first machine's ranks: within one); a level no group
-    measured takes `fallback_floors`' (all-reduce's), else the next level out's."""
+#: the kinds gloo runs as rings of one share per round (reduce-scatter as an all-reduce)
+RING_KINDS = ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER")
+
+
+def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:
+    """Per sample: (latency part, bytes part, measured median, rounds, outermost level its ranks span)."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -263,24 +271,47 @@ def _kind_cost(fabric: Fabric, library: str, kind: str, samples: list, reduce: f
         rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
         spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
         rows.append((base, full - base, median(c.ns), rounds, max(0, spans)))
-    world = max(r[4] for r in rows)
-    bound = [(base, b, m) for base, b, m, _, lv in rows if b > 0 and b >= 0.5 * m and lv == world]
-    efficiency = 1.0
-    if bound:
-        efficiency = median(b / max(m - base, 1.0) for base, b, m in bound)
-        efficiency = min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], efficiency))
-    floors: list[float | None] = [None] * len(fabric.levels)
-    for level in sorted({r[4] for r in rows}):
-        # every repetition of the latency-bound sizes, per round: on a busy host each varies
-        # several-fold, and the median of them all is steadier than that of a few sizes' medians
-        latency = [x / n for (base, b, m, n, lv), c in zip(rows, samples)
-                   if lv == level and not (b > 0 and b >= 0.5 * m) for x in c.ns]
-        floors[level] = median(latency) if latency else 0.0
+    return rows
+
+
+def _bound(b: float, m: float) -> bool:
+    """A size is bandwidth-bound where its bytes take at least half of what it measured."""
+    return b > 0 and b >= 0.5 * m
+
+
+def _round_times(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> dict[int, list[float]]:
+    """level -> every repetition of the latency-bound sizes of the groups spanning that level,
+    per round (on a busy host each varies several-fold: the median of them all is steadier
+    than that of a few sizes' medians)."""
+    out: dict[int, list[float]] = {}
+    for (base, b, m, n, level), c in zip(_modelled(fabric, library, kind, samples, reduce), samples):
+        if not _bound(b, m):
+            out.setdefault(level, []).extend(x / n for x in c.ns)
+    return out
+
+
+def _floors(fabric: Fabric, times: dict[int, list[float]], fallback: tuple[float, ...]) -> tuple[float, ...]:
+    """The floor of each level: the median of its round times; a level none measured takes
+    `fallback`'s, else the next level out's, else 0."""
+    floors: list[float | None] = [median(times[i]) if times.get(i) else None for i in range(len(fabric.levels))]
     for i in range(len(floors) - 1, -1, -1):
         if floors[i] is None:
-            known = fallback_floors[i] if i < len(fallback_floors) and fallback_floors[i] is not None else None
-            floors[i] = known if known is not None else (floors[i + 1] if i + 1 < len(floors) else 0.0)
-    return KindCost(tuple(float(f) for f in floors), efficiency)
+            floors[i] = fallback[i] if i < len(fallback) else (floors[i + 1] if i + 1 < len(floors) else 0.0)
+    return tuple(float(f) for f in floors)
+
+
+def _efficiency(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> tuple[float, tuple]:
+    """(efficiency, by size) of the bandwidth-bound sizes on the whole job (modelled over
+    measured bytes time, kept within EFFICIENCY_RANGE)."""
+    rows = _modelled(fabric, library, kind, samples, reduce)
+    world = max((r[4] for r in rows), default=0)
+
+    def clamp(e: float) -> float:
+        return min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], e))
+
+    by_size = tuple(sorted((c.size, clamp(b / max(m - base, 1.0))) for (base, b, m, _, lv), c in zip(rows, samples)
+                           if _bound(b, m) and lv == world))
+    return (median(e for _, e in by_size) if by_size else 1.0), by_size
 
 
 class _NoCompute:

@@ -30,6 +30,8 @@ shaped link lose some to each other).
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field, replace
 from math import ceil
 from typing import Callable, Mapping, Sequence
@@ -55,9 +57,28 @@ class KindCost:
     #: does not wait what a ring between machines does
     floors_ns: tuple[float, ...] = ()
     efficiency: float = 1.0
+    #: (call size, efficiency) where the probe measured it, by size: a link's rate as a call of
+    #: that size sees it (a 256 KiB all-reduce gets what 4 MiB ones do not, as nccl-tests' bus
+    #: bandwidth varies with size); between two sizes in proportion to log size, beyond them the
+    #: nearest; `efficiency` where none was measured
+    by_size: tuple[tuple[int, float], ...] = ()
 
     def to_dict(self) -> dict:
-        return {"floors_ns": list(self.floors_ns), "efficiency": self.efficiency}
+        return {"floors_ns": list(self.floors_ns), "efficiency": self.efficiency,
+                "by_size": [list(p) for p in self.by_size]}
+
+    def efficiency_at(self, size: int) -> float:
+        pts = self.by_size
+        if not pts:
+            return self.efficiency
+        if size <= pts[0][0]:
+            return pts[0][1]
+        if size >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect.bisect_right([p[0] for p in pts], size)
+        (s0, e0), (s1, e1) = pts[i - 1], pts[i]
+        w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+        return e0 + w * (e1 - e0)
 
     def floor_of(self, fabric: Fabric, msgs) -> float:
         """This kind's floor for a round of `msgs` on `fabric`."""
@@ -160,7 +181,7 @@ class LibraryBackend:
         self.lane_limits = {"comm": IN_FLIGHT.get(self.library, 1)}
         self._algorithms = LIBRARIES[self.library]
         self._cache: dict = {}
-        self._priced: dict[str, Fabric] = {}
+        self._priced: dict[float, Fabric] = {}  # efficiency -> the fabric at it
         self._link_free: dict[tuple, int] = {}  # a shared link -> when its queued messages are through
         self._awake_until: dict[int, int] = {}  # a rank -> when the floors of its calls in flight are through
 
@@ -170,14 +191,14 @@ class LibraryBackend:
     def memory_ns(self, rank: int, info: NodeInfo, now_ns: int) -> int:
         return self.base.memory_ns(rank, info, now_ns)
 
-    def _fabric(self, kind: str) -> Fabric:
-        """The fabric at this kind's efficiency (its bytes cost 1/efficiency more)."""
-        fab = self._priced.get(kind)
+    def _fabric(self, kind: str, size: int) -> Fabric:
+        """The fabric at this kind's efficiency for calls of `size` (bytes cost 1/efficiency more)."""
+        eff = round(self.kinds.get(kind, KindCost()).efficiency_at(size), 6)
+        fab = self._priced.get(eff)
         if fab is None:
-            eff = self.kinds.get(kind, KindCost()).efficiency
             fab = self.fabric if eff == 1.0 else Fabric(tuple(
                 replace(lv, ns_per_byte=lv.ns_per_byte / eff) for lv in self.fabric.levels))
-            self._priced[kind] = fab
+            self._priced[eff] = fab
         return fab
 
     def rounds(self, comm_type: int, size: int, ranks: Sequence[int]) -> int:
@@ -197,12 +218,12 @@ class LibraryBackend:
         if ns is None:
             cost = self.kinds.get(P2P, KindCost())
             ns = self._cache[key] = self._scaled(max(cost.floor_of(self.fabric, [(src, dst, size)]),
-                                                     self._fabric(P2P).message_ns(src, dst, size)))
+                                                     self._fabric(P2P, size).message_ns(src, dst, size)))
         return ns
 
     def p2p_finish_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
-        """When a message sent at `now_ns` arrives, queued behind the messages before it on the
-        shared links it crosses (its machine's uplink out, the peer's in): two pipeline stages'
+        """When a message sent at `now_ns` arrives, after the traffic already on the shared links
+        it crosses (its machine's uplink out, the peer's in; `_share`): two pipeline stages'
         sends leaving one machine at once take twice as long, as they did on the test bed. A
         message within a machine, or on a level of per-rank links, takes its time alone."""
         if src == dst:
@@ -214,10 +235,19 @@ class LibraryBackend:
         out, into = ("out", lv, self.fabric.unit(src, lv)), ("in", lv, self.fabric.unit(dst, lv))
         eff = self.kinds.get(P2P, KindCost()).efficiency
         bytes_ns = self._scaled(size * level.ns_per_byte / eff)
-        start = max(now_ns, self._link_free.get(out, 0), self._link_free.get(into, 0))
-        self._link_free[out] = self._link_free[into] = start + bytes_ns
-        return start + max(self._scaled(self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])),
-                           self._scaled(level.latency_ns) + bytes_ns)
+        through = max(self._share(out, now_ns, bytes_ns), self._share(into, now_ns, bytes_ns))
+        return max(now_ns + self._scaled(self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])),
+                   through + self._scaled(level.latency_ns))
+
+    def _share(self, link: tuple, now: int, busy: int) -> int:
+        """When `busy` ns of new traffic on `link` from `now` is through: after what the link
+        still carries (first in, first out). Work-conserving, which matters more than who goes
+        first: sharing the rate with the newcomer without delaying the traffic already there
+        (whose end was given when it started) let a stream of calls through faster than the
+        link (a tensor-parallel job's gradient all-reduces came out 19-28% short)."""
+        start = max(now, self._link_free.get(link, 0))
+        self._link_free[link] = start + busy
+        return start + busy
 
     def collective_ns(self, comm_type: int, size: int, ranks: Sequence[int],
                       involved_dim: Sequence[bool] | None = None) -> int:
@@ -228,7 +258,7 @@ class LibraryBackend:
         if ns is None:
             kind = CommType(comm_type)
             rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
-            fab = self._fabric(kind.name)
+            fab = self._fabric(kind.name, size)
             cost = self.kinds.get(kind.name, KindCost())
             total = 0.0
             priced: dict = {}
@@ -244,17 +274,15 @@ class LibraryBackend:
         """When the call ends for its members, all starting at the last arrival: its time alone,
         or later where the shared links it crosses still carry earlier traffic (another group's
         collective, pipeline sends): each link carries its bytes after what it already had
-        queued. Two data-parallel groups of a tensor-parallel job all-reduce across the same
-        uplinks at once; priced alone, each took half the time it did on the test bed."""
+        (`_share`). Two data-parallel groups of a tensor-parallel job all-reduce across the
+        same uplinks at once; priced alone, each took half the time it did on the test bed."""
         now = max(arrivals_ns)
         if len(ranks) <= 1:
             return [now] * len(ranks)
         end = now + self.collective_ns(comm_type, size, ranks)
         loads, waking = self._link_loads(comm_type, size, tuple(ranks))
         for link, busy in loads.items():
-            start = max(now, self._link_free.get(link, 0))
-            self._link_free[link] = start + busy
-            end = max(end, start + busy)
+            end = max(end, self._share(link, now, busy))
         if waking:  # the rounds' floors are the members' own time: two calls in flight take turns
             start = max(now, *(self._awake_until.get(r, 0) for r in ranks))
             for r in ranks:
@@ -271,7 +299,7 @@ class LibraryBackend:
         got = self._cache.get(key)
         if got is None:
             kind = CommType(comm_type)
-            fab = self._fabric(kind.name)
+            fab = self._fabric(kind.name, size)
             cost = self.kinds.get(kind.name, KindCost())
             rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
             carried: dict[tuple, int] = {}

@@ -103,6 +103,7 @@ def test_ctrl_c(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted" in err  # one line, not a traceback per rank
     import json
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["exit_code"] == 130
