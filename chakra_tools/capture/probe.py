@@ -39,8 +39,10 @@ FLOAT = 4
 #: a repetition's length: short calls are repeated back to back until they fill it
 REPETITION_NS = 20e6
 MAX_ITERS = 50
-#: sizes up to this are repeated three times as often (latency-bound: they set the floors)
+#: sizes up to this are timed alone, after an idle pause, three times as often (latency-bound:
+#: they set the floors of a round)
 SMALL = 16 << 10
+IDLE_S = 0.005
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
@@ -192,24 +194,47 @@ class Probe:
                     run()  # warm: buffers and connections; and how many calls make one repetition
                     self._sync()
                 iters = self._iterations(time.perf_counter_ns() - t, src=ranks[0])
-                mine = []
-                # the small sizes set the floor of a round, and vary most: three times the
-                # repetitions, which cost little
-                for _ in range(self.args.repeats * (3 if size <= SMALL else 1)):
-                    dist.barrier()
-                    t = time.perf_counter_ns()
-                    if member:
-                        for _ in range(iters):
-                            run()
-                        self._sync()
-                    mine.append((time.perf_counter_ns() - t) / iters if member else 0.0)
-                mine_t = torch.tensor(mine, dtype=torch.float64, device=self.device)
-                dist.all_reduce(mine_t, op=dist.ReduceOp.MAX)
-                slowest = mine_t.cpu().tolist()
+                slowest = (self._alone(run, member) if size <= SMALL else
+                           self._back_to_back(run, member, iters))
                 samples.append({"kind": kind, "ranks": list(ranks), "size": comm_size, "ns": slowest})
                 if min(slowest) > self.slow_ns:
                     break
         return samples
+
+    def _back_to_back(self, run, member: bool, iters: int) -> list[float]:
+        """Each repetition: `iters` calls back to back, per call, timed to the slowest member."""
+        mine = []
+        for _ in range(self.args.repeats):
+            dist.barrier()
+            t = time.perf_counter_ns()
+            if member:
+                for _ in range(iters):
+                    run()
+                self._sync()
+            mine.append((time.perf_counter_ns() - t) / iters if member else 0.0)
+        return self._across(mine, dist.ReduceOp.MAX)
+
+    def _alone(self, run, member: bool) -> list[float]:
+        """A small call as a job makes it: after a pause in which every rank is idle (its
+        compute), timed from each member's own call to its return; the shortest over members,
+        the last to arrive, is the call's own time once everyone was there. Back to back, with
+        every rank busy, the same calls took 20-30% longer per round on a 2-core host than in a
+        job whose ranks mostly wait. Three times the repetitions: they vary most, and cost little."""
+        mine = []
+        for _ in range(3 * self.args.repeats):
+            dist.barrier()
+            time.sleep(IDLE_S)
+            t = time.perf_counter_ns()
+            if member:
+                run()
+                self._sync()
+            mine.append(time.perf_counter_ns() - t if member else float("inf"))
+        return self._across(mine, dist.ReduceOp.MIN)
+
+    def _across(self, mine: list[float], op) -> list[float]:
+        t = torch.tensor(mine, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=op)
+        return t.cpu().tolist()
 
     # -- the reduction -----------------------------------------------------------------------
     def reduce(self) -> list[dict]:
