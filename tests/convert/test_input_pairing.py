@@ -1,0 +1,71 @@
+"""Inputs that do not belong together are refused where they are paired, naming both: a host
+trace with another process's device trace, rank files that name another rank or came from
+another conversion, a manifest of another run. Made from a real 2-rank run (`raw_run`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from chakra_tools.convert.run import ConversionCheckError, convert, inputs_from_files
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.validate import validate_path
+from chakra_tools.replay.fidelity import compare_with_manifest
+
+
+def _shifted_device(raw_run, tmp_path):
+    """device-0.json as another process would have written it: its record-function ids are
+    that process's own counter (here: the same ops, numbered from elsewhere)."""
+    doc = json.loads((raw_run / "device-0.json").read_text())
+    for e in doc["traceEvents"]:
+        args = e.get("args") or {}
+        if args.get("Record function id"):
+            args["Record function id"] += 1_000_003
+    out = tmp_path / "device-other.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_a_device_trace_of_another_process_is_refused(raw_run, tmp_path):
+    other = _shifted_device(raw_run, tmp_path)
+    inputs = inputs_from_files([str(raw_run / "host-0.json")], [str(other)], [0])
+    with pytest.raises(ConversionCheckError, match=r"host-0.json and .*device-other.json look like traces of "
+                                                   r"different processes.*\[unpaired-traces\]"):
+        convert(inputs, tmp_path / "out", executor="serial")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    convert(inputs, tmp_path / "forced", executor="serial", force=True)  # a user who knows better
+    assert (tmp_path / "forced" / "trace.0.et").exists()
+
+
+def test_rank_files_swapped_or_from_another_conversion_fail_validation(raw_run, tmp_path):
+    hosts = [str(raw_run / f"host-{r}.json") for r in (0, 1)]
+    devs = [str(raw_run / f"device-{r}.json") for r in (0, 1)]
+    convert(inputs_from_files(hosts, devs, []), tmp_path / "et", executor="serial")
+    assert not validate_path(tmp_path / "et").errors
+
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tmp_path / "et", swapped)
+    (swapped / "trace.0.et").rename(swapped / "tmp")
+    (swapped / "trace.1.et").rename(swapped / "trace.0.et")
+    (swapped / "tmp").rename(swapped / "trace.1.et")
+    codes = {d.code for d in validate_path(swapped).errors}
+    assert "rank-mismatch" in codes
+
+    convert(inputs_from_files([hosts[1]], [], [1]), tmp_path / "host-only", executor="serial", force=True)
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tmp_path / "et", mixed)
+    shutil.copy(tmp_path / "host-only" / "trace.1.et", mixed / "trace.1.et")
+    errors = [d for d in validate_path(mixed).errors if d.code == "mixed-conversions"]
+    assert errors and "rank 1" in str(errors[0])
+    again = tmp_path / "again"  # the same inputs converted again: one conversion, byte-stable
+    convert(inputs_from_files(hosts, devs, []), again, executor="serial")
+    assert (again / "trace.1.et").read_bytes() == (tmp_path / "et" / "trace.1.et").read_bytes()
+
+
+def test_a_manifest_of_another_run_is_refused():
+    result = {"ranks": [{"rank": 0, "finish_ns": 2000}, {"rank": 1, "finish_ns": 2100}]}
+    one_rank = {"world_size": 1, "captured_steps": [0], "ranks": [{"rank": 0, "step_times_ns": [1000]}]}
+    with pytest.raises(InputError, match=r"a run of 1 rank\(s\), but the replay has 2 \(ranks 1 are not in it\)"):
+        compare_with_manifest(result, one_rank)
