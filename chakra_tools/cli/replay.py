@@ -105,6 +105,10 @@ def replay(
     if timeline:
         result.timeline().write(timeline)
     _print(result, as_json)
+    if modes.comm != "model" and (network is not None or network_fit is not None or bandwidth or latency):
+        typer.echo(f"warning: --comm {modes.comm} (--as-captured) takes communication from the capture's record: "
+                   "the network given prices only what the record lacks; add --comm model to replay on it",
+                   err=True)
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
                    "--as-captured replays it as it ran (docs/replay.md §4)", err=True)

@@ -102,6 +102,11 @@ def summarize_path(path: str | Path, comm_group: str | Path | None = None) -> di
     return _combine(docs)
 
 
+def _volume(total: int, count: int) -> str:
+    """`132.0KiB in all`: a total alone was read as one op's size (`x2 132.0KiB`)."""
+    return f"{format_bytes(total)} in all" if count > 1 else format_bytes(total)
+
+
 def format_summary(s: dict) -> str:
     """The summary as a short text report."""
     lines = [f"{s['ranks']} rank(s), {s['nodes']} nodes: "
@@ -113,8 +118,8 @@ def format_summary(s: dict) -> str:
                 lines.append(f"  {t:<10} {us / 1000:12.3f} ms recorded")
         for c in d["collectives"]:
             lines.append(f"  {c['comm_type']:<15} pg={c['pg'] or '(world)':<4} x{c['count']:<6} "
-                         f"{format_bytes(c['bytes'])}")
+                         f"{_volume(c['bytes'], c['count'])}")
         for side in ("send", "recv"):
             if d[side]["count"]:
-                lines.append(f"  {side:<15} x{d[side]['count']:<6} {format_bytes(d[side]['bytes'])}")
+                lines.append(f"  {side:<15} x{d[side]['count']:<6} {_volume(d[side]['bytes'], d[side]['count'])}")
     return "\n".join(lines)

@@ -149,3 +149,14 @@ def test_memory_slot_option(tmp_path):
     assert makespan() == 20_000 and makespan("--memory-slot", "own") == 10_000
     bad = runner.invoke(app, [str(prefix), "--memory-slot", "pool"])
     assert bad.exit_code != 0 and "comm or own" in bad.output
+
+
+def test_a_network_beside_recorded_communication_is_named_as_mostly_unused(tmp_path):
+    """--as-captured takes communication from the record; a --network beside it prices only what
+    the record lacks, and the command says so instead of ignoring it silently."""
+    prefix = write_rankset(tmp_path, {0: [comp(1, us=5)], 1: [comp(1, us=5)]})
+    res = CliRunner().invoke(app, [str(prefix), "--as-captured", "--network", "examples/configs/ring_4npus.yml"])
+    assert res.exit_code == 0, res.output
+    assert "takes communication from the capture's record" in res.output and "--comm model" in res.output
+    quiet = CliRunner().invoke(app, [str(prefix), "--network", "examples/configs/ring_4npus.yml"])
+    assert "capture's record" not in quiet.output
