@@ -144,11 +144,21 @@ def generate_cmd(
     iterations: Optional[int] = typer.Option(None, help="iterations to unroll"),
     device_name: Optional[str] = typer.Option(None, "--device", help="roofline device or TFLOPS:GBps"),
     efficiency: Optional[float] = typer.Option(None, help="fraction of peak reached"),
-    out: Path = typer.Option(Path("out"), "--out", "-o", help="output folder"),
+    out: Path = typer.Option(..., "--out", "-o", help="output folder (created)"),
     prefix: str = typer.Option("workload", help="file prefix"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
-    """Parameterised transformer training (tp x dp x pp ranks) -> per-rank ET + comm_group.json."""
+    """Parameterised transformer training (tp x dp x pp ranks) -> per-rank ET + comm_group.json.
+
+    Say what to generate: a --config file (examples/workloads/ has some), the model's options,
+    or both (the options override the file).
+
+    Examples:
+
+        trace-convert generate --config examples/workloads/gpt_8rank.yml -o out/gpt8
+
+        trace-convert generate --layers 24 --hidden 2048 --tp 2 --dp 4 --pp 2 -o out/gpt16
+    """
     from chakra_tools.frontends.generate import TransformerConfig, generate
 
     base = TransformerConfig.from_file(config) if config else TransformerConfig()
@@ -157,6 +167,10 @@ def generate_cmd(
                                    dp=dp, pp=pp, ep=ep, microbatches=microbatches, zero=zero,
                                    iterations=iterations, device=device_name,
                                    efficiency=efficiency).items() if v is not None}
+    if config is None and not given:
+        raise typer.BadParameter("nothing says what to generate: give --config FILE (examples/workloads/*.yml) "
+                                 "or the model's options (--layers, --hidden, --tp, --dp, --pp ...)",
+                                 param_hint="--config")
     cfg = TransformerConfig.from_mapping({**base.to_dict(), **given})
     _write(generate(cfg), out, prefix, as_json, {"config": cfg.to_dict()})
 

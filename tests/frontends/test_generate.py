@@ -170,3 +170,10 @@ def test_chakra_reads_generated_traces(tmp_path):
     coll = next(m for m in nodes if m.type == ref.COMM_COLL_NODE)
     kinds = {a.name: a.WhichOneof("value") for a in coll.attr}
     assert kinds["comm_size"] == kinds["comm_type"] == "int64_val" and kinds["pg_name"] == "string_val"
+
+
+def test_generate_says_what_it_needs_instead_of_a_default_workload(tmp_path, convert_cli):
+    code, out, err = convert_cli("generate", "-o", tmp_path / "nothing")
+    assert code == 2 and "nothing says what to generate" in err and not (tmp_path / "nothing").exists()
+    code, out, err = convert_cli("generate", "--layers", "2")
+    assert code == 2 and "--out" in err
