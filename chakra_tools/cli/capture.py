@@ -58,6 +58,17 @@ def capture(
     trace), `rank-<r>.device.json.gz` (Kineto) and `manifest.json` in the run folder. The exit
     code is the script's (the launcher's for a launcher command), or 2 when it exited 0 but the
     capture is not ok (no step captured, a rank left uncaptured).
+
+    Examples:
+
+        trace-capture train.py --epochs 1
+
+        trace-capture --out traces/ddp -- torchrun --standalone --nproc-per-node 2 train.py
+
+        trace-capture --out traces/job -- torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 train.py
+
+    (the last on every node, each with its --node-rank: each writes node-<k>/ of the run folder,
+    and trace-convert reads them as one job; docs/whatif.md)
     """
     words = list(command or []) + list(ctx.args)
     if annotate not in ("auto", "off", "always"):

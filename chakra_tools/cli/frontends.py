@@ -55,7 +55,14 @@ def onnx_cmd(
     frequency: float = typer.Option(1.0, help="text: NPU clock in GHz (cycles per ns)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="text: file; et: folder"),
 ) -> None:
-    """ONNX model -> ModTrans per-layer parameter table, ASTRA-sim 1.0 text workload, or ET ranks."""
+    """ONNX model -> ModTrans per-layer parameter table, ASTRA-sim 1.0 text workload, or ET ranks.
+
+    Examples (python examples/workloads/make_onnx_models.py DIR writes small models to try):
+
+        trace-convert onnx model.onnx
+
+        trace-convert onnx model.onnx --emit et --strategy hybrid --npus 8 --tp 2 -o out/onnx
+    """
     from chakra_tools.frontends.costs import MeasuredTimes, device
     from chakra_tools.frontends.onnx_model import summarize
     from chakra_tools.frontends import onnx_workload as ow
@@ -115,7 +122,12 @@ def text_cmd(
     prefix: Optional[str] = typer.Option(None, help="file prefix (default: the workload's name)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
-    """ASTRA-sim 1.0 text workload -> Chakra ET rank set (cycles -> ns, NONE = no communication)."""
+    """ASTRA-sim 1.0 text workload -> Chakra ET rank set (cycles -> ns, NONE = no communication).
+
+    Example (trace-convert onnx ... --emit text writes such a workload):
+
+        trace-convert text Resnet50_DataParallel.txt --npus 16 -o out/resnet
+    """
     from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
 
     wl = read_text_workload(workload)
