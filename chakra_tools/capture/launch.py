@@ -327,8 +327,15 @@ def make_run_dir(run: Path) -> None:
 # --- running -------------------------------------------------------------------------------
 
 
+#: what the tracers print on every rank at every start and stop ("Enabling Execution Trace
+#: Observer", Kineto's stage lines), kept off the user's console; a value the user set is kept
+QUIET_TRACERS = {"TORCH_CPP_LOG_LEVEL": "ERROR", "KINETO_LOG_LEVEL": "6"}
+
+
 def child_env(cfg: protocol.CaptureConfig) -> dict[str, str]:
     env = dict(os.environ)
+    for key, value in QUIET_TRACERS.items():
+        env.setdefault(key, value)
     env.pop(protocol.ENV_OWNER, None)
     env.pop(protocol.ENV_LAUNCHER, None)
     env[protocol.ENV_CONFIG] = cfg.to_env()

@@ -220,3 +220,16 @@ def test_a_traced_step_is_measured_up_to_where_the_profiler_closes_it(tmp_path, 
     session.prof = None
     session.end_step(250)  # untraced: the hook's instant
     assert session.step_times_ns == [106, 50]
+
+
+def test_ranks_keep_the_tracers_banners_off_the_console(monkeypatch):
+    """Every rank printed torch's 'Enabling Execution Trace Observer' and Kineto's stage lines at
+    each start and stop; the ranks' environment quiets them, unless the user set the level."""
+    from chakra_tools.capture import protocol
+    from chakra_tools.capture.launch import child_env
+
+    cfg = protocol.CaptureConfig(out_dir="/tmp/x", parent_pid=1, mode="script", wait=1, warmup=1, active=2)
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")
+    env = child_env(cfg)
+    assert env["KINETO_LOG_LEVEL"] == "6" and env["TORCH_CPP_LOG_LEVEL"] == "INFO"
