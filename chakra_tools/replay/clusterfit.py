@@ -11,10 +11,11 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
    efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
    over measured bytes time, kept within [1/3, 3]; a call between two of them interpolated, so
-   a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a floor per round, the median time per round of the other
-   sizes (latency-bound calls, which on a shared host take what waking the members takes, not
-   what the links do), for rounds that cross the level the probe's calls crossed (between
-   machines): a round within a machine costs its link alone.
+   a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a
+   floor per round for each level, the median time per round of the other sizes (latency-bound
+   calls, which on a shared host take what waking the members takes, not what the links do)
+   on the groups spanning that level: the world for rounds between machines, one machine's
+   ranks for rounds within it (pooled over the ring kinds, whose rounds are alike).
 
 Where the probe ran on one machine, the network between machines is unknown: the fit says so and
 a replay that needs it (more machines than one) is refused.
@@ -235,15 +236,16 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
         by_kind.setdefault(c.kind, []).append(c)
     # ring kinds send alike in every round (one share to the next rank): their rounds' floors
     # are pooled, three kinds' repetitions steadier than one's; the others keep their own
+    modelled = {kind: _modelled(fabric, library, kind, samples, reduce) for kind, samples in by_kind.items()}
     pooled: dict[int, list[float]] = {}
     for kind in RING_KINDS:
-        for level, xs in _round_times(fabric, library, kind, by_kind.get(kind, ()), reduce).items():
+        for level, xs in _round_times(modelled.get(kind, []), by_kind.get(kind, [])).items():
             pooled.setdefault(level, []).extend(xs)
     ring_floors = _floors(fabric, pooled, ())
     for kind, samples in sorted(by_kind.items()):
         floors = ring_floors if kind in RING_KINDS else _floors(
-            fabric, _round_times(fabric, library, kind, samples, reduce), ring_floors)
-        kinds[kind] = KindCost(floors, *_efficiency(fabric, library, kind, samples, reduce))
+            fabric, _round_times(modelled[kind], samples), ring_floors)
+        kinds[kind] = KindCost(floors, *_efficiency(modelled[kind], samples))
     backend = LibraryBackend(_NoCompute(), fabric, library, kinds, reduce)
     for kind, samples in sorted(by_kind.items()):
         for c in samples:
@@ -279,12 +281,12 @@ def _bound(b: float, m: float) -> bool:
     return b > 0 and b >= 0.5 * m
 
 
-def _round_times(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> dict[int, list[float]]:
+def _round_times(rows: list[tuple], samples) -> dict[int, list[float]]:
     """level -> every repetition of the latency-bound sizes of the groups spanning that level,
     per round (on a busy host each varies several-fold: the median of them all is steadier
-    than that of a few sizes' medians)."""
+    than that of a few sizes' medians). `rows`: `_modelled` of `samples`."""
     out: dict[int, list[float]] = {}
-    for (base, b, m, n, level), c in zip(_modelled(fabric, library, kind, samples, reduce), samples):
+    for (base, b, m, n, level), c in zip(rows, samples):
         if not _bound(b, m):
             out.setdefault(level, []).extend(x / n for x in c.ns)
     return out
@@ -300,10 +302,9 @@ def _floors(fabric: Fabric, times: dict[int, list[float]], fallback: tuple[float
     return tuple(float(f) for f in floors)
 
 
-def _efficiency(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> tuple[float, tuple]:
+def _efficiency(rows: list[tuple], samples) -> tuple[float, tuple]:
     """(efficiency, by size) of the bandwidth-bound sizes on the whole job (modelled over
-    measured bytes time, kept within EFFICIENCY_RANGE)."""
-    rows = _modelled(fabric, library, kind, samples, reduce)
+    measured bytes time, kept within EFFICIENCY_RANGE). `rows`: `_modelled` of `samples`."""
     world = max((r[4] for r in rows), default=0)
 
     def clamp(e: float) -> float:

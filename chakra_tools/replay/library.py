@@ -201,10 +201,12 @@ class LibraryBackend:
             self._priced[eff] = fab
         return fab
 
+    def _rounds_of(self, kind: CommType, size: int, ranks: Sequence[int]) -> list[Round]:
+        return self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
+
     def rounds(self, comm_type: int, size: int, ranks: Sequence[int]) -> int:
         """How many rounds the library's algorithm for this call takes."""
-        kind = CommType(comm_type)
-        return len(self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size))
+        return len(self._rounds_of(CommType(comm_type), size, ranks))
 
     def _scaled(self, ns: float) -> int:
         scale = self.base.scales.comm
@@ -233,11 +235,10 @@ class LibraryBackend:
         if not level.shared:
             return now_ns + self.p2p_ns(src, dst, size)
         out, into = ("out", lv, self.fabric.unit(src, lv)), ("in", lv, self.fabric.unit(dst, lv))
-        eff = self.kinds.get(P2P, KindCost()).efficiency
-        bytes_ns = self._scaled(size * level.ns_per_byte / eff)
+        bytes_ns = self._scaled(size * self._fabric(P2P, size).levels[lv].ns_per_byte)
         through = max(self._share(out, now_ns, bytes_ns), self._share(into, now_ns, bytes_ns))
-        return max(now_ns + self._scaled(self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])),
-                   through + self._scaled(level.latency_ns))
+        floor = self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])
+        return max(now_ns + self._scaled(floor), through + self._scaled(level.latency_ns))
 
     def _share(self, link: tuple, now: int, busy: int) -> int:
         """When `busy` ns of new traffic on `link` from `now` is through: after what the link
@@ -253,21 +254,7 @@ class LibraryBackend:
                       involved_dim: Sequence[bool] | None = None) -> int:
         if len(ranks) <= 1:
             return 0
-        key = (comm_type, size, tuple(ranks))
-        ns = self._cache.get(key)
-        if ns is None:
-            kind = CommType(comm_type)
-            rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
-            fab = self._fabric(kind.name, size)
-            cost = self.kinds.get(kind.name, KindCost())
-            total = 0.0
-            priced: dict = {}
-            for msgs, reduced in rounds:
-                if msgs not in priced:
-                    priced[msgs] = max(cost.floor_of(fab, msgs), fab.round_ns(msgs))
-                total += priced[msgs] + reduced * self.reduce_ns_per_byte
-            ns = self._cache[key] = self._scaled(total)
-        return ns
+        return self._call(comm_type, size, tuple(ranks))[0]
 
     def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
                              involved_dim: Sequence[bool] | None, arrivals_ns: Sequence[int]) -> list[int]:
@@ -279,8 +266,8 @@ class LibraryBackend:
         now = max(arrivals_ns)
         if len(ranks) <= 1:
             return [now] * len(ranks)
-        end = now + self.collective_ns(comm_type, size, ranks)
-        loads, waking = self._link_loads(comm_type, size, tuple(ranks))
+        alone, loads, waking = self._call(comm_type, size, tuple(ranks))
+        end = now + alone
         for link, busy in loads.items():
             end = max(end, self._share(link, now, busy))
         if waking:  # the rounds' floors are the members' own time: two calls in flight take turns
@@ -290,21 +277,22 @@ class LibraryBackend:
             end = max(end, start + waking)
         return [end] * len(ranks)
 
-    def _link_loads(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> tuple[dict[tuple, int], int]:
-        """ns each shared link is busy carrying this call's bytes (all its rounds), and ns of
-        its rounds that their floor, not their bytes, set: the members' own time (on gloo,
-        the worker threads' turns on the ranks' cores), which a second call in flight waits for
-        where an uplink's bytes would have been shared."""
-        key = ("links", comm_type, size, ranks)
+    def _call(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> tuple[int, dict[tuple, int], int]:
+        """One pass over the call's rounds, cached: its ns alone (each round the larger of its
+        floor and its messages, plus the reduction), ns each shared link is busy carrying its
+        bytes, and ns of its rounds that their floor, not their bytes, set: the members' own
+        time (on gloo, the worker threads' turns on the ranks' cores), which a second call in
+        flight waits for where an uplink's bytes would have been shared."""
+        key = (comm_type, size, ranks)
         got = self._cache.get(key)
         if got is None:
             kind = CommType(comm_type)
             fab = self._fabric(kind.name, size)
             cost = self.kinds.get(kind.name, KindCost())
-            rounds = self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
+            total = waking = 0.0
             carried: dict[tuple, int] = {}
-            waking, priced = 0.0, {}
-            for msgs, _ in rounds:
+            priced: dict = {}
+            for msgs, reduced in self._rounds_of(kind, size, ranks):
                 for s, d, b in msgs:
                     lv = fab.level_between(s, d) if s != d else -1
                     if lv >= 0 and fab.levels[lv].shared:
@@ -313,8 +301,10 @@ class LibraryBackend:
                 if msgs not in priced:
                     priced[msgs] = (cost.floor_of(fab, msgs), fab.round_ns(msgs))
                 floor, bytes_ns = priced[msgs]
+                total += max(floor, bytes_ns) + reduced * self.reduce_ns_per_byte
                 waking += floor if floor > bytes_ns else 0.0  # a round its floor sets is all theirs
-            got = self._cache[key] = ({link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
+            got = self._cache[key] = (self._scaled(total),
+                                      {link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
                                        for link, b in carried.items()}, self._scaled(waking))
         return got
 

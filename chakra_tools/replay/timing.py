@@ -29,7 +29,7 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
-from .calibrate import COMM_MODES, RECORDED, recorded_ns
+from .calibrate import COMM_MODES, RECORDED, interval_ns, recorded_ns
 
 
 class Modelled:
@@ -187,10 +187,8 @@ def _no_later(send: NodeInfo, send_end: int | None, recv: NodeInfo, recv_end: in
     """The send's completion, no later than its receive's (ns on the capture's clock; None where
     the record is kept as it is). An unknown end (`recorded.UNKNOWN_END`) stays unknown."""
     def end(info: NodeInfo, known: int | None) -> int | None:
-        if known is not None:
-            return known
-        ns = recorded_ns(info)
-        return None if ns is None or info.start_time_micros <= 0 else info.start_time_micros * 1000 + ns
+        span = interval_ns(info) if known is None else None
+        return known if known is not None else span[1] if span else None
 
     mine, theirs = end(send, send_end), end(recv, recv_end)
     if mine is None or theirs is None or mine < 0 or theirs < 0 or mine <= theirs:
