@@ -181,3 +181,45 @@ def test_placement_grows_by_machines_of_the_same_size():
     assert p.hosts_at(8)[7] == "node3" and p.hosts_at(2) == {0: "a", 1: "a"}
     odd = Placement.from_hosts({0: "a", 1: "b", 2: "a", 3: "b"})
     assert not odd.contiguous and set(odd.hosts_at(4).values()) == {None}
+
+
+def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
+    """trace-convert calibrate --probe, then trace-replay --network-fit with --bandwidth: the
+    uplinks 5x faster make a bandwidth-bound all-reduce job faster, a bad change or one on a
+    capture calibrated without a probe is refused (exit 2, no traceback)."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _util import coll, comp, write_rankset
+    from typer.testing import CliRunner
+
+    from chakra_tools.cli.convert import app as convert_app
+    from chakra_tools.cli.replay import app as replay_app
+
+    def rank(r):  # two timed 1 MiB all-reduces, another size too: calibrate can fit either way
+        return [comp(1, us=1000, start=100), coll(2, 1 << 20, (1,), start=1200, us=90_000),
+                comp(3, 1000, (2,), start=92_000), coll(4, 1 << 16, (3,), start=93_100, us=9_000)]
+
+    prefix = write_rankset(tmp_path / "et", {r: rank(r) for r in range(4)})
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps(_probe_doc(TRUE, 1e6, 0.0)))
+    run = CliRunner()
+    res = run.invoke(convert_app, ["calibrate", str(prefix), "--probe", str(probe), "-o", str(tmp_path / "net")])
+    assert res.exit_code == 0, res.output
+    assert "network measured by the probe" in res.output
+    assert "FullyConnected, Switch" in (tmp_path / "net" / "network.yml").read_text()
+
+    def makespan(*extra):
+        r = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net"), "--json", *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)["makespan_ns"]
+
+    assert makespan("--bandwidth", "inter-node=x5") < 0.5 * makespan()
+    bad = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net"), "--bandwidth", "inter-node=fast"])
+    said = " ".join(bad.output.replace("│", " ").split())  # typer boxes and wraps usage errors
+    assert bad.exit_code == 2 and "a bandwidth is a factor" in said
+    res = run.invoke(convert_app, ["calibrate", str(prefix), "-o", str(tmp_path / "net1")])
+    assert res.exit_code == 0, res.output
+    refused = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net1"), "--bandwidth", "1=x5"])
+    assert refused.exit_code == 2 and "calibrate with --probe" in refused.output
+    assert "Traceback" not in refused.output + bad.output
