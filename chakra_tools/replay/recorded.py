@@ -106,10 +106,10 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     """
     host, comms, waiters, host_blocked, on_device, marked, device_spans, queued = _collect(nodes)
     starts = [h[0] for h in host]
-    issued = sorted(start for (start, _), _, _ in comms)
+    issued = sorted(called for _, _, _, called in comms)
     ends, blocked = {}, []
-    arrived = {nid: start for (start, _), nid, _ in comms}
-    for (start, end), nid, deps in comms:
+    arrived = {nid: start for (start, _), nid, _, _ in comms}
+    for (_, end), nid, deps, start in comms:
         if end is None:  # its launch alone was recorded: done when the next op needed it, if it did
             waiter = waiters.get(nid)
             if waiter is None or _host_starts_inside(starts, (start, waiter)):
@@ -188,7 +188,10 @@ class _Collected(NamedTuple):
     """What `read_timeline` reads of one rank's nodes."""
 
     host: list  # host ops [(start ns, id, own ns, deps)] by start
-    comms: list  # communication [((arrival, end) ns, id, deps)]
+    # communication [((arrival, end) ns, id, deps, call ns)]: the arrival is when its worker was
+    # free to take the call up (the replay's start), the call when the rank made it (from then on
+    # a synchronous call blocked the rank, whatever the worker was still doing)
+    comms: list
     waiters: dict  # comm id -> earliest start of a host op that depends on it and starts after it
     # host op id -> the time it was blocked on the device (`blocked_ns`: already out of its
     # duration; the replay re-creates it), for ops whose file does not say where (`device_spans`)
@@ -247,14 +250,15 @@ def _arrivals(comms: list) -> list:
     """Each call from its rank's arrival: its c10d op's start (`call_start_us`, written by the
     converter where gloo's worker took the call up later), but not before the worker that ran it
     (`stream`) had finished the call before: a wait in its queue is the replay's to re-create
-    (one lane per worker), a wake-up is the call's. (start, end), id, deps per call."""
+    (one lane per worker), a wake-up is the call's. (start, end), id, deps, call per call."""
     free: dict = {}  # worker -> end of the last call it ran
     out = []
-    for (arrival, end), nid, deps, (start, _, worker) in sorted(comms, key=lambda c: c[3][0]):
+    for (called, end), nid, deps, (start, _, worker) in sorted(comms, key=lambda c: c[3][0]):
+        arrival = called
         if worker is not None:
             arrival = min(start, max(arrival, free.get(worker, arrival)))
             free[worker] = end if end is not None else arrival
-        out.append(((arrival, end), nid, deps))
+        out.append(((arrival, end), nid, deps, called))
     return out
 
 
