@@ -257,6 +257,23 @@ def test_a_call_queued_behind_its_workers_previous_call_arrives_when_the_worker_
     t = read_timeline([host(1, 0, 100), first, second, host(4, 1500, 5, deps=(2, 3))])
     assert t.comm_start_ns == {2: (T0 + 100) * 1000, 3: (T0 + 1000) * 1000}
 
+def test_a_synchronous_call_queued_behind_an_async_one_blocks_its_rank_from_the_call():
+    """FSDP's backward (bench/whatif_check.py, +7.6% as captured): a reduce-scatter runs on gloo's
+    worker 7 (110..1,000) under a layer's compute (op 2); the next one goes to worker 8 (450);
+    the next layer's all-gather, synchronous, is called at 500 but worker 7 takes it up at 1,000;
+    op 4 follows its return at 1,400. The rank was blocked in the all-gather from 500 on, and the
+    replay re-creates the queue wait on worker 7's lane, so 500..1,000 is no host op's time.
+    Before, it went to op 4 as untraced time and was waited for twice."""
+    rs0 = _called(coll(10, 64, deps=(1,), start=T0 + 110, us=890), 100, worker=7)
+    rs1 = _called(coll(11, 64, deps=(2,), start=T0 + 460, us=2000), 450, worker=8)
+    ag = _called(coll(12, 64, deps=(2,), start=T0 + 1000, us=390), 500, worker=7)
+    t = read_timeline([host(1, 0, 100), rs0, host(2, 300, 100, deps=(1,)), rs1, ag,
+                       host(4, 1400, 5, deps=(12,)), host(5, 2500, 5, deps=(4, 10, 11))])
+    assert t.comm_start_ns[12] == (T0 + 1000) * 1000  # the replay starts it when its worker was free
+    assert t.comm_end_ns[12] == (T0 + 1400) * 1000
+    assert t.host_ns[2] == 350_000  # 100..450: after rs0 was issued, its own time, Python until rs1
+    assert t.host_ns[4] == 55_000  # 450..500 (after rs1 was issued) and its own 5 µs
+
 
 def test_an_op_of_the_call_that_ran_before_the_worker_took_it_up_does_not_unblock_it():
     """funcol's `_wrap_tensor_autograd` (3, part of the call, after it in the graph) began at 300,
