@@ -9,14 +9,18 @@ For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix)
 3. run it for real, uncaptured, on each target cluster (other uplink rates, more nodes) and
    predict each: `trace-convert scale --dp` to the target's ranks where they differ, then
    `trace-replay --network-fit NET --bandwidth inter-node=xF`;
-4. print predicted, real and error per case, and the capture replayed as it ran, against the
-   steps its manifest measured: on the probed network (`--network-fit NET --manifest`) and with
-   its own recorded communication (`--as-captured --manifest`).
+4. print predicted, real and error per case, and how busy the real runs kept the host's cores: the
+   bed's nodes share one machine, and a target that keeps it near saturation is paced by the
+   machine, not by the network the bed models (`HOST_BOUND`: reported, not counted in the goal);
+   then the capture replayed as it ran, against the steps its manifest measured: on the probed
+   network (`--network-fit NET --manifest`) and with its own recorded communication
+   (`--as-captured --manifest`).
 
 Needs root (network namespaces, tc) and torch; about 15 minutes on 2 cores (`--quick`: the data-
 parallel job and two targets, about 4). Run it on an otherwise idle machine: the real runs share
-its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies. Writes everything under --work (default: a temporary
-folder, removed) and the table as JSON with --json.
+its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies.
+Writes everything under --work (default: a temporary folder, removed) and the table as JSON with
+--json.
 
     sudo .venv/bin/python bench/whatif_check.py [--quick] [--jobs dp,fsdp] [--json out.json]
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -41,7 +46,7 @@ from chakra_tools.replay.links import parse_changes
 from chakra_tools.replay.netfit import calibrate, write_calibration
 from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable
-from chakra_tools.testbed.jobs import PROBE, failed, measured_step_ns, run_job
+from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job
 
 #: name -> surrogate arguments; each runs on 4 ranks (2 nodes x 2) and on 8
 JOBS = {
@@ -58,6 +63,9 @@ TARGETS = [(2, 2, 100.0), (2, 2, 500.0), (4, 2, 100.0), (4, 2, 500.0), (4, 2, 25
 QUICK_TARGETS = [(2, 2, 500.0), (4, 2, 100.0)]
 STEPS = ["--steps", "10", "--warmup", "3"]
 CAPTURED_STEPS = 4  # a step a rank overslept in (a busy 2-core host) weighs a quarter
+#: a real run whose ranks kept more of the host's cores busy than this was paced by the machine
+#: the bed runs on (the kernel's network path needs the rest): reported, not counted in the goal
+HOST_BOUND = 0.6
 
 
 @dataclass
@@ -67,10 +75,15 @@ class Case:
     predicted_ns: float
     real_ns: float  # the mean of the real runs
     spread: float = 0.0  # (max - min) / mean of the real runs: how much the target itself varies
+    host_load: float = 0.0  # the share of the host's cores the real runs' ranks kept busy (mean)
 
     @property
     def error(self) -> float:
         return (self.predicted_ns - self.real_ns) / self.real_ns
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_load > HOST_BOUND
 
 
 def _cluster(work: Path, nodes: int, rate: float) -> Cluster:
@@ -81,8 +94,9 @@ def _label(t) -> str:
     return f"{t[0]}x{t[1]} @{t[2]:g} Mbit/s"
 
 
-def real_steps(work: Path, job: str, target, args, runs: int) -> list[float]:
-    """The step of `runs` real runs on the target cluster (a fresh one each time)."""
+def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[float, float]]:
+    """The step and the host's load (`host_load`) of `runs` real runs on the target cluster (a
+    fresh one each time)."""
     nodes, nproc, rate = target
     out = []
     for i in range(runs):
@@ -91,7 +105,7 @@ def real_steps(work: Path, job: str, target, args, runs: int) -> list[float]:
             done = run_job(cl, nproc, [*args, *STEPS, "--result", str(result)], logs=work / "logs" / result.stem)
         if failed(done):
             raise RuntimeError(f"{job} on {_label(target)} failed:\n{failed(done)}")
-        out.append(measured_step_ns(result))
+        out.append((measured_step_ns(result), host_load(result)))
     return out
 
 
@@ -135,6 +149,10 @@ def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes) 
     return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS
 
 
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
 def _arg(args, name: str) -> int:
     return int(args[args.index(name) + 1]) if name in args else 1
 
@@ -171,26 +189,36 @@ def main() -> int:
             doc = replay(work / f"et-{job}", spec.backend(4), modes=modes, record_events=False).to_dict(events=False)
             captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
         for target in targets:
-            reals = real_steps(work, job, target, args, a.runs)
+            runs = real_steps(work, job, target, args, a.runs)
+            reals = [step for step, _ in runs]
             real = fmean(reals)
             pred = predict(work, job, args, net, target, CaptureModes())
-            cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real))
+            cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real,
+                              fmean(load for _, load in runs)))
             print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
-                  f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}", flush=True)
+                  f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}  "
+                  f"host {cases[-1].host_load:.0%} busy", flush=True)
     print(f"\nwhat-if from a capture on {_label(CAPTURE)} (trace-replay --network-fit NET --bandwidth ...)")
-    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}")
+    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}{'host busy':>11}")
     for c in cases:
         print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}"
-              f"{c.spread:>13.1%}")
-    errors = [abs(c.error) for c in cases]
-    print(f"mean |error| {fmean(errors):.1%}, max {max(errors):.1%} over {len(cases)} cases "
-          f"(goal: each within 10%, mean 5%)")
+              f"{c.spread:>13.1%}{c.host_load:>10.0%}{' *' if c.host_bound else ''}")
+    faithful = [abs(c.error) for c in cases if not c.host_bound]
+    if faithful:
+        print(f"mean |error| {fmean(faithful):.1%}, max {max(faithful):.1%}, {sum(e <= 0.10 for e in faithful)} of "
+              f"{len(faithful)} within 10% (goal: each within 10%, mean 5%)")
+    bound = [c for c in cases if c.host_bound]
+    if bound:
+        print(f"* {len(bound)} more whose real runs kept over {HOST_BOUND:.0%} of this machine's {_cores()} cores busy: "
+              f"the bed's shared cores, not the network it models, set their pace (mean |error| "
+              f"{fmean(abs(c.error) for c in bound):.1%}); a machine with more cores runs them faithfully")
     for label, errors in captured.items():
         print(f"the capture against its own measured steps, {label}: "
               + ", ".join(f"{j} {e:+.1%}" for j, e in errors.items()))
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
-        a.json.write_text(json.dumps({"cases": [vars(c) | {"error": c.error} for c in cases],
+        a.json.write_text(json.dumps({"cases": [vars(c) | {"error": c.error, "host_bound": c.host_bound}
+                                                for c in cases],
                                       "as_captured": captured}, indent=1))
     if tmp:
         tmp.cleanup()

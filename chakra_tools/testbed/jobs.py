@@ -83,3 +83,11 @@ def failed(runs: Sequence[NodeRun]) -> str | None:
 def measured_step_ns(result: Path) -> int:
     """The step a surrogate run measured (its --result file)."""
     return int(json.loads(result.read_text())["step_ns"])
+
+
+def host_load(result: Path) -> float:
+    """The share of the host's cores a surrogate run's ranks kept busy over its timed steps (its
+    --result file): all the bed's nodes share one machine's cores, so near 1 the machine, not the
+    network the bed models, sets the pace."""
+    doc = json.loads(result.read_text())
+    return float(doc["cores_busy"]) / max(1, int(doc["host_cores"]))

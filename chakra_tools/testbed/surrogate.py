@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -165,25 +166,37 @@ class Job:
         return [] if peer is None else [dist.isend(self.act, dst=peer)]
 
 
+def _cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     job = Job(args)
-    starts = []
+    starts, cpu = [], []
     for _ in range(args.steps):
         if not starts:
             dist.barrier()  # one common start; then the job runs free
         starts.append(time.time_ns())
+        cpu.append(_cpu_s())
         job.step()
     starts.append(time.time_ns())
+    cpu.append(_cpu_s())
     timed = starts[args.warmup:]
     span = torch.tensor([(timed[-1] - timed[0]) / max(1, len(timed) - 1)], dtype=torch.float64)
     dist.all_reduce(span, op=dist.ReduceOp.MAX)
+    # the host's cores the job kept busy over its timed steps (every rank's threads, gloo's too):
+    # near all of them, the bed itself, not the network it models, set the pace
+    busy = torch.tensor([cpu[-1] - cpu[args.warmup]], dtype=torch.float64)
+    dist.all_reduce(busy)
     if args.result is not None and job.rank == 0:
         args.result.write_text(json.dumps({
             "step_ns": int(span.item()), "world": job.world, "tp": args.tp, "pp": args.pp,
             "dp": job.layout.dp, "fsdp": args.fsdp, "steps": args.steps, "warmup": args.warmup,
+            "cores_busy": round(busy.item() / ((timed[-1] - timed[0]) / 1e9), 3), "host_cores": os.cpu_count(),
             "hosts": os.environ.get("GROUP_WORLD_SIZE")}) + "\n")
     dist.barrier()
     dist.destroy_process_group()

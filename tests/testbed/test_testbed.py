@@ -28,7 +28,7 @@ from chakra_tools.replay.links import parse_changes  # noqa: E402
 from chakra_tools.replay.netfit import calibrate, write_calibration  # noqa: E402
 from chakra_tools.replay.spec import SystemSpec  # noqa: E402
 from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable  # noqa: E402
-from chakra_tools.testbed.jobs import PROBE, failed, measured_step_ns, run_job  # noqa: E402
+from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job  # noqa: E402
 
 WHY = unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"test bed: {WHY}")
@@ -96,6 +96,7 @@ def test_what_if_five_times_faster_uplinks_against_a_real_run(captured, tmp_path
                        logs=tmp_path / "logs", timeout_s=300)
         assert not failed(runs), failed(runs)
     real = measured_step_ns(result)
+    assert 0 < host_load(result) <= 1  # 4 ranks' threads, on however many cores this host has
     spec = SystemSpec(kind_fit=net, links=parse_changes(["inter-node=x5"]))
     doc = replay(et, spec.backend(4), record_events=False).to_dict(events=False)
     predicted = max(r["finish_ns"] for r in doc["ranks"]) / 2
