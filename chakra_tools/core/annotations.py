@@ -116,6 +116,24 @@ def parse_wait(name: str) -> dict[str, Any] | None:
     return fields if fields is not None and fields.get("op") == WAIT_OP else None
 
 
+def call_name(name: str) -> str | None:
+    """What a person calls the annotated call (`dist.all_to_all_single`, `Work.wait`), or None
+    if `name` is no annotation.
+
+    >>> call_name("chakra_tools.comm:{'api':'all_to_all_single','op':'all_to_all','pg':'1'}")
+    'dist.all_to_all_single'
+    >>> call_name("chakra_tools.comm:{'api':'Work.wait','op':'wait','pg':'1','seq':3}")
+    'Work.wait'
+    >>> call_name("aten::mm") is None
+    True
+    """
+    fields = _fields(name)
+    if fields is None:
+        return None
+    api = str(fields.get("api") or fields.get("op") or "call")
+    return api if "." in api else f"dist.{api}"
+
+
 def _fields(name: str) -> dict[str, Any] | None:
     if not name.startswith(PREFIX):
         return None

@@ -94,6 +94,17 @@ class ReplayDocument:
     fidelity: dict | None
 
 
+def headline_line(head: dict) -> str:
+    """The one error a replay against measured steps is judged by (`fidelity.headline`), as
+    `trace-replay` prints it and the report shows it.
+
+    >>> headline_line({"error": 0.0014, "measured_ns": 6025069, "predicted_ns": 6033349, "what": "per step"})
+    'error +0.1%: measured 6.025 ms, predicted 6.033 ms (per step)'
+    """
+    return (f"error {head['error'] * 100:+.1f}%: measured {head['measured_ns'] / 1e6:.3f} ms, predicted "
+            f"{head['predicted_ns'] / 1e6:.3f} ms ({head['what']})")
+
+
 def is_replay_result(doc: Any) -> bool:
     """Whether a decoded JSON value is a replay result (by its `format`, or, for documents from
     before it was written, by its keys)."""

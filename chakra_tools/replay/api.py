@@ -9,7 +9,7 @@ engine.py imports nothing from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -75,7 +75,7 @@ class CaptureModes:
     "stream" (a lane per recorded thread and device stream; see `Resources`).
     `coll_start` (on the model only): "arrival" (each member of a collective goes through it from
     its own arrival, as ASTRA-sim: `Staggered`) or "last" (every member from the last arrival).
-    `AS_CAPTURED` replays a capture on the system it ran on (docs/replay.md §4).
+    `AS_CAPTURED` replays a capture on the system it ran on (docs/reference/trace-replay.md).
     """
 
     comm: str = "model"
@@ -140,8 +140,10 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
     library = getattr(backend, "lane_limits", {}) if modes.lanes in (None, "kind") else {}  # per thread: as recorded
     limits = dict(limits) if limits else {**DEFAULT_LIMITS, **library}
     resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
-    return Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
-                    record_events=record_events, absent_peers=absent_peers).run()
+    result = Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
+                      record_events=record_events, absent_peers=absent_peers).run()
+    result.config["modes"] = asdict(modes)  # what of the capture's record the durations came from
+    return result
 
 
 def replay(path: str | Path, backend: Backend, *, comm_group: str | Path | None = None,
@@ -228,7 +230,7 @@ def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,
         f"{', '.join(recorded)} take{'s' if len(recorded) == 1 else ''} time from the record, and this rank set "
         f"was scaled from a {was}-rank capture: its recorded gaps and communication are that job's, waits for "
         f"its collectives included, so the replay predicts them again (the defaults, --comm model --host-time "
-        f"ops --align start, replay a scaled set: docs/replay.md, What-if at another scale)"), file=str(path)))
+        f"ops --align start, replay a scaled set: docs/reference/trace-convert.md, scale)"), file=str(path)))
 
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,

@@ -25,6 +25,7 @@ from pathlib import Path
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.manifest import RankRecord, RunManifest, manifest_from_dict, read_manifest
 from chakra_tools.core.measured import Measured
+from chakra_tools.core.replaydoc import headline_line
 
 
 def _load(manifest: str | Path | dict | RunManifest) -> RunManifest:
@@ -179,8 +180,7 @@ def format_comparison(cmp: dict) -> str:
     """The headline error first, then the details, each saying what it compares (ms throughout)."""
     head = cmp.get("headline") or headline(cmp)
     per = " window" if cmp.get("source") == "trace" else "/step"
-    lines = [f"error {head['error'] * 100:+.1f}%: measured {head['measured_ns'] / 1e6:.3f} ms, predicted "
-             f"{head['predicted_ns'] / 1e6:.3f} ms ({head['what']})",
+    lines = [headline_line(head),
              "details:",
              f"  {'rank':>5} {'measured' + per:>16} {'predicted' + per:>17} {'error':>8}"]
     for r in cmp["ranks"]:

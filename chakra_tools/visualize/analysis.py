@@ -1,27 +1,38 @@
 """The numbers the report draws: per-rank breakdown, top operators, communication volume,
 critical path. Pure functions of an `EventSet`.
 
-Breakdown (per rank, over the run's whole span so every rank's bar has the same length):
+Breakdown (per rank, from its first piece of work to its last, as the replayer counts it):
 compute = time some compute runs; overlap = time compute and communication run together;
 exposed communication = communication time not hidden behind compute; idle = the rest. A rank
-with no device compute (a CPU-only run) counts its host work as compute.
+with no device compute (a CPU-only run) counts its host work as compute, except where its thread
+was inside a communication call (waiting, not computing) and the profiler's step markers
+(`ProfilerStep#N`, which span whole steps and are no work).
 
 >>> from chakra_tools.visualize.events import Event, EventSet
->>> es = EventSet("inline", "measured", [Event(0, "gemm", "compute", "c", 0, 600, 1),
+>>> es = EventSet("inline", "measured", [Event(0, "gemm", "compute", "c", 100, 600, 1),
 ...                                      Event(0, "ar", "comm", "m", 400, 1000, 2)])
 >>> breakdown(es)[0]
-{'finish_ns': 1000, 'compute_ns': 600, 'exposed_comm_ns': 400, 'overlap_ns': 200, 'idle_ns': 0}
+{'start_ns': 0, 'finish_ns': 900, 'compute_ns': 500, 'exposed_comm_ns': 400, 'overlap_ns': 200, 'idle_ns': 0}
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Iterable
+
+from chakra_tools.core.annotations import call_name
 
 from .events import COMM, COMPUTE, HOST, Event, EventSet
 
 Interval = tuple[int, int]
 BREAKDOWN_KEYS = ("compute_ns", "exposed_comm_ns", "overlap_ns", "idle_ns")
+STEP_MARKER = re.compile(r"ProfilerStep#\d+")
+
+
+def is_marker(e: Event) -> bool:
+    """A profiler step range: it spans its step's work and is none itself."""
+    return e.kind == HOST and STEP_MARKER.fullmatch(e.name) is not None
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
@@ -43,6 +54,27 @@ def length(intervals: Iterable[Interval]) -> int:
     return sum(e - s for s, e in intervals)
 
 
+def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """The parts of merged intervals `a` outside merged intervals `b`.
+
+    >>> subtract([(0, 10), (20, 30)], [(5, 8), (25, 40)])
+    [(0, 5), (8, 10), (20, 25)]
+    """
+    out, j = [], 0
+    for s, e in a:
+        while j < len(b) and b[j][1] <= s:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > s:
+                out.append((s, b[k][0]))
+            s = max(s, b[k][1])
+            k += 1
+        if s < e:
+            out.append((s, e))
+    return out
+
+
 def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
     """Intersection of two merged interval lists (a linear merge walk)."""
     out, i, j = [], 0, 0
@@ -58,25 +90,32 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
 
 
 def breakdown(es: EventSet) -> dict[int, dict[str, int]]:
-    """rank -> finish_ns, compute_ns, exposed_comm_ns, overlap_ns, idle_ns (the source's own
-    breakdown when it has one, as the replayer's)."""
+    """rank -> start_ns, finish_ns (from the run's origin), compute_ns, exposed_comm_ns,
+    overlap_ns, idle_ns (the source's own breakdown when it has one, as the replayer's)."""
     if es.breakdown is not None:
         return es.breakdown
-    start, end = es.origin_ns, es.end_ns
+    origin = es.origin_ns
     per_rank: dict[int, list[Event]] = defaultdict(list)
     for e in es.events:
         per_rank[e.rank].append(e)
-    return {r: _rank_breakdown(per_rank[r], start, end) for r in sorted(per_rank)}
+    return {r: _rank_breakdown(per_rank[r], origin) for r in sorted(per_rank)}
 
 
-def _rank_breakdown(events: list[Event], start: int, end: int) -> dict[str, int]:
-    has_device = any(e.kind == COMPUTE for e in events)
-    comp_kind = COMPUTE if has_device else HOST
-    comp = union((e.start_ns, e.end_ns) for e in events if e.kind == comp_kind)
+def _rank_breakdown(events: list[Event], origin: int) -> dict[str, int]:
+    start = min((e.start_ns for e in events), default=origin)
+    end = max((e.end_ns for e in events), default=start)
     comm = union((e.start_ns, e.end_ns) for e in events if e.kind == COMM)
+    if any(e.kind == COMPUTE for e in events):
+        comp = union((e.start_ns, e.end_ns) for e in events if e.kind == COMPUTE)
+    else:  # a thread inside a communication call waits: per host thread, its calls taken out
+        lanes: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+        for e in events:
+            if e.kind in (HOST, COMM) and not is_marker(e):
+                lanes[e.lane][e.kind == COMM].append((e.start_ns, e.end_ns))
+        comp = union(iv for work, calls in lanes.values() for iv in subtract(union(work), union(calls)))
     overlap = length(intersect(comp, comm))
     busy = length(union(comp + comm))
-    return {"finish_ns": max((e.end_ns for e in events), default=start) - start,
+    return {"start_ns": start - origin, "finish_ns": end - origin,
             "compute_ns": length(comp), "exposed_comm_ns": length(comm) - overlap,
             "overlap_ns": overlap, "idle_ns": (end - start) - busy}
 
@@ -107,12 +146,15 @@ def self_times(events: list[Event]) -> list[int]:
 
 def top_operators(es: EventSet, n: int = 15) -> list[dict]:
     """The `n` operator names with the most self time (device work and communication; host work
-    in its place when a run has no device compute, as on CPU), with their count, kind and share."""
+    in its place when a run has no device compute, as on CPU), with their count, kind and share.
+    A trace-capture annotation is named by the call it stands for (`dist.all_to_all_single`,
+    `Work.wait`); the profiler's step markers are no operators (their self time is the untraced
+    time and, on CPU, the waits in other threads' calls)."""
     kinds = {COMPUTE, COMM} if any(e.kind == COMPUTE for e in es.events) else {HOST, COMM}
     total: dict[str, list] = {}
     for e, own in zip(es.events, self_times(es.events)):
-        if e.kind in kinds:
-            t = total.setdefault(e.name, [0, 0, e.kind])
+        if e.kind in kinds and not is_marker(e):
+            t = total.setdefault(call_name(e.name) or e.name, [0, 0, e.kind])
             t[0] += own
             t[1] += 1
     grand = sum(t[0] for t in total.values()) or 1
@@ -120,11 +162,15 @@ def top_operators(es: EventSet, n: int = 15) -> list[dict]:
     return [{"name": k, "total_ns": v[0], "count": v[1], "kind": v[2], "share": v[0] / grand} for k, v in rows]
 
 
+P2P_KINDS = ("SEND", "RECV", "SEND_RECV")
+POINT_TO_POINT = "point-to-point"  # a send's group says nothing: its peer is on the other side
+
+
 def comm_volume(es: EventSet) -> list[dict]:
     """Communication by (kind, group): operations and bytes, summed over the ranks' records."""
     acc: dict[tuple[str, str], list[int]] = {}
     for c in es.comms:
-        a = acc.setdefault((c.kind, c.group), [0, 0])
+        a = acc.setdefault((c.kind, POINT_TO_POINT if c.kind in P2P_KINDS else c.group), [0, 0])
         a[0] += 1
         a[1] += c.bytes
     return [{"kind": k, "group": g, "count": v[0], "bytes": v[1]}

@@ -25,7 +25,7 @@ from chakra_tools.core.manifest import MANIFEST, read_manifest
 
 from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX, parse_annotation
 
-from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet
+from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet, group_label
 
 NS_PER_US = 1000
 
@@ -72,10 +72,21 @@ def from_capture(path: str | Path) -> EventSet:
                              "host execution traces go through trace-convert first")
         rank = _dist_rank(doc, rank)
         events, flows = kineto_events(doc.get("traceEvents", []), rank)
+        es.comms.extend(_capture_comms(events, rank))
+        events = _calls_as_comm(events)
         es.events.extend(events)
         es.flows.extend(flows)
-        es.comms.extend(_capture_comms(events, rank))
     return _rebase(es)
+
+
+def _calls_as_comm(events: list[Event]) -> list[Event]:
+    """On a rank without device work, its communication calls (`gloo:all_reduce` on gloo's
+    worker, the c10d wrappers, trace-capture's annotations) are its communication, as the
+    converter makes them communication nodes; on a GPU rank they only launch kernels."""
+    if any(e.kind == COMPUTE for e in events):
+        return events
+    return [replace(e, kind=COMM) if e.kind == HOST and (COMM_CALL.match(e.name) or e.name.startswith(ANNOTATION_PREFIX))
+            else e for e in events]
 
 
 def _capture_comms(events: list[Event], rank: int) -> list[CommRecord]:
@@ -90,8 +101,24 @@ def _capture_comms(events: list[Event], rank: int) -> list[CommRecord]:
             break
     chosen = calls or [e for e in events if e.kind == COMM]
     return [CommRecord(rank, e.name, (e.args or {}).get("comm_kind") or _nccl_kind(e.name),
-                       int((e.args or {}).get("bytes") or 0), str((e.args or {}).get("pg", "0")))
+                       int((e.args or {}).get("bytes") or 0),
+                       group_label(str((e.args or {}).get("pg", "0")), _members((e.args or {}).get("pg_ranks"))))
             for e in chosen]
+
+
+def _members(value) -> list[int]:
+    """A group's ranks as an annotation (a list) or Kineto (`Process Group Ranks`, a list or
+    its text "[0, 1]") records them; [] where unknown or unreadable.
+
+    >>> _members("[0, 2]"), _members([1, 3]), _members(None), _members("[0, x]")
+    ([0, 2], [1, 3], [], [])
+    """
+    if isinstance(value, str):
+        value = value.strip().strip("[]").split(",") if value.strip().strip("[]") else []
+    try:
+        return [int(v) for v in value or ()]
+    except (TypeError, ValueError):
+        return []
 
 
 #: bytes per element of the dtype names Kineto and record_param_comms write
@@ -163,10 +190,12 @@ def _kineto_event(e: dict, rank: int) -> Event:
                                  "In msg nelems", "Out msg nelems", "dtype") if k in args}
     if "Process Group Name" in args:
         keep["pg"] = args["Process Group Name"]
+    if "Process Group Ranks" in args:
+        keep["pg_ranks"] = args["Process Group Ranks"]
     if kind == HOST and (ann := parse_annotation(name)) is not None:
         # a trace-capture annotation: exact sizes and group, on CPU where Kineto records none
         keep.update(bytes=max(ann.get("in_bytes", 0), ann.get("out_bytes", 0)), pg=str(ann.get("pg", "0")),
-                    comm_kind=ann["op"].upper())
+                    pg_ranks=ann.get("pg_ranks"), comm_kind=ann["op"].upper())
     elif kind == HOST and (nbytes := _call_bytes(name, args)) is not None:
         keep["bytes"] = nbytes
     return Event(rank, name, kind, lane, start, end, None, cat, {**keep, "pid": e.get("pid"), "tid": e.get("tid")})

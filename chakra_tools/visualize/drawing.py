@@ -27,7 +27,7 @@ from chakra_tools.core.model import Node, NodeType, format_bytes
 
 from .select import Selection, select
 
-#: the most nodes DOT / SVG output draws; documented in docs/visualize.md
+#: the most nodes DOT / SVG output draws; documented in docs/reference/trace-visualize.md
 DRAW_LIMIT = 1000
 DOT_TIMEOUT_S = 120
 FILTER_HINT = ("narrow it with --rank, --ids FIRST:LAST, --step, --kind, --name REGEX or "

@@ -47,9 +47,32 @@ class Event:
         return self.end_ns - self.start_ns
 
 
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
+
+
+def group_label(pg: str, members: Iterable[int] = ()) -> str:
+    """How a report names a communicator: by its ranks where they are known, since torch's group
+    names and the converted ids (comm_group.json, the world group 1) differ for the same group.
+
+    >>> group_label("1", [0, 1, 2, 3]), group_label("0")
+    ('ranks 0-3', 'pg 0')
+    """
+    members = list(members)
+    return f"ranks {rank_ranges(members)}" if members else f"pg {pg}"
+
+
 @dataclass(frozen=True)
 class CommRecord:
-    """One communication operation on one rank: kind (ALL_REDUCE, SEND...), bytes and group."""
+    """One communication operation on one rank: kind (ALL_REDUCE, SEND...), bytes and group
+    (`group_label`)."""
 
     rank: int
     name: str
@@ -81,6 +104,7 @@ class EventSet:
     notes: list[str] = field(default_factory=list)
     flows: list[tuple[Event, Event, str]] = field(default_factory=list)
     shift_ns: int = 0  # subtracted from the source's times (epoch-based captures)
+    fidelity: dict | None = None  # a replay's error against measured steps (replay result `fidelity`)
 
     @property
     def ranks(self) -> list[int]:
@@ -113,7 +137,8 @@ class EventSet:
             [p for p in self.critical_path if p[0] in keep],
             None if self.breakdown is None else {r: v for r, v in self.breakdown.items() if r in keep},
             self.makespan_ns, list(self.notes),
-            [f for f in self.flows if f[0].rank in keep and f[1].rank in keep], self.shift_ns)
+            [f for f in self.flows if f[0].rank in keep and f[1].rank in keep], self.shift_ns,
+            self.fidelity)
 
     def narrow(self, ranks: Iterable[int] | None = None, flows: str = "all") -> "EventSet":
         """Only `ranks` (None: all), with the dependency arrows `flows` says: all, cross-rank

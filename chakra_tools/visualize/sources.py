@@ -27,7 +27,7 @@ from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 
 from .captured import from_capture, kineto_files
 from .drawing import graph_edges
-from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet
+from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet, group_label, rank_ranges
 
 NS_PER_US = 1000
 #: a class of work (core.lanes.WORK) as drawn: memory traffic with communication, metadata with
@@ -96,9 +96,9 @@ def from_rankset(rs: RankSet, *, source: str = "rank set") -> EventSet:
         if was_laid_out:
             laid_out.append(g.rank if g.rank is not None else 0)
         es.deps.extend((g.rank, s, g.rank, d) for s, d, _ in graph_edges(g))
-        es.comms.extend(_comm_records(g))
+        es.comms.extend(_comm_records(g, rs))
     if laid_out:
-        es.notes.append(f"rank(s) {_ranges(laid_out)}: nodes carry no start times; laid out as soon as "
+        es.notes.append(f"rank(s) {rank_ranges(laid_out)}: nodes carry no start times; laid out as soon as "
                         "dependencies allow, one node at a time per lane (use trace-replay for simulated times)")
         if len(laid_out) == len(rs):
             es.label = "laid out"
@@ -120,17 +120,6 @@ def _mark_scaled(rs: RankSet, es: EventSet) -> None:
         es.notes.insert(0, f"scaled from {was} to {len(rs)} ranks ({info['batch']} batch): the times "
                         f"are the {was}-rank capture's, copied; nothing here was measured at "
                         f"{len(rs)} ranks (trace-visualize report --fit NET --measured RUN predicts and compares)")
-
-
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out: list[str] = []
-    for r in sorted(ranks):
-        if out and out[-1].split("-")[-1] == str(r - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ",".join(out)
 
 
 def _rank_events(g: Graph) -> tuple[list[Event], bool]:
@@ -174,9 +163,10 @@ def _node_args(n: Node) -> dict[str, Any]:
     return args
 
 
-def _comm_records(g: Graph) -> list[CommRecord]:
+def _comm_records(g: Graph, rs: RankSet) -> list[CommRecord]:
     rank = g.rank if g.rank is not None else 0
-    out = []
+    out: list[CommRecord] = []
+    labels: dict[str, str] = {}
     for n in g:
         if n.type is NodeType.COMM_COLL_NODE:
             kind = n.comm_type.name if n.comm_type is not None else "UNKNOWN"
@@ -186,7 +176,10 @@ def _comm_records(g: Graph) -> list[CommRecord]:
             kind = "RECV"
         else:
             continue
-        out.append(CommRecord(rank, n.name, kind, n.comm_size, n.pg_name or "0", n.id))
+        pg = n.pg_name or "0"
+        if pg not in labels:
+            labels[pg] = group_label(pg, _group_members(rs, pg, ()) if n.type is NodeType.COMM_COLL_NODE else ())
+        out.append(CommRecord(rank, n.name, kind, n.comm_size, labels[pg], n.id))
     return out
 
 
@@ -245,11 +238,15 @@ def from_replay(path: str | Path) -> EventSet:
                        {"node_id": e.node_id}) for e in doc.events]
     es.deps = list(doc.deps)
     es.critical_path = list(doc.critical_path)
-    es.breakdown = {r.rank: {"finish_ns": r.finish_ns, "compute_ns": r.compute_ns,
+    es.breakdown = {r.rank: {"start_ns": r.start_ns, "finish_ns": r.finish_ns, "compute_ns": r.compute_ns,
                              "exposed_comm_ns": r.exposed_comm_ns, "overlap_ns": r.overlap_ns,
                              "idle_ns": r.idle_ns} for r in doc.ranks}
     es.makespan_ns = doc.makespan_ns
-    es.comms = [CommRecord(r, c.name, c.comm_type, c.bytes, c.pg, c.node_id)
+    es.fidelity = doc.fidelity
+    if (doc.config.get("modes") or {}).get("host_time") == "timeline":
+        es.notes.append("host ops re-timed from the recorded timeline (--host-time timeline): each holds "
+                        "the untraced time that followed it, so its time is more than its measured self time")
+    es.comms = [CommRecord(r, c.name, c.comm_type, c.bytes, group_label(c.pg, c.ranks), c.node_id)
                 for c in doc.collectives for r in (c.ranks or (-1,))]
     return es
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import Callable, Sequence
 
-COLORS = {"compute": "#3182bd", "overlap": "#9e9ac8", "exposed_comm": "#e6550d", "idle": "#d9d9d9",
+COLORS = {"not_started": "none", "compute": "#3182bd", "overlap": "#9e9ac8", "exposed_comm": "#e6550d", "idle": "#d9d9d9",
           "comm": "#e6550d", "host": "#74c476"}
 ROW_H = 18
 LABEL_W = 220
