@@ -16,7 +16,17 @@ import typer
 from . import frontends
 from .common import handle_errors, new_app, print_json
 
-app = new_app(help=__doc__.split("\n\n")[0], no_args_is_help=True)
+USAGE = """\
+**trace-convert RUN_FOLDER -o OUT** converts a trace-capture run (short for `trace-convert pytorch
+RUN_FOLDER`); the commands below convert other inputs or work on converted traces.
+
+    trace-convert traces/ddp -o out/ddp
+    trace-convert pytorch --host rank0.et.json --device rank0.kineto.json -o out/gpu
+    trace-convert calibrate out/ddp --probe traces/probe -o out/ddp-net
+    trace-convert scale out/ddp --dp 8 -o out/ddp-dp8
+    trace-convert generate --config examples/workloads/gpt_8rank.yml -o out/gpt8
+"""
+app = new_app(help=__doc__.split("\n\n")[0] + "\n\n" + USAGE, no_args_is_help=True)
 SUBCOMMANDS = {"pytorch", "onnx", "text", "generate", "calibrate", "scale"}
 
 
@@ -111,7 +121,8 @@ def _print_report(report, out_dir: Path) -> None:
         typer.echo(f"  ... {n} more [{code}]", err=True)
 
 
-@app.command()
+@app.command(short_help="Fit the network a capture ran on: from a probe's sweep (--probe), or from its own "
+                        "collectives.")
 @handle_errors
 def calibrate(
     rankset: Path = typer.Argument(..., metavar="RUN-et", help="A converted capture (folder, prefix or file)."),
@@ -122,7 +133,7 @@ def calibrate(
                                        help="NPUs of the network written (default: the capture's ranks); give the rank count of a scaled set to replay it."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
     probe: Optional[Path] = typer.Option(None, "--probe",
-                                         help="The probe's folder or probe.json (torchrun ... -m chakra_tools.capture.probe --out PROBE, under the job's own launcher): latency and bandwidth within and between machines, measured over a sweep of sizes; the fit then has the cluster's hierarchy and prices each collective with its library's algorithm (docs/whatif.md)."),
+                                         help="The probe's folder or probe.json (torchrun ... -m chakra_tools.capture.probe --out PROBE, under the job's own launcher): latency and bandwidth within and between machines, measured over a sweep of sizes; the fit then has the cluster's hierarchy and prices each collective with its library's algorithm (docs/howto/what-if.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
 ) -> None:
     """Fit an ASTRA-sim network to the capture's own collectives and send/receive.
@@ -133,7 +144,7 @@ def calibrate(
     OUT/fit.json the residuals per kind and size and a per-kind fit (one latency per collective
     kind and for send/receive, the byte costs shared), which trace-replay --network-fit OUT
     prices communication with (ASTRA-sim has one network for every kind: it reads the shared
-    fit). Docs: docs/replay.md, What-if at another scale.
+    fit). Docs: docs/reference/trace-convert.md, calibrate.
 
     Example:
 
@@ -160,7 +171,7 @@ def calibrate(
         typer.echo(f"wrote {cal.files['network']}, {cal.files['system']}, {cal.files['report']}")
 
 
-@app.command()
+@app.command(short_help="Rewrite a converted capture to another data-parallel degree (--dp N).")
 @handle_errors
 def scale(
     rankset: Path = typer.Argument(..., metavar="RUN-et", help="A converted capture (folder, prefix or file)."),

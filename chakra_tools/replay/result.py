@@ -8,7 +8,7 @@ running), `comm_ns` (time with a communication op in flight, waiting for peers i
 to finish along what held each node back: the dependency that finished last, the node that freed
 its lane, the last rank to join a collective, or the send a receive waited for.
 
-The JSON document (`to_dict`, `trace-replay --json`) is documented in docs/replay.md.
+The JSON document (`to_dict`, `trace-replay --json`) is documented in docs/reference/trace-replay.md.
 """
 
 from __future__ import annotations
@@ -259,22 +259,30 @@ class ReplayResult:
         return t
 
     def table(self) -> str:
-        """The per-rank table `trace-replay` prints."""
-        head = f"{'rank':>5} {'finish':>12} {'compute':>12} {'exposed comm':>13} {'overlap':>12} {'idle':>12} {'nodes':>8}"
+        """The per-rank table `trace-replay` prints: every time in one unit, the makespan's."""
+        unit, per = time_unit(self.makespan_ns)
+        head = (f"{'rank':>5} {'finish ' + unit:>12} {'compute ' + unit:>12} {'exposed comm ' + unit:>16} "
+                f"{'overlap ' + unit:>12} {'idle ' + unit:>12} {'nodes':>8}")
         rows = [head]
         for r in self.ranks:
-            rows.append(f"{r['rank']:>5} {_t(r['finish_ns']):>12} {_t(r['compute_ns']):>12} "
-                        f"{_t(r['exposed_comm_ns']):>13} {_t(r['overlap_ns']):>12} {_t(r['idle_ns']):>12} "
-                        f"{r['nodes']:>8}")
-        rows.append(f"makespan {_t(self.makespan_ns)}; {len(self.collectives)} collectives; critical path "
-                    f"{len(self.critical_path)} nodes, {_t(self.critical_path_ns())} busy")
+            rows.append(f"{r['rank']:>5} {r['finish_ns'] / per:>12.3f} {r['compute_ns'] / per:>12.3f} "
+                        f"{r['exposed_comm_ns'] / per:>16.3f} {r['overlap_ns'] / per:>12.3f} "
+                        f"{r['idle_ns'] / per:>12.3f} {r['nodes']:>8}")
+        rows.append(f"makespan {self.makespan_ns / per:.3f} {unit}; {len(self.collectives)} collectives; critical "
+                    f"path {len(self.critical_path)} nodes, {self.critical_path_ns() / per:.3f} {unit} busy")
         return "\n".join(rows)
 
 
-def _t(ns: int) -> str:
-    """Human time: 43000 -> '43.000us'."""
-    if ns >= 10_000_000:
-        return f"{ns / 1e6:.3f}ms"
+def time_unit(ns: int) -> tuple[str, float]:
+    """The unit a table of times up to `ns` is printed in, and ns per unit.
+
+    >>> time_unit(250_600_000), time_unit(43_000), time_unit(12)
+    (('ms', 1000000.0), ('us', 1000.0), ('ns', 1.0))
+    """
+    if ns >= 1_000_000:
+        return "ms", 1e6
     if ns >= 1000:
-        return f"{ns / 1e3:.3f}us"
-    return f"{ns}ns"
+        return "us", 1e3
+    return "ns", 1.0
+
+
