@@ -3,7 +3,7 @@
 The parent writes it once the command has exited. Every rank wrote `.rank-<r>.status.json` when
 its capture window closed and again at its exit; a rank that died without exiting (SIGKILL,
 segfault) left only the first (status "running") or none, and is reported as "killed" or
-"missing". docs/capture.md documents every field. No torch here.
+"missing". docs/reference/trace-capture.md documents every field. No torch here.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def rank_entry(rank: int, record: dict[str, Any] | None, run_dir: Path) -> dict[
 
 
 def run_status(ranks: list[dict[str, Any]], exit_code: int, interrupted: bool) -> str:
-    """ok | no-step | script-error | interrupted | rank-failed (see docs/capture.md)."""
+    """ok | no-step | script-error | interrupted | rank-failed (see docs/reference/trace-capture.md)."""
     states = {r["status"] for r in ranks}
     if interrupted or "interrupted" in states:
         return "interrupted"
@@ -127,7 +127,7 @@ def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureC
           started: str, finished: str, exit_code: int, interrupted: bool,
           records: dict[int, dict[str, Any]], warnings: list[str],
           least_world: int = 1, node: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The manifest document (see docs/capture.md for each field). `least_world`: the ranks the
+    """The manifest document (see docs/reference/trace-capture.md for each field). `least_world`: the ranks the
     command is known to start (torchrun's --nproc-per-node): those that left no record are
     `missing` even when no rank recorded the world size. `node` ({"rank", "count"}): this is one
     node's capture of a multi-node launch, whose ranks are the ones this node ran."""
@@ -145,6 +145,11 @@ def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureC
     backends = [r["backend"] for r in records.values() if r.get("backend")]
     warnings = warnings + [f"rank {r['rank']}: {r['capture_error']}" for r in ranks
                            if r.get("capture_error")]
+    captured = common_steps(ranks)
+    if status == "ok" and 0 < len(captured) < cfg.active:
+        warnings = warnings + [f"captured {len(captured)} of the {cfg.active} steps asked for (--active): the "
+                               f"script ended first, after {cfg.wait} + {cfg.warmup} steps of --wait and --warmup "
+                               f"and {len(captured)} more; give it more steps or ask for fewer"]
     return {
         "format": protocol.FORMAT,
         "tool_version": tool_version(),
@@ -161,7 +166,7 @@ def build(run_dir: Path, *, command: list[str], cwd: str, cfg: protocol.CaptureC
         "backend": backends[0] if backends else None,
         "process_groups": merge_groups(list(records.values())),
         "schedule": {"wait": cfg.wait, "warmup": cfg.warmup, "active": cfg.active},
-        "captured_steps": common_steps(ranks),
+        "captured_steps": captured,
         "ranks": ranks,
         "warnings": warnings,
         **({"node": node, "job_id": _job_id(records)} if node is not None else {}),

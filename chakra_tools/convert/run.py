@@ -105,6 +105,9 @@ def inputs_from_run(folder: str | Path | list[str | Path]) -> RunInputs:
     specs = []
     for r in man.ranks:
         if not r.host_trace and not r.device_trace:
+            if man.status != "ok" and man.error:  # the cause trace-capture reported, not this rank's echo of it
+                raise InputError(f"{man.source}: the run failed ({man.status}): {man.error}; rank {r.rank} left "
+                                 "no traces. Fix the script and capture again")
             raise InputError(f"{man.source}: rank {r.rank} has no traces (status "
                              f"{r.status!r}: {r.error or 'no error recorded'})")
         specs.append(RankSpec(r.rank, _path(man.trace_path(r.host_trace)), _path(man.trace_path(r.device_trace)),

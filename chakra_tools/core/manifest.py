@@ -2,7 +2,7 @@
 what converting, comparing a replay with the run and drawing the run read, decoded once here,
 typed and checked, naming the file and the place on error.
 
-Each field is described in docs/capture.md. The capture writes the document (a dict, `FORMAT`
+Each field is described in docs/reference/trace-capture.md. The capture writes the document (a dict, `FORMAT`
 in its "format" key); `read_manifest` and `manifest_from_dict` are the one way to read it.
 """
 
@@ -73,6 +73,8 @@ class RunManifest:
     #: a node's capture: this node; a job merged from its nodes' captures: every node
     nodes: tuple[NodeRecord, ...] = ()
     job_id: str | None = None
+    #: what trace-capture found went wrong (the failing rank's own error, not a peer's knock-on one)
+    error: str | None = None
 
     def trace_path(self, name: str | None) -> Path | None:
         """A trace named in the manifest, as a path (None for None)."""
@@ -167,7 +169,8 @@ def merge_nodes(parts: list[RunManifest], folder: Path | None = None) -> RunMani
     return RunManifest(where, folder, bad[0].status if bad else "ok", world,
                        first.backend, tuple(sorted(steps)), tuple(sorted(ranks, key=lambda r: r.rank)),
                        tuple(groups[k] for k in sorted(groups, key=lambda n: (len(n), n))),
-                       tuple(sorted(nodes, key=lambda n: (n.rank is None, n.rank))), first.job_id)
+                       tuple(sorted(nodes, key=lambda n: (n.rank is None, n.rank))), first.job_id,
+                       next((p.error for p in bad if p.error), None))
 
 
 def _relative(node_folder: Path | None, job: Path | None) -> str:
@@ -209,7 +212,8 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
         _ints(doc.get("captured_steps"), source, "captured_steps"),
         tuple(_rank(r, source, f"ranks[{i}]") for i, r in enumerate(ranks)),
         tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)),
-        _node(doc.get("node"), source), _str(doc.get("job_id"), source, "job_id"))
+        _node(doc.get("node"), source), _str(doc.get("job_id"), source, "job_id"),
+        _str(doc.get("error"), source, "error"))
 
 
 def _node(n: Any, source: str) -> tuple[NodeRecord, ...]:

@@ -140,3 +140,15 @@ def test_a_run_that_captures_no_step_says_so_and_fails(tmp_path, script, steps, 
     assert m["status"] == "no-step" and m["exit_code"] == 0 and says in m["error"]
     assert m["ranks"][0]["status"] == "no-step" and m["ranks"][0]["host_trace"] is None
     assert m["captured_steps"] == [] and sorted(p.name for p in out.iterdir()) == ["manifest.json"]
+
+
+def test_a_run_that_ends_inside_the_window_says_how_many_steps_it_captured(tmp_path):
+    """The window is steps 2..3; the script ends after step 2: the one step converts, and both the
+    console and the manifest say it is one of the two asked for."""
+    out = tmp_path / "run"
+    run = run_capture(["--out", str(out), str(EXAMPLES / "mlp.py"), "--steps", "3"], tmp_path, out)
+    assert run.code == 0, run.stderr
+    m = run.manifest
+    assert m["status"] == "ok" and m["captured_steps"] == [2]
+    says = "captured 1 of the 2 steps asked for (--active)"
+    assert says in run.stderr and any(says in w for w in m["warnings"])

@@ -74,3 +74,19 @@ def test_the_node_of_a_launch_is_read_off_torchrun():
     assert launcher_nodes(["torchrun", "--nnodes", "4", "--node-rank=3", "train.py"]).rank == 3
     assert launcher_nodes(["torchrun", "--nnodes=1:4", "--node_rank", "2", "t.py"]).count == 4
     assert launcher_nodes(["python", "train.py", "--nnodes", "2"]) is None
+
+
+def test_a_failed_runs_conversion_names_the_cause_trace_capture_found(tmp_path):
+    """Rank 1 raised before the window; rank 0 then lost its peer. Converting the run names rank
+    1's exception (the manifest's run error), not rank 0's connection error."""
+    from chakra_tools.convert.run import inputs_from_run
+
+    doc = {"format": "chakra-tools-capture/1", "host": "h", "status": "rank-failed", "exit_code": 1,
+           "error": "rank 1: RuntimeError: rank 1 failing on purpose", "world_size": 2, "backend": "gloo",
+           "captured_steps": [], "process_groups": [],
+           "ranks": [{"rank": 0, "status": "script-error", "error": "RuntimeError: Connection closed by peer",
+                      "host_trace": None, "device_trace": None, "captured_steps": [], "step_times_ns": []},
+                     {"rank": 1, "status": "script-error", "error": "RuntimeError: rank 1 failing on purpose",
+                      "host_trace": None, "device_trace": None, "captured_steps": [], "step_times_ns": []}]}
+    with pytest.raises(InputError, match="the run failed \\(rank-failed\\): rank 1: RuntimeError: rank 1 failing"):
+        inputs_from_run(write(tmp_path / "run", doc))
