@@ -57,6 +57,34 @@ def link(host: HostTrace, dev: DeviceTrace) -> Link:
     return lk
 
 
+#: device time outside the host trace's span that is worth a warning (share of all device time)
+UNCOVERED_SHARE = 0.05
+
+
+def uncovered(lk: Link, dev: DeviceTrace) -> str | None:
+    """What the device trace records outside the span of the host ops linked to it (a host trace
+    started later or stopped earlier than its Kineto trace): that work has no host op, so the
+    conversion leaves it out. None where it is under UNCOVERED_SHARE of the device time (on a
+    CPU rank, of the host time Kineto recorded)."""
+    linked = list(lk.op_event.values())
+    work = dev.gpu or [e for e in dev.host if e.parent == -1]
+    if not linked or not work:
+        return None
+    lo, hi = min(e.ts for e in linked), max(e.end for e in linked)
+    total = sum(e.dur for e in work)
+    # a kernel a linked op launched may run after the op: only what starts past the last op ends
+    outside = [e for e in work if e.end <= lo or e.ts >= hi]
+    lost = sum(e.dur for e in outside)
+    if total <= 0 or lost < UNCOVERED_SHARE * total:
+        return None
+    span = max(e.end for e in work) - min(e.ts for e in work)
+    what = "kernels" if dev.gpu else "top-level host events"
+    return (f"the host trace covers {(hi - lo) / 1e3:.1f} ms of the {span / 1e3:.1f} ms its device trace records: "
+            f"{len(outside)} {what} ({lost / 1e3:.1f} ms, {100 * lost / total:.0f}% of the recorded time) lie "
+            "outside it and are left out; capture both traces over the same steps, or convert the device "
+            "trace alone (trace-convert pytorch --device FILE) to keep all of it")
+
+
 def _by_rf_id(ops: list[HostOp], events: list[Event]) -> dict[int, Event]:
     by_rf: dict[int, Event] = {}
     for e in events:

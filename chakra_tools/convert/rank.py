@@ -25,7 +25,7 @@ from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, HostTrace, parse_host_bytes
 from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
-from .link import link
+from .link import link, uncovered
 from .readers import first_readers
 from .schema import INT64_MAX, INT64_MIN
 from chakra_tools.core.annotations import PREFIX as ANNOTATION_PREFIX
@@ -88,6 +88,8 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
         meta = _metadata(host, dev, lk, rank)
         if lk is not None and lk.mismatch:
             result.diagnostics.add(Diagnostic("error", "unpaired-traces", lk.mismatch, file=source, rank=rank))
+        elif lk is not None and (gap := uncovered(lk, dev)):
+            result.diagnostics.add(Diagnostic("warning", "host-trace-partial", gap, file=source, rank=rank))
         stats = {"link": lk.method if lk else "none", "linked": len(lk.op_event) if lk else 0,
                  "host_ops": len(host.ops)}
         has_device = dev is not None

@@ -69,3 +69,21 @@ def test_a_manifest_of_another_run_is_refused():
     one_rank = {"world_size": 1, "captured_steps": [0], "ranks": [{"rank": 0, "step_times_ns": [1000]}]}
     with pytest.raises(InputError, match=r"a run of 1 rank\(s\), but the replay has 2 \(ranks 1 are not in it\)"):
         compare_with_manifest(result, one_rank)
+
+
+def test_a_host_trace_covering_part_of_its_device_trace_is_said(shared_fixtures, tmp_path):
+    """PARAM's ResNet pair: the host trace covers about a third of what its Kineto trace records;
+    the kernels outside it have no host op and are left out, which the conversion says."""
+    pair = shared_fixtures / "param"
+    inputs = inputs_from_files([str(pair / "resnet_1gpu_host_et.json.gz")],
+                               [str(pair / "resnet_1gpu_kineto.json.gz")], [0])
+    report = convert(inputs, tmp_path / "out", executor="serial")
+    (found,) = [d for d in report.diagnostics if d.code == "host-trace-partial"]
+    assert found.severity == "warning" and "resnet_1gpu_host_et.json.gz" in str(found.file)
+    assert "are left out" in found.message and "--device" in found.message
+
+
+def test_a_pair_of_one_capture_says_nothing_about_coverage(raw_run, tmp_path):
+    inputs = inputs_from_files([str(raw_run / "host-0.json")], [str(raw_run / "device-0.json")], [0])
+    report = convert(inputs, tmp_path / "out", executor="serial")
+    assert not [d for d in report.diagnostics if d.code == "host-trace-partial"]
