@@ -14,7 +14,11 @@ sizes from `--min-size` to `--max-size` (x4 each time):
   together after a barrier and timed to its slowest member's return; and all-reduce, all-gather
   and reduce-scatter on the ranks of the first machine alone (up to 1 MiB), whose rounds never
   leave it;
-- one rank adding two buffers (the reduction a collective performs on what it receives).
+- one rank adding two buffers (the reduction a collective performs on what it receives);
+- a message whose receiver posts its receive late (`LATE_S`), on the same pairs: how much of it
+  the sender could send ahead (gloo's receiver takes a message only into its receive's buffer,
+  so past what TCP buffers hold the sender waits: a pipeline stage that posts its receive late
+  waits for most of a large gradient).
 
 A size whose single repetition takes longer than `--budget-s` / 20 is the last of its kind, so a
 slow network stays a short probe. Needs torch.distributed (any backend the job uses; gloo for
@@ -43,6 +47,9 @@ MAX_ITERS = 50
 #: they set the floors of a round)
 SMALL = 16 << 10
 IDLE_S = 0.005
+#: the late receiver's delay (long enough for any window to cross a 10 Mbit/s link) and sizes
+LATE_S = 0.2
+LATE_SIZES = (256 << 10, 1 << 20)
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
@@ -137,6 +144,28 @@ class Probe:
                     samples.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "one_way_ns": times[1:]})
                 if self._agree(self.rank == a and min(times[1:]) * 2 > self.slow_ns):
                     break
+        return samples
+
+    def late_recv(self) -> list[dict]:
+        """Per pair and size, the receive's time when posted `LATE_S` after the send (kept on the
+        receiver; `main` gathers them)."""
+        samples = []
+        for a, b in self.pairs():
+            for size in [s for s in LATE_SIZES if s <= self.args.max_size]:
+                buf, times = self._buf(size), []
+                for _ in range(self.args.repeats):
+                    dist.barrier()
+                    if self.rank == a:
+                        dist.isend(buf, b).wait()
+                    elif self.rank == b:
+                        time.sleep(LATE_S)
+                        t = time.perf_counter_ns()
+                        dist.recv(buf, a)
+                        self._sync()
+                        times.append(time.perf_counter_ns() - t)
+                if self.rank == b:
+                    samples.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "delay_ns": LATE_S * 1e9,
+                                    "ns": times})
         return samples
 
     # -- collectives -------------------------------------------------------------------------
@@ -263,12 +292,15 @@ def main(argv=None) -> None:
     p2p = probe.p2p()
     gathered: list = [None] * probe.world
     dist.all_gather_object(gathered, p2p)
+    late: list = [None] * probe.world
+    dist.all_gather_object(late, probe.late_recv())
     colls = probe.collectives()
     reduce = probe.reduce() if probe.rank == 0 else []
     if probe.rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "backend": backend, "world_size": probe.world, "hosts": probe.hosts,
-               "p2p": [s for part in gathered for s in part], "collectives": colls, "reduce": reduce}
+               "p2p": [s for part in gathered for s in part], "collectives": colls, "reduce": reduce,
+               "late_recv": [s for part in late for s in part]}
         tmp = args.out / f".{PROBE_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, args.out / PROBE_FILE)

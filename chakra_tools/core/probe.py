@@ -13,10 +13,14 @@ Document (JSON object, `FORMAT` in "format"):
 - `p2p`: [{src, dst, size (bytes), one_way_ns: [...]}]: half the round trip of a message of
   `size` bytes from src to dst and back, once per repetition;
 - `collectives`: [{kind (a CollectiveCommType name), ranks, size (`comm_size`, the converter's
-  convention: docs/convert.md), ns: [...]}]: each repetition's time from the call to the return of
+  convention: docs/reference/trace-convert.md), ns: [...]}]: each repetition's time from the call to the return of
   its slowest member, all members starting together;
 - `reduce`: [{size, ns: [...]}]: one rank adding two buffers of `size` bytes (the reduction a
-  collective performs per byte it receives).
+  collective performs per byte it receives);
+- `late_recv` (optional): [{src, dst, size, delay_ns, ns: [...]}]: a message sent while its
+  receiver sleeps `delay_ns` before posting the receive, and the time the receive then takes:
+  what the sender could not send ahead of the receive (past the library's window, which for
+  gloo is what the receiver's TCP buffers hold).
 
 `read_probe` is the one reader: every field checked, an InputError naming the file and the field.
 """
@@ -57,6 +61,15 @@ class ReduceSample:
 
 
 @dataclass(frozen=True)
+class LateRecvSample:
+    src: int
+    dst: int
+    size: int
+    delay_ns: float
+    ns: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     source: str
     backend: str | None
@@ -64,6 +77,7 @@ class ProbeResult:
     p2p: tuple[P2PSample, ...]
     collectives: tuple[CollectiveSample, ...]
     reduce: tuple[ReduceSample, ...]
+    late_recv: tuple[LateRecvSample, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -76,7 +90,9 @@ class ProbeResult:
                         for s in self.p2p],
                 "collectives": [{"kind": c.kind, "ranks": list(c.ranks), "size": c.size, "ns": list(c.ns)}
                                 for c in self.collectives],
-                "reduce": [{"size": r.size, "ns": list(r.ns)} for r in self.reduce]}
+                "reduce": [{"size": r.size, "ns": list(r.ns)} for r in self.reduce],
+                "late_recv": [{"src": s.src, "dst": s.dst, "size": s.size, "delay_ns": s.delay_ns,
+                               "ns": list(s.ns)} for s in self.late_recv]}
 
 
 def read_probe(path: str | Path) -> ProbeResult:
@@ -144,7 +160,15 @@ def probe_from_dict(doc: Any, source: str = "probe") -> ProbeResult:
                                       times(c.get("ns"), f"collectives[{i}].ns")))
     reduce = tuple(ReduceSample(size(r.get("size"), f"reduce[{i}].size"), times(r.get("ns"), f"reduce[{i}].ns"))
                    for i, r in enumerate(items("reduce")))
+    late = []
+    for i, s in enumerate(items("late_recv")):
+        delay = s.get("delay_ns")
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 < delay < 1e12:
+            raise bad(f"late_recv[{i}].delay_ns", "a delay in ns above 0")
+        late.append(LateRecvSample(rank(s.get("src"), f"late_recv[{i}].src"), rank(s.get("dst"), f"late_recv[{i}].dst"),
+                                   size(s.get("size"), f"late_recv[{i}].size"), float(delay),
+                                   times(s.get("ns"), f"late_recv[{i}].ns")))
     backend = doc.get("backend")
     if backend is not None and not isinstance(backend, str):
         raise bad("backend", "a string")
-    return ProbeResult(source, backend, tuple(hosts), p2p, tuple(colls), reduce)
+    return ProbeResult(source, backend, tuple(hosts), p2p, tuple(colls), reduce, tuple(late))

@@ -16,6 +16,8 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    calls, which on a shared host take what waking the members takes, not what the links do)
    on the groups spanning that level: the world for rounds between machines, one machine's
    ranks for rounds within it (pooled over the ring kinds, whose rounds are alike).
+4. The window a send gets ahead of its receive, from the probe's late receives: what they still
+   took beyond their link's latency is the part of the message that waited for the receive.
 
 Where the probe ran on one machine, the network between machines is unknown: the fit says so and
 a replay that needs it (more machines than one) is refused.
@@ -42,7 +44,7 @@ ONE_SIZE_WARNING = (
     "cannot be told apart: the bandwidth below is a guess, and a prediction at another bandwidth or "
     "scale priced on it will be far off. Measure the links instead: run the probe under the job's own "
     "launcher (torchrun ... -m chakra_tools.capture.probe --out PROBE) and calibrate with --probe PROBE "
-    "(docs/whatif.md).")
+    "(docs/howto/what-if.md).")
 
 INTRA, INTER = "intra-node", "inter-node"
 EFFICIENCY_RANGE = (1 / 3, 3.0)
@@ -60,6 +62,8 @@ class ClusterFit:
     reduce_ns_per_byte: float
     inter_known: bool = True
     rows: tuple[dict, ...] = field(default_factory=tuple)
+    #: what a send gets ahead of a late receive (bytes; None where the probe did not measure it)
+    p2p_window_bytes: int | None = None
 
     @property
     def ranks_per_node(self) -> int:
@@ -73,7 +77,8 @@ class ClusterFit:
             raise InputError(f"{world} ranks at {self.ranks_per_node} per machine span "
                              f"{fabric.levels[-1].npus} machines, but the probe ran on one: the network "
                              "between machines was not measured (probe a multi-node launch)")
-        return LibraryBackend(base, fabric, self.library, dict(self.kinds), self.reduce_ns_per_byte)
+        return LibraryBackend(base, fabric, self.library, dict(self.kinds), self.reduce_ns_per_byte,
+                              self.p2p_window_bytes)
 
     def network_yaml(self, npus: int) -> str:
         """The fabric as an ASTRA-sim analytical network of `npus` NPUs: a FullyConnected
@@ -104,7 +109,7 @@ class ClusterFit:
                 "levels": [{"name": lv.name, "npus": lv.npus, "latency_ns": lv.latency_ns,
                             "ns_per_byte": lv.ns_per_byte, "shared": lv.shared} for lv in self.fabric.levels],
                 "kinds": {k: c.to_dict() for k, c in sorted(self.kinds.items())},
-                "rows": list(self.rows)}
+                "p2p_window_bytes": self.p2p_window_bytes, "rows": list(self.rows)}
 
 
 def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
@@ -146,9 +151,12 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
         kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6),
                                  tuple(sorted((int(s_), float(e)) for s_, e in by_size)))
     rows = doc.get("rows") or []
+    window = doc.get("p2p_window_bytes")
+    if window is not None and (type(window) is not int or not 0 <= window < 1 << 62):
+        raise bad("p2p_window_bytes", "a size in bytes, or null")
     return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
                       number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
-                      tuple(r for r in rows if isinstance(r, dict)))
+                      tuple(r for r in rows if isinstance(r, dict)), window)
 
 
 def fit_cluster(rankset: str | Any, probe_path: str | Any) -> ClusterFit:
@@ -180,6 +188,9 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
     for kind, c in sorted(cluster.kinds.items()):
         floors = ", ".join(f"{lv.name} {f / 1e6:.3g}" for lv, f in zip(cluster.fabric.levels, c.floors_ns))
         lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor per round (ms): {floors or 'none'}")
+    if cluster.p2p_window_bytes is not None:
+        lines.append(f"  a send gets {cluster.p2p_window_bytes / 1024:.0f} KiB ahead of its receive; the rest waits "
+                     "until the receive is posted")
     if cluster.rows:
         errors = sorted(abs(r["error"]) for r in cluster.rows)
         lines.append(f"  the probe's {len(errors)} measurements on it: median |error| {median(errors):.1%}, "
@@ -254,11 +265,27 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
             rows.append({"kind": kind, "ranks": len(c.ranks), "size": c.size, "measured_ns": measured,
                          "min_ns": min(c.ns), "max_ns": max(c.ns), "predicted_ns": predicted,
                          "error": (predicted - measured) / measured if measured else 0.0})
-    return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows))
+    return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows),
+                      _window(probe, {True: intra, False: inter}))
 
 
 #: the kinds gloo runs as rings of one share per round (reduce-scatter as an all-reduce)
 RING_KINDS = ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER")
+
+
+def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float] | None]) -> int | None:
+    """The bytes a send gets ahead of a late receive: each late receive took its link's latency
+    and the bytes left for it (`links`: same machine or not -> (latency ns, ns per byte)); the
+    median over the probe's late receives whose bytes outweigh their latency, at most their
+    size. None where none was measured."""
+    ahead = []
+    for s in probe.late_recv:
+        link = links.get(probe.hosts[s.src] == probe.hosts[s.dst])
+        if link is None or link[1] <= 0 or s.size * link[1] < 4 * link[0]:
+            continue  # not bandwidth-bound: what a receive takes there is its latency, not bytes
+        left = max(0.0, median(s.ns) - link[0]) / link[1]
+        ahead.append(min(float(s.size), max(0.0, s.size - left)))
+    return int(median(ahead)) if ahead else None
 
 
 def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:

@@ -175,6 +175,9 @@ class LibraryBackend:
     library: str = "gloo"
     kinds: Mapping[str, KindCost] = field(default_factory=dict)
     reduce_ns_per_byte: float = 0.0
+    #: bytes a send gets ahead of its receive (the probe's late receives); past them it waits for
+    #: the receive to be posted (timing.Modelled.eager_send_ns). None: every send is eager
+    p2p_window_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self.system = self.base.system

@@ -38,6 +38,10 @@ class Modelled:
 
     def __init__(self, backend: Backend):
         self.backend = backend
+        #: a library whose sends wait for their receive past a window of bytes (gloo over TCP:
+        #: the receiver's socket buffer; `p2p_window_bytes`): None, every send is eager
+        self.window = getattr(backend, "p2p_window_bytes", None)
+        self._ahead: dict[tuple[int, int], int] = {}  # (rank, send id) -> when its window arrived
 
     def begin_ns(self, rank: int) -> int:
         """When `rank` begins issuing."""
@@ -58,12 +62,25 @@ class Modelled:
 
     def eager_send_ns(self, rank: int, nid: int, info: NodeInfo, dst: int, now_ns: int = 0) -> int | None:
         """How long a send's data takes to arrive when it leaves at issue (`now_ns`, eager);
-        None: the send is a rendezvous, timed by `rendezvous_ns` once its receive is posted."""
+        None: the send is a rendezvous, timed by `rendezvous_ns` once its receive is posted. A
+        message larger than the library's window sends the window at issue and the rest once
+        the receive is posted: gloo's receiver reads a message only into the buffer its receive
+        gives, so TCP's flow control holds the sender there (a pipeline stage that posts its
+        receive late waits for most of the gradient it could have had already)."""
+        if self.window is not None and info.comm_size > self.window and rank != dst:
+            self._ahead[(rank, nid)] = now_ns + self._p2p_ns(rank, dst, self.window, now_ns)
+            return None
         return self._p2p_ns(rank, dst, info.comm_size, now_ns)
 
     def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
         """(send, receive) times from the instant the later of the two was posted."""
-        ns = self._p2p_ns(send[0], recv[0], send[2].comm_size, max(send[3], recv[3]))
+        now = max(send[3], recv[3])
+        ahead = self._ahead.pop((send[0], send[1]), None)
+        if ahead is None:
+            ns = self._p2p_ns(send[0], recv[0], send[2].comm_size, now)
+            return ns, ns
+        rest = self._p2p_ns(send[0], recv[0], send[2].comm_size - self.window, now)
+        ns = max(ahead - now, rest)
         return ns, ns
 
     def _p2p_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
@@ -82,7 +99,7 @@ class Staggered(Modelled):
     """The model, with each member of a collective going through its phases from its own arrival
     (ASTRA-sim's behaviour: its messages flow as its peers arrive; `backend.collective_finish_ns`).
     A backend without that method, or `Modelled` itself, starts every member at the last arrival
-    (what `--collective-start last` asks for: docs/replay.md §2)."""
+    (what `--collective-start last` asks for: docs/reference/trace-replay.md)."""
 
     def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
         finish = getattr(self.backend, "collective_finish_ns", None)
@@ -98,7 +115,7 @@ class Staggered(Modelled):
 
 
 class Captured(Modelled):
-    """A capture's own record where it has one, the backend elsewhere (docs/replay.md §4).
+    """A capture's own record where it has one, the backend elsewhere (docs/reference/trace-replay.md).
 
     `comm`: "model" (the network model), "measured" (the shortest recorded duration of a
     collective's members), "calibrated" (each member's recorded time after the last one arrived;

@@ -111,6 +111,59 @@ def test_more_machines_and_a_faster_uplink_from_the_fit():
     assert 4.0 < slow_ns / fast_ns <= 5.0  # bytes 5x cheaper, latency unchanged
 
 
+def _late(doc: dict, window: int, fabric: Fabric = TRUE) -> dict:
+    """`doc` with late receives as a library whose sends get `window` bytes ahead would show:
+    the rest of each message crosses its link after the receive is posted."""
+    doc["late_recv"] = [{"src": 0, "dst": dst, "size": s, "delay_ns": 2e8,
+                         "ns": [fabric.message_ns(0, dst, max(0, s - window))] * 5}
+                        for dst in (1, 2) for s in (256 << 10, 1 << 20)]
+    return doc
+
+
+def test_the_window_a_send_gets_ahead_of_a_late_receive():
+    fit = fit_probe(probe_from_dict(_late(_probe_doc(TRUE, 1e6, 0.0), 40 << 10), "probe.json"))
+    # within a machine (0.4 ns/B, 50 us) the bytes weigh less than the latency: only the uplink tells
+    assert fit.p2p_window_bytes == pytest.approx(40 << 10, rel=0.02)
+    back = cluster_from_dict(json.loads(json.dumps(fit.to_dict())), "fit.json")
+    assert back.p2p_window_bytes == fit.p2p_window_bytes
+    assert fit_probe(probe_from_dict(_probe_doc(TRUE, 1e6, 0.0), "probe.json")).p2p_window_bytes is None
+    bad = fit.to_dict()
+    bad["p2p_window_bytes"] = -1
+    with pytest.raises(InputError, match=r"fit.json: cluster.p2p_window_bytes"):
+        cluster_from_dict(bad, "fit.json")
+
+
+def test_a_receive_posted_late_waits_for_what_the_window_did_not_carry(tmp_path):
+    """Rank 0 sends 256 KiB to rank 2 (another machine) at once; rank 2 computes 50 ms first.
+    Eager, the data is there when it asks; with a 40 KiB window the rest (216 KiB) crosses the
+    100 Mbit/s uplink after the receive is posted."""
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.model import Node, NodeType as T, make_attrs
+    from chakra_tools.replay import replay
+
+    size = 256 << 10
+    send = Node(1, "send", T.COMM_SEND_NODE, attrs=make_attrs(comm_dst=2, comm_size=size, comm_tag=0, is_cpu_op=False))
+    work = Node(1, "compute", T.COMP_NODE, duration_micros=50_000, attrs=make_attrs(is_cpu_op=True))
+    recv = Node(2, "recv", T.COMM_RECV_NODE, (1,), attrs=make_attrs(comm_src=0, comm_size=size, comm_tag=0,
+                                                                     is_cpu_op=False))
+    idle = [Node(1, "idle", T.COMP_NODE, duration_micros=1, attrs=make_attrs(is_cpu_op=True))]
+    RankSet({0: Graph([send], rank=0), 1: Graph(idle, rank=1), 2: Graph([work, recv], rank=2),
+             3: Graph(idle, rank=3)}, {}).write(tmp_path, "p")
+    from chakra_tools.replay import AnalyticalBackend, default_network
+
+    base = AnalyticalBackend(default_network(4))
+
+    def finish(window):
+        lib = LibraryBackend(base, TRUE, "gloo", {}, 0.0, window)
+        doc = replay(tmp_path / "p", lib, record_events=False).to_dict(events=False)
+        return {r["rank"]: r["finish_ns"] for r in doc["ranks"]}[2]
+
+    one_way = TRUE.message_ns(0, 2, size)
+    assert finish(None) == 50_000_000  # the data arrived while rank 2 computed
+    assert finish(40 << 10) == pytest.approx(50_000_000 + TRUE.message_ns(0, 2, size - (40 << 10)), abs=2)
+    assert finish(size) == 50_000_000 and one_way < 50_000_000  # a window the size of it: eager
+
+
 def test_a_probe_on_one_machine_refuses_more_machines():
     one = Fabric((Level(INTRA, 4, 10_000, 0.5), Level(INTER, 1, 0, 0, shared=True)))
     fit = fit_probe(probe_from_dict(_probe_doc(one, 0.0, 0.0), "probe.json"))
