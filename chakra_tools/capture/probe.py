@@ -15,10 +15,12 @@ sizes from `--min-size` to `--max-size` (x4 each time):
   and reduce-scatter on the ranks of the first machine alone (up to 1 MiB), whose rounds never
   leave it;
 - one rank adding two buffers (the reduction a collective performs on what it receives);
-- a message whose receiver posts its receive late (`LATE_S`), on the same pairs: how much of it
-  the sender could send ahead (gloo's receiver takes a message only into its receive's buffer,
-  so past what TCP buffers hold the sender waits: a pipeline stage that posts its receive late
-  waits for most of a large gradient).
+- on the same pairs, a message after the link sat idle (`IDLE_SEND_S`) to a receiver already
+  waiting: what a shaped link lets through at line rate after an idle spell (a token bucket);
+  and a message whose receiver posts its receive late (`LATE_S`): how much of it the sender
+  could send ahead (gloo's receiver takes a message only into its receive's buffer, so past
+  what TCP buffers hold the sender waits: a pipeline stage that posts its receive late waits
+  for most of a large gradient).
 
 A size whose single repetition takes longer than `--budget-s` / 20 is the last of its kind, so a
 slow network stays a short probe. Needs torch.distributed (any backend the job uses; gloo for
@@ -47,9 +49,11 @@ MAX_ITERS = 50
 #: they set the floors of a round)
 SMALL = 16 << 10
 IDLE_S = 0.005
-#: the late receiver's delay (long enough for any window to cross a 10 Mbit/s link) and sizes
+#: the late receiver's delay (long enough for any window to cross a 10 Mbit/s link), the idle
+#: spell before a message to a waiting receiver (long enough to refill a shaper's bucket), sizes
 LATE_S = 0.2
-LATE_SIZES = (256 << 10, 1 << 20)
+IDLE_SEND_S = 0.05
+LATE_SIZES = (64 << 10, 256 << 10, 1 << 20)
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
@@ -146,14 +150,27 @@ class Probe:
                     break
         return samples
 
-    def late_recv(self) -> list[dict]:
-        """Per pair and size, the receive's time when posted `LATE_S` after the send (kept on the
-        receiver; `main` gathers them)."""
-        samples = []
+    def paced(self) -> tuple[list[dict], list[dict]]:
+        """Per pair and size: a message after an idle spell to a waiting receiver, timed by the
+        sender to the receiver's one-float reply (`idle_send`); and the receive's time when posted
+        `LATE_S` after the send (`late_recv`, kept on the receiver). `main` gathers both."""
+        idle, late = [], []
+        ack = self._buf(FLOAT)
         for a, b in self.pairs():
             for size in [s for s in LATE_SIZES if s <= self.args.max_size]:
-                buf, times = self._buf(size), []
+                buf, after_idle, late_ns = self._buf(size), [], []
                 for _ in range(self.args.repeats):
+                    dist.barrier()
+                    if self.rank == a:
+                        time.sleep(IDLE_SEND_S)
+                        t = time.perf_counter_ns()
+                        dist.send(buf, b)
+                        dist.recv(ack, b)
+                        self._sync()
+                        after_idle.append(time.perf_counter_ns() - t)
+                    elif self.rank == b:
+                        dist.recv(buf, a)
+                        dist.send(ack, a)
                     dist.barrier()
                     if self.rank == a:
                         dist.isend(buf, b).wait()
@@ -162,11 +179,14 @@ class Probe:
                         t = time.perf_counter_ns()
                         dist.recv(buf, a)
                         self._sync()
-                        times.append(time.perf_counter_ns() - t)
+                        late_ns.append(time.perf_counter_ns() - t)
+                if self.rank == a:
+                    idle.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "idle_ns": IDLE_SEND_S * 1e9,
+                                 "ns": after_idle})
                 if self.rank == b:
-                    samples.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "delay_ns": LATE_S * 1e9,
-                                    "ns": times})
-        return samples
+                    late.append({"src": a, "dst": b, "size": buf.numel() * FLOAT, "delay_ns": LATE_S * 1e9,
+                                 "ns": late_ns})
+        return idle, late
 
     # -- collectives -------------------------------------------------------------------------
     def _collective(self, kind: str, size: int, n: int, group=None):
@@ -292,15 +312,16 @@ def main(argv=None) -> None:
     p2p = probe.p2p()
     gathered: list = [None] * probe.world
     dist.all_gather_object(gathered, p2p)
-    late: list = [None] * probe.world
-    dist.all_gather_object(late, probe.late_recv())
+    paced: list = [None] * probe.world
+    dist.all_gather_object(paced, probe.paced())
     colls = probe.collectives()
     reduce = probe.reduce() if probe.rank == 0 else []
     if probe.rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "backend": backend, "world_size": probe.world, "hosts": probe.hosts,
                "p2p": [s for part in gathered for s in part], "collectives": colls, "reduce": reduce,
-               "late_recv": [s for part in late for s in part]}
+               "idle_send": [s for idle, _ in paced for s in idle],
+               "late_recv": [s for _, late in paced for s in late]}
         tmp = args.out / f".{PROBE_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, args.out / PROBE_FILE)

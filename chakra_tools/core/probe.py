@@ -17,10 +17,13 @@ Document (JSON object, `FORMAT` in "format"):
   its slowest member, all members starting together;
 - `reduce`: [{size, ns: [...]}]: one rank adding two buffers of `size` bytes (the reduction a
   collective performs per byte it receives);
+- `idle_send` (optional): [{src, dst, size, idle_ns, ns: [...]}]: a message sent after the link
+  sat idle `idle_ns` to a receiver already waiting, to the receiver's one-float reply: what a
+  shaped link lets through at line rate after an idle spell (a token bucket's burst);
 - `late_recv` (optional): [{src, dst, size, delay_ns, ns: [...]}]: a message sent while its
   receiver sleeps `delay_ns` before posting the receive, and the time the receive then takes:
   what the sender could not send ahead of the receive (past the library's window, which for
-  gloo is what the receiver's TCP buffers hold).
+  gloo is what the receiver's TCP buffers hold) nor the link's burst carry.
 
 `read_probe` is the one reader: every field checked, an InputError naming the file and the field.
 """
@@ -61,11 +64,14 @@ class ReduceSample:
 
 
 @dataclass(frozen=True)
-class LateRecvSample:
+class PacedSample:
+    """A message timed after a pause (`pause_ns`): the link's idle spell before an `idle_send`,
+    the receiver's delay before a `late_recv`."""
+
     src: int
     dst: int
     size: int
-    delay_ns: float
+    pause_ns: float
     ns: tuple[float, ...]
 
 
@@ -77,7 +83,8 @@ class ProbeResult:
     p2p: tuple[P2PSample, ...]
     collectives: tuple[CollectiveSample, ...]
     reduce: tuple[ReduceSample, ...]
-    late_recv: tuple[LateRecvSample, ...] = ()
+    idle_send: tuple[PacedSample, ...] = ()
+    late_recv: tuple[PacedSample, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -91,7 +98,9 @@ class ProbeResult:
                 "collectives": [{"kind": c.kind, "ranks": list(c.ranks), "size": c.size, "ns": list(c.ns)}
                                 for c in self.collectives],
                 "reduce": [{"size": r.size, "ns": list(r.ns)} for r in self.reduce],
-                "late_recv": [{"src": s.src, "dst": s.dst, "size": s.size, "delay_ns": s.delay_ns,
+                "idle_send": [{"src": s.src, "dst": s.dst, "size": s.size, "idle_ns": s.pause_ns,
+                               "ns": list(s.ns)} for s in self.idle_send],
+                "late_recv": [{"src": s.src, "dst": s.dst, "size": s.size, "delay_ns": s.pause_ns,
                                "ns": list(s.ns)} for s in self.late_recv]}
 
 
@@ -160,15 +169,18 @@ def probe_from_dict(doc: Any, source: str = "probe") -> ProbeResult:
                                       times(c.get("ns"), f"collectives[{i}].ns")))
     reduce = tuple(ReduceSample(size(r.get("size"), f"reduce[{i}].size"), times(r.get("ns"), f"reduce[{i}].ns"))
                    for i, r in enumerate(items("reduce")))
-    late = []
-    for i, s in enumerate(items("late_recv")):
-        delay = s.get("delay_ns")
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 < delay < 1e12:
-            raise bad(f"late_recv[{i}].delay_ns", "a delay in ns above 0")
-        late.append(LateRecvSample(rank(s.get("src"), f"late_recv[{i}].src"), rank(s.get("dst"), f"late_recv[{i}].dst"),
-                                   size(s.get("size"), f"late_recv[{i}].size"), float(delay),
-                                   times(s.get("ns"), f"late_recv[{i}].ns")))
+    def paced(key: str, pause: str) -> tuple[PacedSample, ...]:
+        out = []
+        for i, s in enumerate(items(key)):
+            ns = s.get(pause)
+            if isinstance(ns, bool) or not isinstance(ns, (int, float)) or not 0 < ns < 1e12:
+                raise bad(f"{key}[{i}].{pause}", "a pause in ns above 0")
+            out.append(PacedSample(rank(s.get("src"), f"{key}[{i}].src"), rank(s.get("dst"), f"{key}[{i}].dst"),
+                                   size(s.get("size"), f"{key}[{i}].size"), float(ns), times(s.get("ns"), f"{key}[{i}].ns")))
+        return tuple(out)
+
     backend = doc.get("backend")
     if backend is not None and not isinstance(backend, str):
         raise bad("backend", "a string")
-    return ProbeResult(source, backend, tuple(hosts), p2p, tuple(colls), reduce, tuple(late))
+    return ProbeResult(source, backend, tuple(hosts), p2p, tuple(colls), reduce,
+                       paced("idle_send", "idle_ns"), paced("late_recv", "delay_ns"))

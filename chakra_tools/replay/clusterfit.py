@@ -16,8 +16,11 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    calls, which on a shared host take what waking the members takes, not what the links do)
    on the groups spanning that level: the world for rounds between machines, one machine's
    ranks for rounds within it (pooled over the ring kinds, whose rounds are alike).
-4. The window a send gets ahead of its receive, from the probe's late receives: what they still
-   took beyond their link's latency is the part of the message that waited for the receive.
+4. A shaped uplink's burst, from messages after an idle spell to a waiting receiver: the bytes
+   they did not take their rate's time for passed at once (a token bucket, kept as time at the
+   rate so a what-if at another rate scales it as a shaper would). And the window a send gets
+   ahead of its receive, from the probe's late receives: what they still took beyond their
+   link's latency is the part that waited for the receive; the burst carried part of the rest.
 
 Where the probe ran on one machine, the network between machines is unknown: the fit says so and
 a replay that needs it (more machines than one) is refused.
@@ -107,7 +110,8 @@ class ClusterFit:
         return {"library": self.library, "reduce_ns_per_byte": self.reduce_ns_per_byte,
                 "inter_known": self.inter_known,
                 "levels": [{"name": lv.name, "npus": lv.npus, "latency_ns": lv.latency_ns,
-                            "ns_per_byte": lv.ns_per_byte, "shared": lv.shared} for lv in self.fabric.levels],
+                            "ns_per_byte": lv.ns_per_byte, "shared": lv.shared, "burst_ns": lv.burst_ns}
+                           for lv in self.fabric.levels],
                 "kinds": {k: c.to_dict() for k, c in sorted(self.kinds.items())},
                 "p2p_window_bytes": self.p2p_window_bytes, "rows": list(self.rows)}
 
@@ -134,7 +138,8 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
         if not npus.is_integer():
             raise bad(f"levels[{i}].npus", "an integer")
         levels.append(Level(str(lv.get("name", f"level {i}")), int(npus), number(lv, "latency_ns", f"levels[{i}]."),
-                            number(lv, "ns_per_byte", f"levels[{i}]."), bool(lv.get("shared", False))))
+                            number(lv, "ns_per_byte", f"levels[{i}]."), bool(lv.get("shared", False)),
+                            number(lv, "burst_ns", f"levels[{i}].") if "burst_ns" in lv else 0.0))
     if not levels:
         raise bad("levels", "at least one level")
     kinds = {}
@@ -181,8 +186,9 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
     for lv in cluster.fabric.levels:
         rate = lv.bandwidth_bytes_per_s
         shared = f", shared by the machine's ranks" if lv.shared else ""
+        burst = f", a burst of {lv.burst_ns / 1e6:.3g} ms at that rate after idle" if lv.burst_ns > 0 else ""
         lines.append(f"  {lv.name:<11} {lv.npus:>3} per unit: latency {lv.latency_ns / 1000:.1f} us, "
-                     f"{rate * 8 / 1e6:.4g} Mbit/s ({rate / 1e9:.4g} GB/s){shared}")
+                     f"{rate * 8 / 1e6:.4g} Mbit/s ({rate / 1e9:.4g} GB/s){shared}{burst}")
     if not cluster.inter_known:
         lines.append("  inter-node: not measured (the probe ran on one machine)")
     for kind, c in sorted(cluster.kinds.items()):
@@ -237,7 +243,8 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     k, nodes = place.ranks_per_node, len(place.nodes)
     intra = _link(probe, True) or (0.0, 0.0)
     inter = _link(probe, False)
-    levels = (Level(INTRA, k, *intra), Level(INTER, nodes, *(inter or (0.0, 0.0)), shared=True))
+    burst = _burst(probe, inter) if inter is not None else 0.0
+    levels = (Level(INTRA, k, *intra), Level(INTER, nodes, *(inter or (0.0, 0.0)), shared=True, burst_ns=burst))
     reduce = _slope_and_floor([(r.size, median(r.ns)) for r in probe.reduce])[0] if len(probe.reduce) > 1 else 0.0
     fabric = Fabric(levels)
     kinds: dict[str, KindCost] = {P2P: KindCost()}
@@ -266,25 +273,49 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
                          "min_ns": min(c.ns), "max_ns": max(c.ns), "predicted_ns": predicted,
                          "error": (predicted - measured) / measured if measured else 0.0})
     return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows),
-                      _window(probe, {True: intra, False: inter}))
+                      _window(probe, {True: (*intra, 0.0), False: inter and (*inter, burst)}))
 
 
 #: the kinds gloo runs as rings of one share per round (reduce-scatter as an all-reduce)
 RING_KINDS = ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER")
 
 
-def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float] | None]) -> int | None:
+def _passed(samples, hosts, link: tuple[float, float], same_host: bool, latencies: int) -> list[tuple[int, float]]:
+    """(size, bytes that did not take the link's rate) of each bandwidth-bound sample on the
+    link (`link`: latency ns, ns per byte), beyond `latencies` of its latency."""
+    latency, per_byte = link
+    out = []
+    for s in samples:
+        if (hosts[s.src] == hosts[s.dst]) != same_host or per_byte <= 0 or s.size * per_byte < 4 * latency:
+            continue  # not bandwidth-bound: what it takes there is latency, not bytes
+        rated = max(0.0, median(s.ns) - latencies * latency) / per_byte
+        out.append((s.size, min(float(s.size), max(0.0, s.size - rated))))
+    return out
+
+
+def _burst(probe: ProbeResult, inter: tuple[float, float]) -> float:
+    """The uplink's bucket in ns of its rate: the median of what messages after an idle spell
+    did not take the rate's time for, among those the rate showed in (past the bucket); the
+    largest such message where none was. 0 where the probe sent none."""
+    passed = _passed(probe.idle_send, probe.hosts, inter, False, 2)  # the message and the reply
+    if not passed:
+        return 0.0
+    shown = [free for size, free in passed if free < 0.9 * size]
+    return (median(shown) if shown else max(size for size, _ in passed)) * inter[1]
+
+
+def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float, float] | None]) -> int | None:
     """The bytes a send gets ahead of a late receive: each late receive took its link's latency
-    and the bytes left for it (`links`: same machine or not -> (latency ns, ns per byte)); the
-    median over the probe's late receives whose bytes outweigh their latency, at most their
-    size. None where none was measured."""
+    and the bytes neither sent ahead nor let through by the link's bucket (`links`: same machine
+    or not -> (latency ns, ns per byte, burst ns)); the median over the probe's bandwidth-bound
+    late receives, at most their size. None where none was measured."""
     ahead = []
-    for s in probe.late_recv:
-        link = links.get(probe.hosts[s.src] == probe.hosts[s.dst])
-        if link is None or link[1] <= 0 or s.size * link[1] < 4 * link[0]:
-            continue  # not bandwidth-bound: what a receive takes there is its latency, not bytes
-        left = max(0.0, median(s.ns) - link[0]) / link[1]
-        ahead.append(min(float(s.size), max(0.0, s.size - left)))
+    for same, link in links.items():
+        if link is None:
+            continue
+        latency, per_byte, burst = link
+        for size, free in _passed(probe.late_recv, probe.hosts, (latency, per_byte), same, 1):
+            ahead.append(min(float(size), max(0.0, free - (burst / per_byte if per_byte > 0 else 0.0))))
     return int(median(ahead)) if ahead else None
 
 

@@ -37,13 +37,17 @@ from typing import Iterable, Sequence
 class Level:
     """One level of the hierarchy: `npus` units of the level below per unit of this one, the
     latency of one message across it (ns) and its link's cost per byte (ns), and whether the link
-    belongs to the unit (shared by its ranks) or to each rank."""
+    belongs to the unit (shared by its ranks) or to each rank. `burst_ns`: a shaped link's token
+    bucket, as the time its rate takes to earn it: after an idle spell that much traffic passes
+    at line rate (a cloud NIC's or `tc tbf`'s burst; 0 on a plain link). Kept in time, not
+    bytes, so a faster link of the same shaper passes proportionally more."""
 
     name: str
     npus: int
     latency_ns: float
     ns_per_byte: float
     shared: bool = False
+    burst_ns: float = 0.0
 
     @property
     def bandwidth_bytes_per_s(self) -> float:

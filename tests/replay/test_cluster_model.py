@@ -133,6 +133,32 @@ def test_the_window_a_send_gets_ahead_of_a_late_receive():
         cluster_from_dict(bad, "fit.json")
 
 
+def test_a_shaped_uplinks_burst_and_the_window_told_apart():
+    """tc tbf's bucket lets 4 ms of its rate through at once after an idle spell (50 KB at
+    100 Mbit/s): messages after an idle spell show it, and a late receive's head start is that
+    burst, not a window gloo's sends get ahead (0 here)."""
+    burst_bytes = 50_000
+    doc = _late(_probe_doc(TRUE, 1e6, 0.0), burst_bytes)  # a late receive: the burst carried its head
+    doc["idle_send"] = [{"src": 0, "dst": dst, "size": s, "idle_ns": 5e7,
+                         "ns": [TRUE.message_ns(0, dst, max(0, s - burst_bytes)) + TRUE.message_ns(0, dst, 4)] * 3}
+                        for dst in (1, 2) for s in (64 << 10, 256 << 10, 1 << 20)]
+    fit = fit_probe(probe_from_dict(doc, "probe.json"))
+    inter = fit.fabric.levels[1]
+    assert inter.burst_ns == pytest.approx(burst_bytes * 80.0, rel=0.03) and fit.fabric.levels[0].burst_ns == 0
+    assert fit.p2p_window_bytes == pytest.approx(0, abs=1024)
+    assert cluster_from_dict(json.loads(json.dumps(fit.to_dict())), "fit.json").fabric == fit.fabric
+    # priced: a message after an idle spell passes its first 50 KB at once; one right behind it
+    # finds the bucket spent; 4 ms of idle later it is full again
+    lib = LibraryBackend(_Base(), fit.fabric, "gloo", {}, 0.0)
+    size = 256 << 10
+    first = lib.p2p_finish_ns(0, 2, size, 0)
+    assert first == pytest.approx((size - burst_bytes) * 80.0 + inter.latency_ns, rel=0.03)
+    second = lib.p2p_finish_ns(1, 3, size, 0)  # the same uplinks, queued behind the first
+    assert second - first == pytest.approx(size * 80.0, rel=0.03)
+    rested = lib.p2p_finish_ns(0, 2, size, second + 10_000_000)
+    assert rested - (second + 10_000_000) == pytest.approx(first, rel=0.01)
+
+
 def test_a_receive_posted_late_waits_for_what_the_window_did_not_carry(tmp_path):
     """Rank 0 sends 256 KiB to rank 2 (another machine) at once; rank 2 computes 50 ms first.
     Eager, the data is there when it asks; with a 40 KiB window the rest (216 KiB) crosses the
