@@ -1,6 +1,6 @@
 """Per-rank finish times of our replayer against a locally built ASTRA-sim 2.0 (analytical,
 congestion-unaware) on the same files and configs: skewed collectives per algorithm, and the
-8-rank remote-memory workloads of issue 18 (docs/replay.md, ASTRA-sim parity).
+8-rank remote-memory workloads of issue 18 (docs/validation.md, Replay against ASTRA-sim).
 
     python bench/astra_parity.py --astra /tmp/astra/astra-sim/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
     python bench/astra_parity.py --astra BIN --scaled   # trace-convert scale's outputs (check_scaled)

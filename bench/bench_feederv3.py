@@ -7,7 +7,7 @@ in one run: nodes/s and peak memory, and the ratio.
 
 The FeederV3 driver is optional and not part of chakra-tools: build it with
 `bench/feederv3_drain/build.sh CHAKRA_DIR` against the Chakra sources of an ASTRA-sim checkout
-(docs/replay.md §5). Without `--drain` the comparison is skipped with a message and only our
+(docs/validation.md, Feeder and replayer speed). Without `--drain` the comparison is skipped with a message and only our
 figures are printed.
 
 Inputs: a synthetic DAG (bench_feeder.make_nodes: 2,000,000 nodes by default); rank 0 of the

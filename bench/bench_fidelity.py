@@ -7,7 +7,7 @@
 For each example (examples/*.py: 1 process for mlp and gpt, 2 workers spawned by spawn_ddp
 itself, 2 ranks under torchrun for the others) it runs `trace-capture --active 4`, `trace-convert`, then `trace-replay --manifest`
 twice: with the default network model and `--as-captured`. It prints the job error of each
-(the captured window across ranks against the makespan, per step: docs/replay.md §4) and the
+(the captured window across ranks against the makespan, per step: docs/reference/trace-replay.md; figures in docs/validation.md) and the
 mean |error| of the as-captured replays (goal: at most 5%). Needs torch.
 """
 

@@ -1,5 +1,5 @@
 """Fidelity on real GPU runs: every host + device pair of ../shared/fixtures/external replayed by
-the model and as captured, against the window the traces measured (docs/replay.md §4).
+the model and as captured, against the window the traces measured (docs/validation.md).
 
     python bench/bench_gpu_fidelity.py
 
@@ -12,7 +12,7 @@ Goal: every pair within 5% as captured, mean at most 3%. No torch and no GPU nee
     python bench/bench_gpu_fidelity.py --field DIR
 
 also replays every Kineto trace in DIR (`*.json`, `*.json.gz`: public traces you fetched, such as
-HolisticTraceAnalysis's tests/data; docs/replay.md §4 lists the ones measured) on its own, as
+HolisticTraceAnalysis's tests/data; docs/validation.md lists the ones measured) on its own, as
 captured, a rank of a larger job with its absent peers assumed (`--absent-peers assume`).
 """
 

@@ -18,7 +18,7 @@ step) and a script without communication. Its capture still varies with the mach
 Each script runs as `trace-capture --active A -- torchrun --standalone --nproc-per-node N
 script.py`, then `trace-convert`, then `trace-replay --manifest` twice (default, and
 `--as-captured`). The job error is the replayed makespan per step against the captured window
-across ranks (docs/replay.md §4). Printed: a row per script, the distribution of |job error| as
+across ranks (docs/reference/trace-replay.md; figures in docs/validation.md). Printed: a row per script, the distribution of |job error| as
 captured (mean, p95, worst) and by the model, and every failure with its stage and message. The
 worst scripts and every failure are kept under --keep (script, run folder, rank set, the commands)
 so they can be re-run; `--report FILE` writes the same as JSON. Needs torch.

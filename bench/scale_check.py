@@ -29,7 +29,7 @@ reads it (one Ring for every kind) and as its per-kind fit (`/kind`: trace-repla
 Replays use trace-replay's default modes (every duration from the trace,
 communication from the network), or `--host-time timeline` (host time where the record put it,
 the waits re-created). Needs torch. With more ranks than cores the real runs are oversubscribed:
-their compute slows down, which no network explains (docs/replay.md, What-if at another scale).
+their compute slows down, which no network explains (docs/validation.md, Another data-parallel degree).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def main() -> None:
                         help="captures at each scale (source, sweep, every target); medians over them")
     parser.add_argument("--host-time", default="ops", choices=("ops", "timeline"),
                         help="trace-replay --host-time of every replay (ops: the default; timeline replays the "
-                             "source's recorded gaps, the old degree's waits among them: docs/replay.md)")
+                             "source's recorded gaps, the old degree's waits among them: docs/reference/trace-convert.md)")
     parser.add_argument("--json", type=Path, help="also write every repeat's row and the medians here")
     args = parser.parse_args()
     if args.repeats < 1:

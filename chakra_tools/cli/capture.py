@@ -50,7 +50,7 @@ def capture(
                                      help="Leave DDP's C++ gradient all-reduce alone (it is then "
                                           "not annotated)."),
     annotate_waits: bool = typer.Option(True, "--annotate-waits/--no-annotate-waits",
-                                        help="Mark where Work.wait() on an asynchronous call (async_op=True, isend, irecv) returned, so the converter makes the script's next op depend on that call and the replay re-creates the wait (docs/capture.md)."),
+                                        help="Mark where Work.wait() on an asynchronous call (async_op=True, isend, irecv) returned, so the converter makes the script's next op depend on that call and the replay re-creates the wait (docs/reference/trace-capture.md)."),
 ) -> None:
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, and capture steps
     `wait+warmup .. wait+warmup+active-1` (0-based; a step ends when an optimizer steps or the
@@ -68,7 +68,7 @@ def capture(
         trace-capture --out traces/job -- torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 train.py
 
     (the last on every node, each with its --node-rank: each writes node-<k>/ of the run folder,
-    and trace-convert reads them as one job; docs/whatif.md)
+    and trace-convert reads them as one job; docs/howto/multi-node.md)
     """
     words = list(command or []) + list(ctx.args)
     if annotate not in ("auto", "off", "always"):

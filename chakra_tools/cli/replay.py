@@ -80,7 +80,7 @@ def replay(
 
         trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
 
-    What-if on the cluster the probe measured, links between machines 5x faster (docs/whatif.md):
+    What-if on the cluster the probe measured, links between machines 5x faster (docs/howto/what-if.md):
 
         trace-replay out/job --network-fit out/job-net --bandwidth inter-node=x5
     """
@@ -111,7 +111,7 @@ def replay(
                    err=True)
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
-                   "--as-captured replays it as it ran (docs/replay.md §4)", err=True)
+                   "--as-captured replays it as it ran (docs/reference/trace-replay.md)", err=True)
 
 
 def _absent_peers(choice: str) -> bool:

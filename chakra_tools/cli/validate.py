@@ -22,7 +22,7 @@ def validate(
     stats: bool = typer.Option(False, "--stats", help="Also print a summary: node counts, collectives, bytes, durations."),
     show: int = typer.Option(50, "--show", help="How many findings of each kind to list (all are counted)."),
     target: Optional[str] = typer.Option(None, "--for", metavar="CONSUMER",
-                                         help="Also what this consumer rejects or mis-runs: astra-sim (METADATA nodes, collective kinds it cannot simulate, pg_name without comm_group.json, dependencies on later nodes...; docs/format.md)."),
+                                         help="Also what this consumer rejects or mis-runs: astra-sim (METADATA nodes, collective kinds it cannot simulate, pg_name without comm_group.json, dependencies on later nodes...; docs/reference/trace-validate.md)."),
 ) -> None:
     """Check traces for everything a simulator needs, within and across ranks.
 

@@ -1,4 +1,4 @@
-"""PyTorch host + device traces -> Chakra execution trace rank sets (see docs/convert.md).
+"""PyTorch host + device traces -> Chakra execution trace rank sets (see docs/reference/trace-convert.md).
 
     from chakra_tools.convert import convert_run, convert_rank
     report = convert_run("traces/train-20260101-120000")          # writes .../chakra/

@@ -5,7 +5,7 @@ every kernel, memcpy and memset a GPU COMP node (`is_cpu_op` false) right after 
 launched it; every communication call (comms.py) one COMM_COLL / COMM_SEND / COMM_RECV node in
 place of the ops it is made of; `## process_group:init ##` a plain CPU COMP node named
 `process_group:init` (as Chakra's converter writes it: ASTRA-sim aborts on a METADATA node, see
-docs/format.md), or a METADATA node where asked for (`metadata_nodes`).
+docs/reference/format.md), or a METADATA node where asked for (`metadata_nodes`).
 
 Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an absent node):
   * host ops in call order per thread; a blocking call (gloo, sync) sits in that chain, an async

@@ -21,7 +21,7 @@ The backend op (`gloo:*`, `nccl:*`) of a call is found nested in it or, for gloo
 that run on a worker thread, as the next unclaimed backend op of the same kind; its device event
 gives the call's duration.
 
-`comm_size` convention (bytes, what ASTRA-sim's collective models take, see docs/convert.md):
+`comm_size` convention (bytes, what ASTRA-sim's collective models take, see docs/reference/trace-convert.md):
 all_reduce, reduce, broadcast: the buffer; all_gather, gather: this rank's contribution (input);
 reduce_scatter: the whole input; all_to_all: everything this rank sends (sum of its input splits);
 scatter: this rank's chunk (output); barrier: 0; send/recv: the message.

@@ -13,7 +13,7 @@ rank a copy of the old rank at the same tensor-parallel index and stage in repli
 keeping replicas 0..m-1); groups within a replica are copied to each new one, tensor-parallel
 groups and pipelines keep their degree, data-parallel
 groups and the world are rebuilt at the new one, send/receive peers follow their replica, and
-what depends on the degree is resized (the `comm_size` convention of docs/convert.md) on the
+what depends on the degree is resized (the `comm_size` convention of docs/reference/trace-convert.md) on the
 groups that change size:
 
 - ALL_REDUCE, BROADCAST, REDUCE, BARRIER: the buffer, unchanged (DDP's gradient all-reduce
@@ -30,7 +30,7 @@ groups that change size:
   again at the new one, so it leaves the step node (kept as its `collective_wait_ns`; how it is
   told from the host's own time: `step_waits`). On a 2-rank gloo DDP capture that is most of
   the step node's time (8.1 of 9.4 ms on rank 0's first step): left in, 2 -> 1 predictions were
-  +118..+142% of the real 1-rank step (docs/replay.md, What-if at another scale). The converter
+  +118..+142% of the real 1-rank step (docs/validation.md, Another data-parallel degree). The converter
   now takes these waits out itself, each from where it lay (`collective_waits_out` in the
   GlobalMetadata); the estimate is for rank sets converted before it.
 

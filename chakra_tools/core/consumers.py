@@ -3,7 +3,7 @@
 `core.validate` checks what any simulator needs (ids, dependencies, contract kinds, the attributes
 communication needs, process groups, matching collectives and sends). A consumer may refuse more:
 `trace-validate --for astra-sim` adds the rules below, each a fact of ASTRA-sim 2.0 (astra-sim
-518bd51, REFERENCE §4, docs/format.md "Checking for ASTRA-sim"). Every rule is a small function
+518bd51, REFERENCE §4, docs/reference/trace-validate.md "Checking for ASTRA-sim"). Every rule is a small function
 of one node; `RULES[target]` lists them, and the validator runs them on every node (so the
 compiled common case is off for a target: it only knows the general checks).
 
@@ -115,7 +115,7 @@ def check_for(node: Node, rules: tuple[Rule, ...], groups) -> list[Problem]:
 # --------------------------------------------------------------------------------------------
 
 #: the kind ASTRA-sim 2.0 runs in place of each kind it cannot simulate, the nearest in what it
-#: moves (same `comm_size` convention, docs/convert.md), and a size where the kind has none: a
+#: moves (same `comm_size` convention, docs/reference/trace-convert.md), and a size where the kind has none: a
 #: barrier is what ProcessGroupNCCL makes of it, an all-reduce of one float32
 ASTRA_NEAREST: dict[CommType, tuple[CommType, int | None]] = {
     CommType.BARRIER: (CommType.ALL_REDUCE, 4),

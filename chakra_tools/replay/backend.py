@@ -34,7 +34,7 @@ COLLECTIVE_OF = {
     CommType.REDUCE_SCATTER_BLOCK: (C.REDUCE_SCATTER, 1),
     CommType.ALL_GATHER: (C.ALL_GATHER, 1),
     CommType.ALL_TO_ALL: (C.ALL_TO_ALL, 1),
-    # not simulated by ASTRA-sim; our approximations (docs/replay.md):
+    # not simulated by ASTRA-sim; our approximations (docs/reference/trace-replay.md):
     CommType.REDUCE: (C.ALL_REDUCE, 1),
     CommType.BARRIER: (C.ALL_REDUCE, 1),
     CommType.BROADCAST: (C.ALL_GATHER, 0),  # 0: divide by the group size

@@ -1,7 +1,7 @@
 """Collective cost models: one small function per (collective, algorithm, topology), in a registry.
 
 Derived from ASTRA-sim 2.x's published system layer and its congestion-unaware analytical network
-(docs/replay.md has the derivation and the residual differences):
+(docs/reference/trace-replay.md has the derivation and the residual differences):
 
 - A message of `m` bytes over `h` hops of a dimension takes `int(h * latency + m / B)` ns, where
   `B` is the bandwidth in bytes/ns with 1 GB = 2**30 bytes; a Ring neighbour is 1 hop (the

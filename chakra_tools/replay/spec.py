@@ -57,7 +57,7 @@ class SystemSpec:
         if self.links and (cal is None or cal.cluster is None):
             if cal is not None:
                 raise InputError(f"{self.kind_fit}: --bandwidth/--latency change a measured network: calibrate "
-                                 "with --probe (docs/whatif.md); a capture's one-size fit has no levels to change")
+                                 "with --probe (docs/howto/what-if.md); a capture's one-size fit has no levels to change")
             net = changed_network(net, self.links)
         sysc = load_system(self.system) if self.system else cal.fit.system() if cal else SystemConfig()
         if self.peak_tflops is not None:

@@ -1,5 +1,5 @@
 """`trace-validate --for astra-sim`: what ASTRA-sim 2.0 rejects or mis-runs, one rule per test-made
-file (docs/format.md, "Checking for ASTRA-sim"), and a converted trace that passes them all."""
+file (docs/reference/trace-validate.md, "Checking for ASTRA-sim"), and a converted trace that passes them all."""
 
 from __future__ import annotations
 

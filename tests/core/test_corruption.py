@@ -76,7 +76,7 @@ def same(a: list, b: list) -> bool:
 def oracle(data: bytes, metadata_present: bool):
     """What the bytes say, decoded without our reader: ("nodes", [...]) or ("error", offset) where
     offset is the first message that does not decode, or has the legacy layout among the first
-    LEGACY_SNIFF nodes (docs/format.md, Legacy files), or, before that, where the framing breaks."""
+    LEGACY_SNIFF nodes (docs/reference/format.md, Legacy files), or, before that, where the framing breaks."""
     fr, broken = split_frames(data)
     out = []
     for k, (offset, body) in enumerate(fr[1:] if metadata_present else fr):

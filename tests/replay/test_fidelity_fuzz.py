@@ -3,7 +3,7 @@ every feature it promises drawn somewhere) and a smoke run of a handful of seeds
 
 No error thresholds here (the machine is noisy): the smoke run asserts that every script was
 captured, converted and replayed both ways, and the shape of the report. The distribution is
-measured by `make bench` and reported in docs/replay.md §4.
+measured by `make bench` and reported in docs/validation.md.
 """
 
 from __future__ import annotations

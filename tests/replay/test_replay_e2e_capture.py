@@ -6,7 +6,7 @@ pipeline send/recv, tensor parallel, every collective kind) are slow tests. Each
 replayed twice: with the default network model, and as captured (`--as-captured`: calibrated
 communication, host time from the recorded timeline, ranks starting at their recorded offsets),
 the replay meant to reproduce the capture's own step time. Measured errors are printed
-(`pytest -s`) and in docs/replay.md.
+(`pytest -s`) and in docs/validation.md.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def test_mlp_capture_convert_replay(tmp_path):
     assert abs(_job_error(captured)) < 0.25
 
 
-# Multi-rank: as captured, the job error measured on this machine is within 5% (docs/replay.md
-# §4); the bounds are loose for a loaded machine, and the default model's is looser still.
+# Multi-rank: as captured, the job error measured on this machine is within 5% (docs/validation.md);
+# the bounds are loose for a loaded machine, and the default model's is looser still.
 
 @pytest.mark.slow
 def test_ddp_capture_convert_replay(tmp_path):

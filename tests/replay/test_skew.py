@@ -6,7 +6,7 @@ delay d = 10 ns, local memory 1600 GB/s, one chunk, 262,144 bytes; ranks 0-2 arr
 rank 3 at 10,000 ns. A message of m bytes over h hops takes int(h * 500 + m / 53.687...) ns:
 64 KiB over 1 hop 1720, over 2 hops 2220; 128 KiB over 1 hop 2941. Reducing m bytes costs
 3 * int(m / 1600): 120 ns for 64 KiB. Each per-rank time below was also checked against
-ASTRA-sim 518bd51's own on such workloads (bench/astra_parity.py, docs/replay.md).
+ASTRA-sim 518bd51's own on such workloads (bench/astra_parity.py, docs/validation.md).
 
 The rule of each step (collectives.staggered_phase): a rank waits `pre`, sends, its receive from
 each peer completes at max(its own send, the peer's send + transfer), then it spends `post`.
