@@ -16,15 +16,16 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from torch_jobs import run_torch_job
 
 from .conftest import ARTIFACTS, REPO
 
 BIN = Path(sys.executable).parent
 
 
-def _run(*args, cwd: Path) -> subprocess.CompletedProcess:
+def _run(*args, cwd: Path, output: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    r = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    r = run_torch_job([str(a) for a in args], output=output, cwd=cwd, env=env, timeout=300)
     assert r.returncode == 0, f"{' '.join(map(str, args))}: exit {r.returncode}\n{r.stderr[-3000:]}"
     return r
 
@@ -35,7 +36,7 @@ def tour(tmp_path_factory) -> tuple[Path, str, dict]:
     pytest.importorskip("torch")
     d = tmp_path_factory.mktemp("tour")
     _run(BIN / "trace-capture", "--out", d / "run", "--active", "3", "--", BIN / "torchrun", "--standalone",
-         "--nproc-per-node", "2", REPO / "examples" / "ddp.py", "--steps", "8", cwd=d)
+         "--nproc-per-node", "2", REPO / "examples" / "ddp.py", "--steps", "8", cwd=d, output=d / "run")
     _run(BIN / "trace-convert", d / "run", "-o", d / "et", cwd=d)
     printed = _run(BIN / "trace-replay", d / "et", "--as-captured", "--manifest", d / "run" / "manifest.json",
                    "--out", d / "result.json", cwd=d).stdout
@@ -67,11 +68,16 @@ def test_both_sides_classify_work_and_name_groups_alike(tour):
     _, _, report = tour
     measured, simulated = report["sources"]
     assert (measured["times"], simulated["times"]) == ("measured", "simulated")
-    for r, b in measured["breakdown"].items():
-        # the gradient all-reduces: communication on the measured side too, not compute
-        assert b["exposed_comm_ns"] + b["overlap_ns"] > 0.1 * b["finish_ns"], (r, b)
-        sim = simulated["breakdown"][r]
-        assert abs(b["compute_ns"] - sim["compute_ns"]) < 0.5 * sim["compute_ns"], (r, b, sim)
+    def total(src, *keys):
+        return sum(b[k] for b in src["breakdown"].values() for k in keys)
+
+    # the gradient all-reduces: communication on the measured side too, not compute (a rank
+    # that arrives last at every call waits little: the job's ranks together, not each)
+    assert all(b["exposed_comm_ns"] + b["overlap_ns"] > 0 for b in measured["breakdown"].values())
+    assert total(measured, "exposed_comm_ns", "overlap_ns") > 0.1 * total(measured, "finish_ns")
+    assert {o["kind"] for o in measured["top_operators"] if o["name"] == "gloo:all_reduce"} == {"comm"}
+    # and the host work is compute on both sides, about alike
+    assert abs(total(measured, "compute_ns") - total(simulated, "compute_ns")) < 0.5 * total(simulated, "compute_ns")
     groups = [{(v["kind"], v["group"]) for v in s["comm_volume"]} for s in (measured, simulated)]
     assert groups[0] == groups[1] == {("ALL_REDUCE", "ranks 0-1")}
 
