@@ -291,11 +291,19 @@ def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int]
 
 
 def _independent_starts_inside(host: list, starts: Sequence[int], iv: tuple[int, int], comm: int) -> bool:
-    """Whether a host op that does not depend on `comm` starts inside `iv`. One that does runs
-    after it in the replay whatever its recorded start: funcol's `_wrap_tensor_autograd`, part
-    of the call, ran after the rank arrived but before gloo's worker took the call up."""
+    """Whether a host op that does not depend on `comm`, directly or through the ops before it
+    inside `iv`, starts inside `iv`. One that does runs after it in the replay whatever its
+    recorded start: funcol's `_wrap_tensor_autograd`, part of the call, ran after the rank
+    arrived but before gloo's worker took the call up; so did gloo's all-gather splitting its
+    output into one view per rank (`aten::chunk` reads the output, then `narrow`, `slice`,
+    `as_strided`, `empty`, each after the one before)."""
     lo, hi = bisect.bisect_right(starts, iv[0]), bisect.bisect_left(starts, iv[1])
-    return any(comm not in host[i][3] for i in range(lo, hi))
+    after = {comm}
+    for i in range(lo, hi):
+        if after.isdisjoint(host[i][3]):
+            return True
+        after.add(host[i][1])
+    return False
 
 
 def _host_starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:

@@ -284,6 +284,23 @@ def test_an_op_of_the_call_that_ran_before_the_worker_took_it_up_does_not_unbloc
     assert t.host_ns == {1: 200_000, 3: 50_000, 4: 5_000}  # 200..1,400 blocked; 1,400..1,450 op 3's
 
 
+def test_the_calls_own_ops_after_its_start_do_not_unblock_it_through_a_chain():
+    """FSDP's synchronous all-gather on gloo (bench/whatif_check.py, +3.7% as captured): gloo
+    splits the output into a view per rank before its worker takes the call up — `aten::chunk`
+    reads the output (so depends on the call), then `narrow`, `as_strided`, `empty`, each after
+    the op before. None of them is independent of the call: the rank was blocked from 200 to
+    1,400, not busy in `empty` for 1.2 ms (which the replay ran after the call, waiting twice)."""
+    gather = _called(coll(2, 64, deps=(1,), start=T0 + 400, us=1000), 200, worker=7)
+    t = read_timeline([host(1, 0, 100), gather, host(3, 210, 5, deps=(2,)), host(4, 220, 5, deps=(3,)),
+                       host(5, 230, 5, deps=(4,)), host(6, 1450, 5, deps=(5,))])
+    # 200..1,400 blocked; the call's ops hold none of it, the last of them 1,400..1,450 after it
+    assert (t.host_ns[3], t.host_ns[4], t.host_ns[5], t.host_ns[6]) == (0, 0, 50_000, 5_000)
+    assert t.comm_end_ns[2] == (T0 + 1400) * 1000
+    unrelated = read_timeline([host(1, 0, 100), gather, host(3, 210, 5, deps=(2,)), host(4, 220, 5, deps=(1,)),
+                               host(6, 1450, 5, deps=(3, 4))])
+    assert unrelated.host_ns[4] > 1_000_000  # an op of its own inside the call: the rank was busy there
+
+
 def test_calibrated_shares_count_from_the_arrivals_given():
     from chakra_tools.feed.info import NodeInfo
     from chakra_tools.replay.calibrate import calibrated_ns
