@@ -152,3 +152,26 @@ def test_a_run_that_ends_inside_the_window_says_how_many_steps_it_captured(tmp_p
     assert m["status"] == "ok" and m["captured_steps"] == [2]
     says = "captured 1 of the 2 steps asked for (--active)"
     assert says in run.stderr and any(says in w for w in m["warnings"])
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_ends_in_a_line_per_process(tmp_path):
+    """Ctrl-C on `trace-capture -- torchrun ...`: each rank and the launcher say one line (torchrun's
+    SignalException traceback, 30 lines, is kept off the console), trace-capture exits 130."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*capture_cmd(), "--out", str(out), "--", *LAUNCH_2, str(EXAMPLES / "ddp.py"),
+                             "--steps", "100000"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "rank-1.host.json.gz").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert (out / "rank-1.host.json.gz").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
+    assert "torchrun: interrupted" in err and "trace-capture: interrupted" in err

@@ -28,6 +28,7 @@ def _activate() -> None:
         cfg = protocol.CaptureConfig.from_env(text)
         if protocol.is_launcher(cfg):
             os.environ[protocol.ENV_LAUNCHER] = str(os.getpid())
+            _quiet_interrupt()
         if not protocol.should_activate(cfg):
             return
         from chakra_tools.capture import runtime
@@ -36,6 +37,23 @@ def _activate() -> None:
     except Exception as e:  # the user's script must still run, uncaptured, and say why
         print(f"trace-capture: capture not started in pid {os.getpid()}: "
               f"{type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _quiet_interrupt() -> None:
+    """A launcher stopped by Ctrl-C ends with one line, not a traceback: torchrun raises its
+    `SignalException` out of its monitor loop (30 lines), while its ranks and trace-capture say
+    what happened. Any other exception, or another signal, is printed as before."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        interrupted = issubclass(kind, KeyboardInterrupt) or (
+            kind.__name__ == "SignalException" and int(getattr(value, "sigval", 0) or 0) == 2)
+        if not interrupted:
+            previous(kind, value, tb)
+            return
+        print(f"{os.path.basename(sys.argv[0] or 'launcher')}: interrupted", file=sys.stderr)
+
+    sys.excepthook = hook
 
 
 def _chain() -> None:
