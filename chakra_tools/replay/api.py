@@ -199,6 +199,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         on_warning(Diagnostic("warning", "implementation-dims", note, file=backend.system.source))
     if on_warning is not None:
         _warn_recorded_on_scaled(path, feeders, modes, on_warning)
+        _warn_nothing_recorded(feeders, modes, on_warning)
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)
@@ -218,9 +219,7 @@ def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,
     them out of the step nodes only), so such a replay predicts the old job's waiting again."""
     from chakra_tools.core.measured import scaled_from_metadata
 
-    recorded = [f"{name} {value}" for name, value, default in (
-        ("--comm", modes.comm, "model"), ("--host-time", modes.host_time, "ops"), ("--align", modes.align, "start"))
-        if value != default]
+    recorded = _recorded_modes(modes)
     first = feeders[min(feeders)] if feeders else None
     info = scaled_from_metadata(first.metadata, str(first.path)) if recorded and first is not None else None
     if info is None:
@@ -231,6 +230,29 @@ def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,
         f"was scaled from a {was}-rank capture: its recorded gaps and communication are that job's, waits for "
         f"its collectives included, so the replay predicts them again (the defaults, --comm model --host-time "
         f"ops --align start, replay a scaled set: docs/reference/trace-convert.md, scale)"), file=str(path)))
+
+
+def _recorded_modes(modes: CaptureModes) -> list[str]:
+    """The options of `modes` that take time from the capture's record, as the CLI spells them."""
+    return [f"{name} {value}" for name, value, default in (
+        ("--comm", modes.comm, "model"), ("--host-time", modes.host_time, "ops"), ("--align", modes.align, "start"))
+        if value != default]
+
+
+def _warn_nothing_recorded(feeders: dict, modes: CaptureModes, on_warning: Callable[[Diagnostic], None]) -> None:
+    """A mode that takes time from the record, on ranks converted from a host trace alone: they
+    carry no time to take (every node 0 ns), so `--as-captured` would print a replay of
+    nothing as if it were the capture's."""
+    recorded = _recorded_modes(modes)
+    bare = sorted(r for r, f in feeders.items()
+                  if (a := f.metadata.attrs.get("durations")) is not None and a.value == "missing")
+    if recorded and bare:
+        first = feeders[bare[0]]
+        on_warning(Diagnostic("warning", "nothing-recorded", (
+            f"{', '.join(recorded)} take{'s' if len(recorded) == 1 else ''} time from the record, but rank(s) "
+            f"{', '.join(map(str, bare[:8]))}{' ...' if len(bare) > 8 else ''} were converted from a host trace alone: "
+            "their nodes carry no recorded time (0 ns each), so this is no replay of the capture; convert each "
+            "host trace with its device trace (trace-convert pytorch --host H --device D)"), file=str(first.path)))
 
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,

@@ -87,3 +87,21 @@ def test_a_pair_of_one_capture_says_nothing_about_coverage(raw_run, tmp_path):
     inputs = inputs_from_files([str(raw_run / "host-0.json")], [str(raw_run / "device-0.json")], [0])
     report = convert(inputs, tmp_path / "out", executor="serial")
     assert not [d for d in report.diagnostics if d.code == "host-trace-partial"]
+
+
+def test_as_captured_on_host_only_ranks_says_there_is_nothing_recorded(raw_run, tmp_path):
+    """A host trace converted alone carries no time: `--as-captured` on it would print a replay
+    of nothing (13.9 us for a step) as the capture's. It warns; the pair converted whole does not."""
+    from chakra_tools.replay.api import AS_CAPTURED, replay_rankset
+
+    def warnings(files: dict) -> set[str]:
+        out = tmp_path / f"out-{len(files)}"
+        convert(inputs_from_files([str(raw_run / f"host-{r}.json") for r in (0, 1)],
+                                  [str(raw_run / f"device-{r}.json") for r in (0, 1)] if files else [], [0, 1]),
+                out, executor="serial", force=True)
+        said = []
+        replay_rankset(out, modes=AS_CAPTURED, on_warning=said.append, record_events=False)
+        return {d.code for d in said}
+
+    assert "nothing-recorded" in warnings({})
+    assert "nothing-recorded" not in warnings({"device": True})
