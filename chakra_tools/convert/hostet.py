@@ -53,6 +53,7 @@ class HostTrace:
     roots: set[int] = field(default_factory=set)
     process_groups: list[dict] = field(default_factory=list)
     pg_init_id: int | None = None
+    pid: int | None = None  # the process that wrote it (the file's "pid"), where it says
 
     def release(self) -> None:
         """Drop the raw inputs kept for `first_readers` (they hold the file's buffer)."""
@@ -165,7 +166,7 @@ def parse_host(doc: Any, path: str, needs_args: Callable[[str], int] | None = No
     for i, n in enumerate(nodes):
         place = _node_place(i, n, path)
         ops.append(make(n, wanted(n["name"]), place))
-    return _collect(HostTrace(path, schema_name, []), ops)
+    return _collect(HostTrace(path, schema_name, [], pid=_pid(doc.get("pid"))), ops)
 
 
 def _pg_list(op: HostOp, path: str) -> list[dict]:
@@ -216,6 +217,11 @@ class _Node(msgspec.Struct, gc=False):
 class _Trace(msgspec.Struct, gc=False):
     nodes: list[_Node]
     schema: Union[str, float, int] = ""
+    pid: Any = None
+
+
+def _pid(v: Any) -> int | None:
+    return v if type(v) is int and v > 0 else None
 
 
 class _IO(msgspec.Struct, gc=False):
@@ -259,7 +265,7 @@ def _from_typed(doc: _Trace, path: str, needs_args) -> HostTrace | None:
         return None  # inputs that are not {values, shapes, types}: the plain path reports it
     except InputError as e:
         raise e.add_context(path) from None
-    return _collect(HostTrace(path, schema, []), ops)
+    return _collect(HostTrace(path, schema, [], pid=_pid(doc.pid)), ops)
 
 
 #: what `needs_args(name)` answers for an op: its inputs and outputs are not decoded (0 or

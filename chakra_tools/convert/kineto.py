@@ -70,6 +70,8 @@ class DeviceTrace:
     dist_info: dict = field(default_factory=dict)
     #: runtime event index (in `runtime`) -> index of the innermost enclosing host event
     runtime_parent: dict[int, int] = field(default_factory=dict)
+    #: the processes its first host events name (`pid`): the one its host trace should come from
+    host_pids: frozenset = frozenset()
 
     @property
     def has_rf_ids(self) -> bool:
@@ -89,6 +91,7 @@ def parse_device(doc: Any, path: str, *, full_args: bool = False) -> DeviceTrace
     else:
         raise InputError(f"{path}: not a Kineto device trace (no 'traceEvents' list)")
     dt = DeviceTrace(path, dist_info=schema.dist_info(doc.get("distributedInfo"), path))
+    dt.host_pids = _host_pids((e.get("cat"), e.get("pid")) for e in events if isinstance(e, dict))
     lanes = _lanes(dt, full_args)
     for pos, e in enumerate(events):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -99,6 +102,21 @@ def parse_device(doc: Any, path: str, *, full_args: bool = False) -> DeviceTrace
             lane[0].append(_plain_event(pos, e, lane, path))
     _nest(dt)
     return dt
+
+
+def _host_pids(cat_pid, enough: int = 256) -> frozenset:
+    """The pids of the first `enough` host events: a host trace of the same process has one of
+    them (a device trace's GPU rows carry the device's number instead)."""
+    pids = set()
+    seen = 0
+    for cat, pid in cat_pid:
+        if type(cat) is str and cat in HOST_CATS:
+            if type(pid) is int:
+                pids.add(pid)
+            seen += 1
+            if seen >= enough:
+                break
+    return frozenset(pids)
 
 
 def _lanes(dt: DeviceTrace, full_args: bool) -> dict[str, tuple[list, int, bool]]:
@@ -183,6 +201,7 @@ class _RawEvent(msgspec.Struct, gc=False):
     ts: schema.Micros = 0.0
     dur: Union[schema.Micros, None] = 0.0
     args: _KeyArgs = _NO_KEY_ARGS
+    pid: Any = None
 
 
 class _RawTrace(msgspec.Struct, gc=False):
@@ -222,6 +241,7 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
 
 def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
     dt = DeviceTrace(path, dist_info=schema.dist_info(doc.distributedInfo, path))
+    dt.host_pids = _host_pids((e.cat, e.pid) for e in doc.traceEvents)
     lanes = _lanes(dt, full_args)
     whole_args = hotloops.device_events(doc.traceEvents, lanes, Event, _KEY_ARGS, _whole_args)
     return dt if _decode_whole_args(dt, data, whole_args) else None

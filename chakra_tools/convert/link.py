@@ -53,6 +53,11 @@ def link(host: HostTrace, dev: DeviceTrace) -> Link:
             lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"
     else:
         lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"
+        if host.pid is not None and dev.host_pids and host.pid not in dev.host_pids:
+            lk.mismatch = (f"{host.path} and {dev.path} look like traces of different processes: the host "
+                           f"trace was written by pid {host.pid}, the device trace's host events by pid "
+                           f"{', '.join(map(str, sorted(dev.host_pids)))} (and neither records the ids that would "
+                           "pair their ops); give each rank's own pair (--force links them by op order anyway)")
     _attach_kernels(lk, dev)
     return lk
 

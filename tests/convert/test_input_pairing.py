@@ -105,3 +105,29 @@ def test_as_captured_on_host_only_ranks_says_there_is_nothing_recorded(raw_run, 
 
     assert "nothing-recorded" in warnings({})
     assert "nothing-recorded" not in warnings({"device": True})
+
+
+def _without_rf_ids(raw_run, tmp_path, pid_shift: int = 0):
+    """device-0.json with no record-function ids (as traces from before torch recorded them), its
+    host events' pid moved by `pid_shift` (another process's)."""
+    doc = json.loads((raw_run / "device-0.json").read_text())
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("Record function id", None)
+        if pid_shift and e.get("cat") in ("cpu_op", "user_annotation") and isinstance(e.get("pid"), int):
+            e["pid"] += pid_shift
+    out = tmp_path / f"device-norf-{pid_shift}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_without_record_function_ids_the_pids_pair_the_traces(raw_run, tmp_path):
+    host = json.loads((raw_run / "host-0.json").read_text())
+    assert isinstance(host.get("pid"), int)
+    other = _without_rf_ids(raw_run, tmp_path, pid_shift=7)
+    inputs = inputs_from_files([str(raw_run / "host-0.json")], [str(other)], [0])
+    with pytest.raises(ConversionCheckError, match=rf"written by pid {host['pid']}, the device trace's host "
+                                                   rf"events by pid {host['pid'] + 7}.*\[unpaired-traces\]"):
+        convert(inputs, tmp_path / "out", executor="serial")
+    same = _without_rf_ids(raw_run, tmp_path)  # its own process's: linked by op order, no complaint
+    convert(inputs_from_files([str(raw_run / "host-0.json")], [str(same)], [0]), tmp_path / "ok", executor="serial")
+    assert (tmp_path / "ok" / "trace.0.et").exists()
