@@ -258,6 +258,13 @@ class PbAttrs(Mapping):
     def __getitem__(self, name: str) -> Attr:
         return self._decoded()[name]
 
+    def kinds(self):
+        """(name, kind) of each attribute, without decoding values where they are not yet
+        (a validator checking kinds on every node reads nothing else of most of them)."""
+        if self._dict is not None:
+            return ((name, a.kind) for name, a in self._dict.items())
+        return ((a.name, a.WhichOneof("value")) for a in self._pb)
+
     def get(self, name: str, default=None):
         return self._decoded().get(name, default)
 

@@ -63,10 +63,12 @@ _NO_PROBLEMS: list = []
 
 
 def _kinds_ok(attrs: Mapping[str, Attr]) -> bool:
-    """Whether every contract attribute has its contract kind."""
-    for name in attrs:
+    """Whether every contract attribute has its contract kind (read without decoding the values
+    of attributes a file's reader has not decoded yet: `PbAttrs.kinds`)."""
+    kinds = attrs.kinds() if hasattr(attrs, "kinds") else ((name, a.kind) for name, a in attrs.items())
+    for name, kind in kinds:
         want = CONTRACT.get(name)
-        if want is not None and attrs[name].kind != want:
+        if want is not None and kind != want:
             return False
     return True
 
