@@ -17,7 +17,7 @@ from itertools import product
 from chakra_tools.core.errors import Diagnostic, Diagnostics
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import NodeType
-from chakra_tools.core.validate import SIZE_INVARIANT
+from chakra_tools.core.crosscheck import SIZE_INVARIANT
 
 #: collectives cut from either end of a rank's sequence, at most
 MAX_TRIM = 2
