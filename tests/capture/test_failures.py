@@ -81,6 +81,24 @@ def test_exit_code_and_argv_are_the_scripts(tmp_path):
     assert m["captured_steps"] == [] and m["ranks"][0]["host_trace"] is None
 
 
+def _ctrl_c(args: list[str], out, written: str, within_s: float) -> tuple[int, str]:
+    """trace-capture --out OUT ARGS in its own session; once OUT/`written` exists, SIGINT to the
+    whole process group, as a terminal sends it: (exit code, stderr)."""
+    proc = subprocess.Popen([*capture_cmd(), "--out", str(out), *args], cwd=out.parent, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + within_s
+        while not (out / written).exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert (out / written).exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err
+
+
 def test_ctrl_c(tmp_path):
     """SIGINT to the whole process group, as a terminal sends it, after the window closed."""
     script = tmp_path / "long.py"
@@ -89,20 +107,8 @@ def test_ctrl_c(tmp_path):
                       "while True:\n"
                       "    m(torch.randn(4, 8)).sum().backward(); o.step(); time.sleep(0.01)\n")
     out = tmp_path / "run"
-    proc = subprocess.Popen([*capture_cmd(), "--out", str(out), str(script)], cwd=tmp_path,
-                            start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        while not (out / "rank-0.host.json.gz").exists() and time.time() < deadline:
-            time.sleep(0.2)
-        assert (out / "rank-0.host.json.gz").exists()
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err[-2000:]
+    code, err = _ctrl_c([str(script)], out, "rank-0.host.json.gz", 60)
+    assert code == 130, err[-2000:]
     assert "Traceback" not in err and "interrupted" in err  # one line, not a traceback per rank
     import json
     m = json.loads((out / "manifest.json").read_text())
@@ -159,19 +165,8 @@ def test_ctrl_c_under_torchrun_ends_in_a_line_per_process(tmp_path):
     """Ctrl-C on `trace-capture -- torchrun ...`: each rank and the launcher say one line (torchrun's
     SignalException traceback, 30 lines, is kept off the console), trace-capture exits 130."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([*capture_cmd(), "--out", str(out), "--", *LAUNCH_2, str(EXAMPLES / "ddp.py"),
-                             "--steps", "100000"], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 120
-        while not (out / "rank-1.host.json.gz").exists() and time.time() < deadline:
-            time.sleep(0.2)
-        assert (out / "rank-1.host.json.gz").exists()
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err[-2000:]
+    code, err = _ctrl_c(["--", *LAUNCH_2, str(EXAMPLES / "ddp.py"), "--steps", "100000"], out,
+                        "rank-1.host.json.gz", 120)
+    assert code == 130, err[-2000:]
     assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
     assert "torchrun: interrupted" in err and "trace-capture: interrupted" in err
