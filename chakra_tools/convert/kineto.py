@@ -19,6 +19,7 @@ its parent can differ in the last digit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Union
 
 import msgspec
@@ -91,7 +92,6 @@ def parse_device(doc: Any, path: str, *, full_args: bool = False) -> DeviceTrace
     else:
         raise InputError(f"{path}: not a Kineto device trace (no 'traceEvents' list)")
     dt = DeviceTrace(path, dist_info=schema.dist_info(doc.get("distributedInfo"), path))
-    dt.host_pids = _host_pids((e.get("cat"), e.get("pid")) for e in events if isinstance(e, dict))
     lanes = _lanes(dt, full_args)
     for pos, e in enumerate(events):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -100,23 +100,19 @@ def parse_device(doc: Any, path: str, *, full_args: bool = False) -> DeviceTrace
         lane = lanes.get(cat) if type(cat) is str else None
         if lane is not None:
             lane[0].append(_plain_event(pos, e, lane, path))
+    dt.host_pids = _host_pids(dt, ((e.get("cat"), e.get("pid")) for e in events if isinstance(e, dict)))
     _nest(dt)
     return dt
 
 
-def _host_pids(cat_pid, enough: int = 256) -> frozenset:
+def _host_pids(dt: DeviceTrace, cat_pid, enough: int = 256) -> frozenset:
     """The pids of the first `enough` host events: a host trace of the same process has one of
-    them (a device trace's GPU rows carry the device's number instead)."""
-    pids = set()
-    seen = 0
-    for cat, pid in cat_pid:
-        if type(cat) is str and cat in HOST_CATS:
-            if type(pid) is int:
-                pids.add(pid)
-            seen += 1
-            if seen >= enough:
-                break
-    return frozenset(pids)
+    them (a device trace's GPU rows carry the device's number instead). Read only where the
+    trace records no record-function ids, the one place the link asks (link.py)."""
+    if dt.has_rf_ids:
+        return frozenset()
+    hosts = (pid for cat, pid in cat_pid if type(cat) is str and cat in HOST_CATS)
+    return frozenset(pid for pid in islice(hosts, enough) if type(pid) is int)
 
 
 def _lanes(dt: DeviceTrace, full_args: bool) -> dict[str, tuple[list, int, bool]]:
@@ -241,10 +237,12 @@ def parse_device_bytes(data: bytes, path: str, *, full_args: bool = False) -> De
 
 def _from_typed(doc: _RawTrace, path: str, data: bytes, full_args: bool) -> DeviceTrace | None:
     dt = DeviceTrace(path, dist_info=schema.dist_info(doc.distributedInfo, path))
-    dt.host_pids = _host_pids((e.cat, e.pid) for e in doc.traceEvents)
     lanes = _lanes(dt, full_args)
     whole_args = hotloops.device_events(doc.traceEvents, lanes, Event, _KEY_ARGS, _whole_args)
-    return dt if _decode_whole_args(dt, data, whole_args) else None
+    if not _decode_whole_args(dt, data, whole_args):
+        return None
+    dt.host_pids = _host_pids(dt, ((e.cat, e.pid) for e in doc.traceEvents))
+    return dt
 
 
 def _decode_whole_args(dt: DeviceTrace, data: bytes, positions: list[int]) -> bool:

@@ -46,20 +46,23 @@ def link(host: HostTrace, dev: DeviceTrace) -> Link:
         if len(lk.op_event) < 0.5 * min(len(host.ops), len(dev.host)):
             with_ids = sum(1 for op in host.ops if op.rf_id)
             if with_ids >= 0.5 * len(host.ops) and host.ops:
-                lk.mismatch = (f"{host.path} and {dev.path} look like traces of different processes: "
-                               f"{len(lk.op_event)} of {with_ids} host ops find the device event of their "
-                               "record-function id under the same name (a pair of one process finds "
-                               "nearly all); give each rank's own pair (--force links them by op order anyway)")
+                lk.mismatch = _apart(host, dev, f"{len(lk.op_event)} of {with_ids} host ops find the device event of "
+                                     "their record-function id under the same name (a pair of one process finds "
+                                     "nearly all)")
             lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"
     else:
         lk.op_event, lk.method = _by_alignment(host.ops, dev.host), "sequence"
         if host.pid is not None and dev.host_pids and host.pid not in dev.host_pids:
-            lk.mismatch = (f"{host.path} and {dev.path} look like traces of different processes: the host "
-                           f"trace was written by pid {host.pid}, the device trace's host events by pid "
-                           f"{', '.join(map(str, sorted(dev.host_pids)))} (and neither records the ids that would "
-                           "pair their ops); give each rank's own pair (--force links them by op order anyway)")
+            lk.mismatch = _apart(host, dev, f"the host trace was written by pid {host.pid}, the device trace's "
+                                 f"host events by pid {', '.join(map(str, sorted(dev.host_pids)))} (and neither "
+                                 "records the ids that would pair their ops)")
     _attach_kernels(lk, dev)
     return lk
+
+
+def _apart(host: HostTrace, dev: DeviceTrace, why: str) -> str:
+    return (f"{host.path} and {dev.path} look like traces of different processes: {why}; give each rank's "
+            "own pair (--force links them by op order anyway)")
 
 
 #: device time outside the host trace's span that is worth a warning (share of all device time)

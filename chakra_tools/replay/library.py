@@ -185,6 +185,7 @@ class LibraryBackend:
         self._algorithms = LIBRARIES[self.library]
         self._cache: dict = {}
         self._priced: dict[float, Fabric] = {}  # efficiency -> the fabric at it
+        self._for_calls: dict[tuple[str, int], Fabric] = {}  # (kind, size) -> its fabric
         self._link_free: dict[tuple, int] = {}  # a shared link -> when its queued messages are through
         self._tokens: dict[tuple, int] = {}  # a shared link -> its bucket when its queue last emptied (ns of rate)
         self._awake_until: dict[int, int] = {}  # a rank -> when the floors of its calls in flight are through
@@ -196,13 +197,16 @@ class LibraryBackend:
         return self.base.memory_ns(rank, info, now_ns)
 
     def _fabric(self, kind: str, size: int) -> Fabric:
-        """The fabric at this kind's efficiency for calls of `size` (bytes cost 1/efficiency more)."""
-        eff = round(self.kinds.get(kind, KindCost()).efficiency_at(size), 6)
-        fab = self._priced.get(eff)
+        """The fabric at this kind's efficiency for calls of `size` (bytes cost 1/efficiency more),
+        looked up once per kind and size (every pipeline send asks)."""
+        fab = self._for_calls.get((kind, size))
         if fab is None:
-            fab = self.fabric if eff == 1.0 else Fabric(tuple(
-                replace(lv, ns_per_byte=lv.ns_per_byte / eff) for lv in self.fabric.levels))
-            self._priced[eff] = fab
+            eff = round(self.kinds.get(kind, KindCost()).efficiency_at(size), 6)
+            fab = self._priced.get(eff)
+            if fab is None:
+                fab = self._priced[eff] = self.fabric if eff == 1.0 else Fabric(tuple(
+                    replace(lv, ns_per_byte=lv.ns_per_byte / eff) for lv in self.fabric.levels))
+            self._for_calls[(kind, size)] = fab
         return fab
 
     def _rounds_of(self, kind: CommType, size: int, ranks: Sequence[int]) -> list[Round]:

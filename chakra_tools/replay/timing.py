@@ -204,8 +204,10 @@ def _no_later(send: NodeInfo, send_end: int | None, recv: NodeInfo, recv_end: in
     """The send's completion, no later than its receive's (ns on the capture's clock; None where
     the record is kept as it is). An unknown end (`recorded.UNKNOWN_END`) stays unknown."""
     def end(info: NodeInfo, known: int | None) -> int | None:
-        span = interval_ns(info) if known is None else None
-        return known if known is not None else span[1] if span else None
+        if known is not None:
+            return known
+        span = interval_ns(info)
+        return span[1] if span else None
 
     mine, theirs = end(send, send_end), end(recv, recv_end)
     if mine is None or theirs is None or mine < 0 or theirs < 0 or mine <= theirs:

@@ -17,22 +17,19 @@ was inside a communication call (waiting, not computing) and the profiler's step
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from typing import Iterable
 
 from chakra_tools.core.annotations import call_name
 
 from .events import COMM, COMPUTE, HOST, Event, EventSet
+from .select import STEP_NAME
 
 Interval = tuple[int, int]
 BREAKDOWN_KEYS = ("compute_ns", "exposed_comm_ns", "overlap_ns", "idle_ns")
-STEP_MARKER = re.compile(r"ProfilerStep#\d+")
-
-
 def is_marker(e: Event) -> bool:
     """A profiler step range: it spans its step's work and is none itself."""
-    return e.kind == HOST and STEP_MARKER.fullmatch(e.name) is not None
+    return e.kind == HOST and STEP_NAME.fullmatch(e.name) is not None
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
