@@ -220,8 +220,12 @@ class _Trace(msgspec.Struct, gc=False):
     pid: Any = None
 
 
+#: above any pid a kernel hands out (Linux's pid_max is at most 2**22): not a process's id
+PID_LIMIT = 1 << 31
+
+
 def _pid(v: Any) -> int | None:
-    return v if type(v) is int and v > 0 else None
+    return v if type(v) is int and 0 < v < PID_LIMIT else None
 
 
 class _IO(msgspec.Struct, gc=False):

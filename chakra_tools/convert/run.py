@@ -287,11 +287,12 @@ def _check(rankset: RankSet, diags: Diagnostics, force: bool, target: str | None
     errors = ([d for d in diags if d.severity == "error" and d.code in REFUSING]
               + [d for d in found if d.severity == "error"])
     if errors and not force:
-        shown = "\n  ".join(str(d) for d in errors[:20])
-        more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        # each finding on an `error:` line of its own, as trace-replay lists a refused set's
+        shown = "".join(f"\nerror: {d}" for d in errors[:20])
+        more = f"\nerror: ... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise ConversionCheckError(
-            f"the converted traces fail validation ({len(errors)} errors), nothing written "
-            f"(--force writes them anyway):\n  {shown}{more}", errors)
+            f"the converted traces fail their checks ({len(errors)} errors), nothing written "
+            f"(--force writes them anyway):{shown}{more}", errors)
 
 
 def run_ranks(inputs: RunInputs, *, jobs: int | None = None, executor: str = "auto",

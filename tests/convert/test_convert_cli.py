@@ -57,6 +57,8 @@ def test_validation_errors_stop_the_write_unless_forced(raw_run, tmp_path):
     res = invoke(*args, "-o", tmp_path / "a")
     assert res.exit_code == 3
     assert "unmatched-send" in res.stderr and "nothing written" in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert all(ln.startswith("error: ") for ln in lines[-2:])  # each finding an error: line of its own
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
     res = invoke(*args, "-o", tmp_path / "b", "--force", "-q")
     assert res.exit_code == 0 and (tmp_path / "b" / "trace.1.et").exists()

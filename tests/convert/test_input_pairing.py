@@ -128,6 +128,9 @@ def test_without_record_function_ids_the_pids_pair_the_traces(raw_run, tmp_path)
     with pytest.raises(ConversionCheckError, match=rf"written by pid {host['pid']}, the device trace's host "
                                                    rf"events by pid {host['pid'] + 7}.*\[unpaired-traces\]"):
         convert(inputs, tmp_path / "out", executor="serial")
+    impossible = tmp_path / "host-pid-2**64.json"  # no kernel's pid: read as none, so no check, no refusal
+    impossible.write_text(json.dumps({**host, "pid": 2 ** 64 + 1}))
+    convert(inputs_from_files([str(impossible)], [str(other)], [0]), tmp_path / "nopid", executor="serial")
     same = _without_rf_ids(raw_run, tmp_path)  # its own process's: linked by op order, no complaint
     convert(inputs_from_files([str(raw_run / "host-0.json")], [str(same)], [0]), tmp_path / "ok", executor="serial")
     assert (tmp_path / "ok" / "trace.0.et").exists()
