@@ -100,10 +100,7 @@ def replay(
                                 absent_peers=_absent_peers(absent_peers))
     except RanksetRefused as e:
         _refused(e)
-    if out:
-        result.write(out)
-    if timeline:
-        result.timeline().write(timeline)
+    result.save(out, timeline)
     _print(result, as_json)
     if modes.comm != "model" and (network is not None or network_fit is not None or bandwidth or latency):
         typer.echo(f"warning: --comm {modes.comm} (--as-captured) takes communication from the capture's record: "

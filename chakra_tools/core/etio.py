@@ -26,6 +26,7 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 from google.protobuf.message import DecodeError
 
 from . import hotloops
+from .commit import temp_name
 from .encoder import ENCODE_ERRORS, _attr_to_pb, frame
 # the encoder was part of this module: what callers and tests import from here
 from .encoder import _ATTR_CACHE, encode_node, node_to_pb  # noqa: F401
@@ -466,7 +467,7 @@ def atomic_output(path: str | Path, mode: str = "wb"):
     """Write to a temporary file beside `path` and rename it into place only on success,
     so a failure never leaves a partial file nor clobbers an existing one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_name(path)
     try:
         f = open(tmp, mode)
     except OSError as e:  # named by the path the user gave, not the hidden temporary one
@@ -494,7 +495,7 @@ class TraceWriter:
                  compress: bool | None = None):
         self.path = Path(path)
         self.count = 0
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._tmp = temp_name(self.path)
         try:
             self._raw = open(self._tmp, "wb")
         except OSError as e:

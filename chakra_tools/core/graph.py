@@ -10,15 +10,13 @@ the edge, in `to_networkx()`.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
+from .commit import Staged, committing, recover
 from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
@@ -204,21 +202,32 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
     return tuple(members)
 
 
-def _remove_stale(out: Path, prefix: str, written: list[Path]) -> None:
-    """Rank files of `prefix` in `out` that this write did not make, and a comm_group.json it did
-    not write when every rank file in `out` is of `prefix`."""
-    keep, others = set(written), False
+def _stale(out: Path, prefix: str, names: list[str]) -> list[str]:
+    """What a new set of `prefix` replaces in `out`: the earlier set's other ranks, and a
+    comm_group.json it does not have when every rank file in `out` is of `prefix` (a reader
+    would take them as the new set's)."""
+    keep, others, stale = set(names), False, []
     for p in out.iterdir():
         m = RANK_FILE.match(p.name)
         if m is None:
             continue
         if m.group("prefix") != prefix:
             others = True
-        elif p not in keep:
-            p.unlink()
-    groups = out / "comm_group.json"
-    if groups not in keep and not others and groups.exists():
-        groups.unlink()
+        elif p.name not in keep:
+            stale.append(p.name)
+    if "comm_group.json" not in keep and not others and (out / "comm_group.json").exists():
+        stale.append("comm_group.json")
+    return stale
+
+
+def check_prefix(prefix: str) -> str:
+    """A rank set's prefix, refused unless it is a plain file name: every file the tool writes
+    stays in the folder the user named, and a reader finds what it wrote."""
+    if (not isinstance(prefix, str) or not prefix or prefix in (".", "..") or prefix.startswith(".")
+            or any(c in prefix for c in "/\\\0") or not prefix.isprintable()):
+        raise InputError(f"prefix {prefix!r}: not a plain file name (no folders, not hidden, printable), "
+                         "as in trace.<rank>.et")
+    return prefix
 
 
 def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:
@@ -234,6 +243,15 @@ def find_rank_files(path: str | Path) -> dict[int, Path]:
     """The files of a rank set: `path` may be a folder, a prefix (`out/trace` for
     `out/trace.<r>.et`) or one file. Raises InputError if nothing matches or prefixes are mixed."""
     p = Path(path)
+    folder = p.parent if p.is_file() or not p.is_dir() else p
+    while True:  # a write committed while we listed is finished and listed again
+        recover(folder)
+        files = _rank_files(p)
+        if not committing(folder):
+            return files
+
+
+def _rank_files(p: Path) -> dict[int, Path]:
     if p.is_file():
         if p.name.endswith((".json", ".json.gz")):
             raise InputError(f"{p}: not a Chakra rank file{_what_it_is(p)}")
@@ -326,32 +344,31 @@ class RankSet:
         name a rank file that goes missing; off, the files are written exactly as the graphs say.
         """
         out = Path(out_dir)
+        prefix = check_prefix(self.prefix if prefix is None else prefix)
+        bad = next((r for r in self.ranks if type(r) is not int or not 0 <= r <= MAX_RANK), None)
+        if bad is not None:
+            raise InputError(f"{out}: rank {bad!r} is not a rank (an integer 0..{MAX_RANK}): no file written")
         created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
-        out.mkdir(parents=True, exist_ok=True)
-        prefix = prefix or self.prefix
-        stage = Path(tempfile.mkdtemp(prefix=".writing-", dir=out))
         try:
-            names = []
-            whole = record_world and self.ranks == list(range(len(self.ranks)))
-            for r in self.ranks:
-                names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
-                self.graphs[r].write(stage / names[-1], compress=compress,
-                                     world_size=len(self.ranks) if whole else None)
-            if self.comm_groups:
-                names.append("comm_group.json")
-                write_comm_groups(stage / names[-1], self.comm_groups)
-            written = []
-            for name in names:
-                os.replace(stage / name, out / name)
-                written.append(out / name)
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{out}: cannot make the folder: {e.strerror}") from None
+        try:
+            with Staged(out, prefix) as staged:
+                names = []
+                whole = record_world and self.ranks == list(range(len(self.ranks)))
+                for r in self.ranks:
+                    names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
+                    self.graphs[r].write(staged.path(names[-1]), compress=compress,
+                                         world_size=len(self.ranks) if whole else None)
+                if self.comm_groups:
+                    names.append("comm_group.json")
+                    write_comm_groups(staged.path(names[-1]), self.comm_groups)
+                return staged.commit(names, _stale(out, prefix, names))
         except BaseException as e:
-            shutil.rmtree(stage, ignore_errors=True)
             for d in created:
-                if not any(d.iterdir()):
+                if d.is_dir() and not any(d.iterdir()):
                     d.rmdir()
-            if isinstance(e, ChakraToolsError):  # name the file the user asked for, not the stage
-                e.message = e.message.replace(str(stage), str(out))
+            if isinstance(e, ChakraToolsError) and "staged" in locals():  # name what the user asked for
+                e.message = e.message.replace(str(staged.stage), str(out))
             raise
-        stage.rmdir()
-        _remove_stale(out, prefix, written)
-        return written

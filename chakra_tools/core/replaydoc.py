@@ -124,7 +124,9 @@ def write_replay_result(doc: dict, f: IO[str]) -> None:
 def read_replay_result(path: str | Path) -> ReplayDocument:
     """The typed document of a replay result file; InputError naming the file and the place."""
     from .chrome_trace import load
+    from .commit import recover
 
+    recover(Path(path).parent)  # a replay killed while it replaced this file is finished first
     return decode_replay_result(load(path), str(path))
 
 

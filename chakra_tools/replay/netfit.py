@@ -55,6 +55,7 @@ from statistics import fmean, median
 from typing import Iterable, Sequence
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.commit import Staged
 from chakra_tools.core.etio import atomic_output
 from chakra_tools.core.graph import RankSet
 from chakra_tools.core.model import CommType, Node, NodeType
@@ -549,14 +550,16 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
     out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"{out}: output folder does not exist")
-    paths = {"network": out / "network.yml", "system": out / "system.json", "report": out / "fit.json"}
-    cal.files = {k: str(p) for k, p in paths.items()}
-    with atomic_output(paths["network"], "w") as f:
-        f.write(cal.cluster.network_yaml(cal.npus) if cal.cluster is not None else network_yaml(cal.fit, cal.npus))
-    with atomic_output(paths["system"], "w") as f:
-        json.dump(system_json(cal.fit), f, indent=1)
-    with atomic_output(paths["report"], "w") as f:
-        json.dump(cal.to_dict(), f, indent=1)
+    names = {"network": "network.yml", "system": "system.json", "report": "fit.json"}
+    cal.files = {k: str(out / n) for k, n in names.items()}
+    with Staged(out, "calibration") as staged:  # the three replaced together: one fit, never two halves
+        with atomic_output(staged.path(names["network"]), "w") as f:
+            f.write(cal.cluster.network_yaml(cal.npus) if cal.cluster is not None else network_yaml(cal.fit, cal.npus))
+        with atomic_output(staged.path(names["system"]), "w") as f:
+            json.dump(system_json(cal.fit), f, indent=1)
+        with atomic_output(staged.path(names["report"]), "w") as f:
+            json.dump(cal.to_dict(), f, indent=1)
+        staged.commit(names.values())
     return cal
 
 
@@ -574,8 +577,11 @@ def read_calibration(path: str | Path) -> Calibration:
     file and the field (the report reads it typed, not as loose JSON)."""
     from chakra_tools.core.files import read_json
 
+    from chakra_tools.core.commit import recover
+
     p = Path(path)
     file = p / "fit.json" if p.is_dir() else p
+    recover(file.parent)  # a calibration killed while it replaced these files is finished first
     if not file.exists():
         raise InputError(f"{file}: no such file (a calibration folder holds the fit.json that "
                          "trace-convert calibrate writes)")

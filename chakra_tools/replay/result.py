@@ -218,10 +218,27 @@ class ReplayResult:
 
     def write(self, path: str | Path) -> None:
         """Save the document (`to_dict`) atomically: a failed write leaves no partial file."""
+        self.save(path)
+
+    def save(self, out: str | Path | None = None, timeline: str | Path | None = None) -> list[Path]:
+        """Write the document to `out` and the Perfetto timeline to `timeline` (either may be
+        None) as one replacement (core.commit): a process killed at any instant leaves both old
+        files or both new ones, never a result beside the timeline of another replay."""
+        from chakra_tools.core.commit import Staged, recover
         from chakra_tools.core.etio import atomic_output
 
-        with atomic_output(path, "w") as f:
-            write_replay_result(self.to_dict(), f)
+        targets = [Path(p).absolute() for p in (out, timeline) if p is not None]
+        if not targets:
+            return []
+        for t in targets[1:]:
+            recover(t.parent)
+        with Staged(targets[0].parent, targets[0].name) as staged:
+            if out is not None:
+                with atomic_output(staged.beside(targets[0]), "w") as f:
+                    write_replay_result(self.to_dict(), f)
+            if timeline is not None:
+                self.timeline().write(staged.beside(targets[-1]), compress=targets[-1].name.endswith(".gz"))
+            return staged.commit([])
 
     def compare(self, *, manifest: str | Path | dict | None = None,
                 measured: Mapping[int, Measured] | None = None) -> dict | None:

@@ -23,6 +23,7 @@ from chakra_tools.core.errors import ChakraToolsError, InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.lanes import LANES, WORK, lane_of
 from chakra_tools.core.model import Node, NodeType
+from chakra_tools.core.commit import recover
 from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 
 from .captured import from_capture, kineto_files
@@ -42,6 +43,8 @@ DRAWN_KIND = {"host": HOST, "compute": COMPUTE, "comm": COMM, "memory": COMM, "o
 def detect(path: str | Path) -> str:
     """"replay", "capture" or "rankset" for `path` (see the module docstring)."""
     p = Path(path)
+    if p.name.endswith((".json", ".json.gz")):
+        recover(p.parent)  # a replay killed while it replaced this file is finished first
     if p.is_file() and p.name.endswith((".json", ".json.gz")):
         return "replay" if _is_replay(p) else "capture"
     if p.is_dir() and ((p / "manifest.json").exists() or kineto_files(p)):
