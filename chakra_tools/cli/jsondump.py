@@ -42,12 +42,19 @@ def load(
 ) -> None:
     """Write the rank set of a JSON document back as .et files (byte-identical to the originals).
 
+    The whole document is checked before anything is written (a key of the wrong type, a rank
+    outside 0..2^31-1, a prefix that is no plain file name: exit 2, naming the file and the key),
+    so a refused document leaves the output folder as it was.
+
     Example:
 
         chakra-tools json load trace.json -o roundtrip/
     """
     from chakra_tools.core import jsondump
+    from chakra_tools.core.graph import check_prefix
 
+    if prefix is not None:  # a name from the command line, checked like the one recorded
+        check_prefix(prefix, "--prefix")
     rs = jsondump.load(path)
     files = rs.write(out, prefix)
     typer.echo(f"wrote {len(files)} file(s) to {out}")

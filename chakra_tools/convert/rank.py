@@ -9,6 +9,7 @@ by `crossrank.py`, which sees every rank.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from .comms import (COMM_PREFIXES, CommCall, absorb_worker_ops, comm_attrs_from_
                     find_calls)
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
-from .hostet import ALL, INPUTS, HostTrace, parse_host_bytes
+from .hostet import ALL, INPUTS, PG_INIT, HostTrace, parse_host_bytes
 from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
 from .link import link, uncovered
@@ -83,7 +84,7 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
         result = Builder(host, dev, lk, rank, calls, waits, consumers,
                          metadata_nodes=metadata_nodes).build()
         own_groups(result.calls, rank)
-        groups = _local_groups(host, dev, result.calls, known)
+        groups = _local_groups(host, dev, result.calls, known, result.diagnostics, rank)
         world = _world_size(dev, groups, known)
         meta = _metadata(host, dev, lk, rank)
         if lk is not None and lk.mismatch:
@@ -191,27 +192,71 @@ SELF_PG = "self@"
 
 
 def _local_groups(host: HostTrace, dev: DeviceTrace | None, calls: list[CommCall],
-                  known: dict[str, GroupInfo]) -> dict[str, GroupInfo]:
+                  known: dict[str, GroupInfo], diags: Diagnostics, rank: int) -> dict[str, GroupInfo]:
     """torch group name -> what this rank knows of it (every source merged)."""
     groups: dict[str, GroupInfo] = {k: GroupInfo(v.ranks, v.desc, v.size) for k, v in known.items()}
-    pg_lists = [host.process_groups]
+    pg_lists = [(host.path, f"node {host.pg_init_id} ({PG_INIT!r}): groups", host.process_groups)]
     if dev is not None:
-        pg_lists.append(dev.dist_info.get("pg_config") or [])
-    for lst in pg_lists:
-        for g in lst:
+        pg_lists.append((dev.path, "distributedInfo.pg_config", dev.dist_info.get("pg_config") or []))
+    for path, where, lst in pg_lists:
+        for i, g in enumerate(lst):
             name = str(g.get("pg_name", ""))
             info = groups.setdefault(name, GroupInfo())
-            ranks = g.get("ranks") or None
-            info.ranks = info.ranks or (tuple(ranks) if ranks else None)
+            size = g.get("group_size") or g.get("pg_size")
+            if not info.ranks:
+                at = GroupPlace(path, f"{where}[{i}]", name, rank)
+                info.ranks = _distinct(g.get("ranks"), size, at, diags)
             info.desc = info.desc or str(g.get("pg_desc", "") or "")
-            info.size = info.size or g.get("group_size") or g.get("pg_size")
+            info.size = info.size or size
     for c in calls:
-        info = groups.setdefault(c.pg if c.pg is not None else DEFAULT_PG, GroupInfo())
-        info.ranks = info.ranks or c.pg_ranks
+        pg = c.pg if c.pg is not None else DEFAULT_PG
+        info = groups.setdefault(pg, GroupInfo())
+        if not info.ranks:
+            info.ranks = _distinct(c.pg_ranks, c.group_size, GroupPlace(host.path, f"node {c.root} ({c.name!r})",
+                                                                          pg, rank), diags)
         info.desc = info.desc or c.pg_desc
         info.size = info.size or c.group_size
     groups.setdefault(DEFAULT_PG, GroupInfo(desc="default_pg"))
     return groups
+
+
+@dataclass(frozen=True)
+class GroupPlace:
+    """Where a trace lists a process group's ranks, for messages: the file, the record, torch's
+    name of the group and the rank converted."""
+
+    path: str
+    record: str
+    name: str
+    rank: int
+
+
+def _distinct(ranks, size: int | None, at: GroupPlace, diags: Diagnostics) -> tuple[int, ...] | None:
+    """A group's ranks as a trace lists them (None for none). A rank listed twice (a damaged or
+    hand-made trace: torch makes no such group) would become a comm_group.json every reader
+    refuses; the repeat is dropped with a warning when what is left is the group its size says
+    (or no size is given), and is an InputError naming the file and the group otherwise, since
+    which member the repeat stands for is unknown."""
+    if not ranks:
+        return None
+    ranks = tuple(ranks)
+    distinct = tuple(dict.fromkeys(ranks))
+    if len(distinct) == len(ranks):
+        return ranks
+    twice = next(r for r, n in Counter(ranks).items() if n > 1)
+    said = f"{at.record}: process group {at.name!r} lists rank {twice} twice ({_shown(ranks)})"
+    if size and size != len(distinct):
+        raise InputError(f"{at.path}: {said}, and without the repeat it has {len(distinct)} ranks, not the "
+                         f"{size} its size says: which rank is missing is unknown; correct the group's "
+                         "ranks in the trace")
+    diags.add(Diagnostic("warning", "group-rank-repeated", f"{said}; the repeat is dropped: {_shown(distinct)}",
+                         file=at.path, rank=at.rank))
+    return distinct
+
+
+def _shown(ranks: tuple[int, ...]) -> str:
+    """A rank list for a message: a world group may have a million ranks."""
+    return str(list(ranks)) if len(ranks) <= 16 else f"[{', '.join(map(str, ranks[:16]))}, ... {len(ranks)} ranks]"
 
 
 def _world_size(dev: DeviceTrace | None, groups: dict[str, GroupInfo], known: dict) -> int | None:

@@ -24,6 +24,8 @@ def read_json(path: str | Path, *, expect: type | None = dict, what: str = "a JS
         raise InputError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON: {e.msg}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to read (over {sys.getrecursionlimit()} levels)") from None
+    except ValueError as e:  # an integer past Python's 4,300 digits
+        raise InputError(f"{path}: cannot read a number in it ({str(e).split(';')[0]})") from None
     if expect is not None and not isinstance(doc, expect):
         raise InputError(f"{path}: expected {what}")
     return doc

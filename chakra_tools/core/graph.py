@@ -220,13 +220,35 @@ def _stale(out: Path, prefix: str, names: list[str]) -> list[str]:
     return stale
 
 
-def check_prefix(prefix: str) -> str:
-    """A rank set's prefix, refused unless it is a plain file name: every file the tool writes
-    stays in the folder the user named, and a reader finds what it wrote."""
-    if (not isinstance(prefix, str) or not prefix or prefix in (".", "..") or prefix.startswith(".")
-            or any(c in prefix for c in "/\\\0") or not prefix.isprintable()):
-        raise InputError(f"prefix {prefix!r}: not a plain file name (no folders, not hidden, printable), "
-                         "as in trace.<rank>.et")
+#: the longest prefix whose rank files' names fit a file system's 255 bytes
+_MAX_PREFIX_BYTES = 255 - len(f".{MAX_RANK}.et.gz")
+
+
+def check_prefix(prefix, where: str = "prefix") -> str:
+    """`prefix` if it is a plain file name, one that `<prefix>.<rank>.et` keeps inside the output
+    folder and that the rank-set reader finds again; else an InputError starting with `where`.
+
+    >>> check_prefix("trace")
+    'trace'
+    >>> check_prefix("../up", "--prefix")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    chakra_tools.core.errors.InputError: --prefix is "../up", not a plain file name: it holds a "/" ...
+    """
+    if type(prefix) is not str:
+        raise InputError(f"{where} is {json.dumps(prefix, default=repr)[:40]}, not a file name (a string)")
+    why = None
+    bad = next((c for c in prefix if c in "/\\" or not c.isprintable()), None)
+    if not prefix:
+        why = "it is empty (the files would be hidden, .0.et, and no reader would find them)"
+    elif bad is not None:  # a folder, or a control or invisible character (a lone surrogate too)
+        why = f"it holds a {json.dumps(bad)}"
+    elif prefix.startswith("."):
+        why = 'it starts with "." (hidden files, and names of ours in progress, start so)'
+    elif len(prefix.encode()) > _MAX_PREFIX_BYTES:
+        why = f"it is longer than {_MAX_PREFIX_BYTES} bytes (a file name holds at most 255)"
+    if why:
+        raise InputError(f"{where} is {json.dumps(prefix)[:80]}, not a plain file name: {why} (rank files "
+                         "are named <prefix>.<rank>.et inside the output folder)")
     return prefix
 
 
