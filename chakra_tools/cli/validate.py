@@ -23,6 +23,8 @@ def validate(
     show: int = typer.Option(50, "--show", help="How many findings of each kind to list (all are counted)."),
     target: Optional[str] = typer.Option(None, "--for", metavar="CONSUMER",
                                          help="Also what this consumer rejects or mis-runs: astra-sim (METADATA nodes, collective kinds it cannot simulate, pg_name without comm_group.json, dependencies on later nodes...; docs/reference/trace-validate.md)."),
+    absent_peers: str = typer.Option("error", "--absent-peers", metavar="error|assume",
+                                     help="error (default): the files are the whole job, and a rank they name (a send's destination, a receive's source, a group member, a gap in the file numbers) without a file is an error; assume: they are one part of a larger job (one rank file of many), and such ranks are warnings, as trace-replay --absent-peers assume replays them."),
 ) -> None:
     """Check traces for everything a simulator needs, within and across ranks.
 
@@ -30,7 +32,8 @@ def validate(
     protobuf kind, communication nodes missing comm_type/comm_size/comm_src/comm_dst/comm_tag,
     pg_name not an integer or not in comm_group.json, a collective whose recorded group size is not
     its group's. Across ranks: every process group issues the same collectives in the same order,
-    every send has a matching receive, and a group's ranks are all in the set (a warning).
+    every send has a matching receive, and every rank the files name has a file (with
+    --absent-peers assume: a warning).
 
     Exit code: 0 clean (warnings allowed), 1 errors found, 2 input unreadable.
 
@@ -48,7 +51,10 @@ def validate(
         rules_for(target)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--for") from None
-    reports = [validate_path(p, comm_group, examples_per_code=show, target=target) for p in paths]
+    if absent_peers not in ("error", "assume"):
+        raise typer.BadParameter(f"{absent_peers!r}: use error or assume", param_hint="--absent-peers")
+    reports = [validate_path(p, comm_group, examples_per_code=show, target=target,
+                             absent_peers=absent_peers == "assume") for p in paths]
     summaries = [summarize_path(p, comm_group) for p in paths] if stats else []
     if as_json:
         docs = [r.to_dict(summaries[i] if stats else None) for i, r in enumerate(reports)]

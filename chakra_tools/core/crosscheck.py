@@ -1,8 +1,19 @@
 """The checks that need every rank at once, run on the compact summary each rank's stream left
 (`validate.RankScan`: its collectives per group, its sends and receives, its metadata), never
 on decoded nodes: the ranks of each process group issue the same sequence of collectives, every
-send has a receive with the same (src, dst, tag, size), no group names a rank the set lacks, and
-the files are one conversion's, each named after the rank it holds, none missing.
+send has a receive with the same (src, dst, tag, size), the files are one conversion's, each named
+after the rank it holds, none missing.
+
+A rank set is taken as a whole job (files 0..N-1, as ASTRA-sim reads them): a rank that no file
+holds but that the set names (a send's destination, a receive's source, a member of a group, the
+numbering of the other files, the `world_size` our GlobalMetadata records) is an error, whoever
+wrote the files. With `absent_peers` (the set is one part of a larger job: most public traces are
+one rank of many) only the ranks our metadata says were written are required; the others are
+warnings, and `trace-replay --absent-peers assume` takes them as arriving with the ranks given.
+
+Nothing here allocates in proportion to a number read from the input: absent ranks are kept as
+ranges (a `world_size` of 2**31 with four files is one range), a `world_size` no rank set can
+have is refused, and everything else is sized by the files' own nodes and groups.
 
 Collective order is node-id order within a rank (what a feeder issues first when several nodes
 are ready). Sizes are compared for the kinds whose size is the same on every rank; ALL_TO_ALL,
@@ -12,11 +23,12 @@ compared by kind only.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from .errors import Diagnostic, Diagnostics
-from .model import CommType, format_bytes
+from .model import MAX_RANK, CommType, format_bytes
 
 if TYPE_CHECKING:
     from .validate import RankScan
@@ -28,6 +40,31 @@ SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCAT
 def ranks_text(ranks) -> str:
     ranks = list(ranks)
     return str(ranks) if len(ranks) <= 8 else f"[{ranks[0]}, {ranks[1]}, ..., {ranks[-1]}]"
+
+
+def spans_text(spans: list[tuple[int, int]], shown: int = 8) -> str:
+    """Ranges of ranks (first, last) as `[3, 6, 9..12]`, the first few and the last.
+
+    >>> spans_text([(3, 3), (6, 6)]), spans_text([(4, 999_999_999_999)])
+    ('[3, 6]', '[4..999999999999]')
+    """
+    parts = [str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in
+             (spans if len(spans) <= shown else [*spans[:shown - 1], spans[-1]])]
+    if len(spans) > shown:
+        parts.insert(shown - 1, "...")
+    return "[" + ", ".join(parts) + "]"
+
+
+def note_peer(peers: dict[int, list], peer: int | None, node_id: int, node_name: str, verb: str) -> None:
+    """Add to a rank's summary (`RankScan.peers`) that node `node_id` sends to or receives from
+    `peer`: the first node that names each peer, and how many do (one entry per peer, not per node)."""
+    if peer is None:
+        return  # reported per node (missing-comm-dst / missing-comm-src)
+    seen = peers.get(peer)
+    if seen is None:
+        peers[peer] = [node_id, node_name, verb, 1]
+    else:
+        seen[3] += 1
 
 
 def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
@@ -70,11 +107,12 @@ def check_absent_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, 
 
 
 def _check_membership(scans, pg, members, out) -> None:
+    inside = set(members)
     for r, s in scans.items():
-        if r not in members and s.collectives.get(pg):
+        if r not in inside and s.collectives.get(pg):
             nid, name, _, _ = s.collectives[pg][0]
             out.add(Diagnostic("error", "not-in-group",
-                               f"issues collectives on group {pg}, whose ranks {list(members)} exclude rank {r}",
+                               f"issues collectives on group {pg}, whose ranks {ranks_text(members)} exclude rank {r}",
                                file=s.file, rank=r, node_id=nid, node_name=name))
 
 
@@ -105,8 +143,11 @@ def _compare_sequence(ref: RankScan, other: RankScan, pg: str, out: Diagnostics)
             file=longer.file, rank=longer.rank, node_id=extra[0], node_name=extra[1]))
 
 
-def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
-    """Pair sends with receives on (src, dst, tag) in issue order; sizes must agree."""
+def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics,
+                         absent_peers: bool = True) -> None:
+    """Pair sends with receives on (src, dst, tag) in issue order; sizes must agree. A peer that
+    is not in the set is a warning per node with `absent_peers`, else said once per rank
+    (`check_named_ranks`)."""
     recvs: dict[tuple, deque] = defaultdict(deque)
     for r, s in scans.items():
         for nid, name, src, tag, size in s.recvs:
@@ -114,8 +155,9 @@ def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics) -> Non
     for r, s in sorted(scans.items()):
         for nid, name, dst, tag, size in s.sends:
             if dst not in scans:
-                out.add(Diagnostic("warning", "peer-absent", f"sends to rank {dst}, which was not given",
-                                   file=s.file, rank=r, node_id=nid, node_name=name))
+                if absent_peers:
+                    out.add(Diagnostic("warning", "peer-absent", f"sends to rank {dst}, which was not given",
+                                       file=s.file, rank=r, node_id=nid, node_name=name))
                 continue
             queue = recvs.get((r, dst, tag))
             if not queue:
@@ -130,30 +172,132 @@ def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics) -> Non
                                    f"(rank {dst} node {rid} {rname!r})",
                                    file=s.file, rank=r, node_id=nid, node_name=name))
     for (src, dst, tag), queue in sorted(recvs.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if src not in scans and not absent_peers:
+            continue
         for rid, rname, rsize in queue:
             severity, code = ("warning", "peer-absent") if src not in scans else ("error", "unmatched-recv")
             out.add(Diagnostic(severity, code, f"receive of {format_bytes(rsize)} from rank {src} tag {tag} has no send",
                                file=scans[dst].file, rank=dst, node_id=rid, node_name=rname))
 
 
-def check_missing_ranks(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
-    """Ranks the set was written with (GlobalMetadata `world_size`) that have no file: a rank
-    removed, or what a write killed half way left."""
-    declared = max((s.world_size for s in scans.values() if s.world_size), default=None)
-    if declared is None:
+def check_world_size(scans: Mapping[int, RankScan], out: Diagnostics) -> int | None:
+    """The rank count the files' GlobalMetadata record (`world_size`; the largest, if they
+    differ). One that no rank set can have (not 1..MAX_RANK+1) is an error naming its file and is
+    not used: a count of 10**12 must not become a list of 10**12 absent ranks."""
+    declared = None
+    for rank, scan in sorted(scans.items()):
+        w = scan.world_size
+        if w is None:
+            continue
+        if not 1 <= w <= MAX_RANK + 1:
+            out.add(Diagnostic("error", "bad-world-size",
+                               f"GlobalMetadata world_size {w} is outside 1..{MAX_RANK + 1}, the rank counts a set "
+                               "can have: the set's size is unknown (rewrite or remove the attribute)",
+                               file=scan.file, rank=rank))
+        elif declared is None or w > declared:
+            declared = w
+    return declared
+
+
+def check_missing_ranks(scans: Mapping[int, RankScan], out: Diagnostics, *, declared: int | None,
+                        whole: bool = False, named: Mapping[int, object] | None = None) -> None:
+    """Ranks below the set's count that have no file, said once, as ranges: the count is the
+    `world_size` the set was written with (a rank removed, or what a write killed half way
+    left) or, for a `whole` set without it, one past its highest file (ASTRA-sim reads files
+    0..N-1). Ranks in `named` are said by `check_named_ranks`, with who names them."""
+    present = sorted(scans)
+    if declared is not None:
+        end, why = declared, f"the rank set was written with {declared} ranks"
+    elif whole and present:
+        end, why = present[-1] + 1, (f"the files go up to rank {present[-1]} (a rank set is one file for "
+                                     "each rank 0..N-1, as ASTRA-sim reads them)")
+    else:
         return
-    missing = [r for r in range(declared) if r not in scans]
-    if missing:
-        r = min(scans)
-        out.add(Diagnostic("error", "missing-ranks",
-                           f"the rank set was written with {declared} ranks; {len(missing)} have no file "
-                           f"{ranks_text(missing)}", file=scans[r].file, rank=r))
+    spans = list(_split(_gaps(present, end), sorted(named or ())))
+    count = sum(hi - lo + 1 for lo, hi in spans)
+    if count:
+        r = present[0]
+        verb = "has" if count == 1 else "have"
+        out.add(Diagnostic("error", "missing-ranks", f"{why}; {count} {verb} no file {spans_text(spans)}",
+                           file=scans[r].file, rank=r, extra={"missing": count}))
+
+
+def _gaps(present: list[int], end: int) -> Iterator[tuple[int, int]]:
+    """The ranges of 0..end-1 that `present` (sorted) lacks: at most one more than the files."""
+    prev = -1
+    for r in present:
+        if r >= end:
+            break
+        if r > prev + 1:
+            yield prev + 1, r - 1
+        prev = r
+    if end > prev + 1:
+        yield prev + 1, end - 1
+
+
+def _split(spans: Iterator[tuple[int, int]], taken: list[int]) -> Iterator[tuple[int, int]]:
+    """`spans` without the ranks in `taken` (sorted)."""
+    for lo, hi in spans:
+        for t in taken[bisect_left(taken, lo):bisect_right(taken, hi)]:
+            if t > lo:
+                yield lo, t - 1
+            lo = t + 1
+        if lo <= hi:
+            yield lo, hi
+
+
+def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
+                groups_file: str | None) -> dict[int, list]:
+    """Each rank the set names but no file holds: [file, where it is first named, how many times].
+    First by a send or receive (the lowest rank's first node), then by a collective on a group
+    that has it, then by the communicator-group file alone."""
+    named: dict[int, list] = {}
+
+    def note(rank, file, how, times=1):
+        if rank in scans:
+            return
+        if rank in named:
+            named[rank][2] += times
+        else:
+            named[rank] = [file, how, times]
+
+    for r, s in sorted(scans.items()):
+        for peer, (nid, name, verb, times) in sorted(s.peers.items()):
+            note(peer, s.file, f"rank {r} node {nid} ({name!r}) {verb} it", times)
+    used = {pg for s in scans.values() for pg, issued in s.collectives.items() if issued and pg in comm_groups}
+    for pg in sorted(used, key=lambda p: (len(p), p)):
+        issuers = [r for r, s in sorted(scans.items()) if s.collectives.get(pg)]
+        nid, name, _, _ = scans[issuers[0]].collectives[pg][0]
+        times = sum(len(scans[r].collectives[pg]) for r in issuers)
+        for m in comm_groups[pg]:
+            note(m, scans[issuers[0]].file, f"rank {issuers[0]} node {nid} ({name!r}) is a collective on "
+                 f"group {pg}, which has it", times)
+    for pg, members in sorted(comm_groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        for m in members if pg not in used else ():
+            note(m, groups_file, f"group {pg} of the communicator-group file has it")
+    return named
+
+
+def check_named_ranks(named: Mapping[int, list], out: Diagnostics) -> None:
+    """One error for each rank the set names but no file holds: a replay would wait for it
+    forever, and ASTRA-sim would end "successfully" with the ranks that talk to it unfinished."""
+    for rank, (file, how, times) in sorted(named.items()):
+        what = f"rank {rank}" if 0 <= rank <= MAX_RANK else f"rank {rank} (no rank: ranks are 0..{MAX_RANK})"
+        again = f" (named {times} times)" if times > 1 else ""
+        out.add(Diagnostic("error", "missing-rank",
+                           f"{what}: no file, but {how}{again}; add its file, or, if the set is one part of "
+                           "a larger job, pass --absent-peers assume", file=file, extra={"missing_rank": rank}))
 
 
 def check_file_ranks(scans: Mapping[int, RankScan], out: Diagnostics) -> None:
     """A file whose GlobalMetadata names another rank than its name does (two files swapped or
-    renamed): every cross-rank check would pair the wrong ranks, so it is an error."""
+    renamed): every cross-rank check would pair the wrong ranks, so it is an error. So is a
+    file named after a rank above MAX_RANK (a replay would size its network by it)."""
     for rank, scan in scans.items():
+        if rank > MAX_RANK:
+            out.add(Diagnostic("error", "rank-out-of-range",
+                               f"the file is named rank {rank}, above the largest rank {MAX_RANK}: name each "
+                               "file after the rank it holds", file=scan.file, rank=rank))
         if scan.recorded_rank is not None and scan.recorded_rank != rank:
             out.add(Diagnostic("error", "rank-mismatch",
                                f"the file is named rank {rank} but its GlobalMetadata says rank {scan.recorded_rank} "
@@ -177,12 +321,22 @@ def check_one_conversion(scans: Mapping[int, RankScan], out: Diagnostics) -> Non
                            file=scans[stray[0]].file, rank=stray[0]))
 
 
-def check_across_ranks(scans: dict[int, RankScan], comm_groups, out: Diagnostics) -> None:
-    """Every check that needs the ranks together (each rank's `RankScan`, made while streaming it)."""
+def check_across_ranks(scans: dict[int, RankScan], comm_groups, out: Diagnostics, *,
+                       absent_peers: bool = True, groups_file: str | None = None) -> None:
+    """Every check that needs the ranks together (each rank's `RankScan`, made while streaming it).
+
+    Without `absent_peers` the set must be a whole job: every rank it names has a file
+    (`missing-rank`, `missing-ranks`). `groups_file` names the communicator-group file in the
+    findings of ranks only it names."""
+    groups = comm_groups or {}
     check_file_ranks(scans, out)
     check_one_conversion(scans, out)
-    check_missing_ranks(scans, out)
-    check_absent_ranks(scans, comm_groups or {}, out)
+    declared = check_world_size(scans, out)
+    named = {} if absent_peers else named_ranks(scans, groups, groups_file or "comm_group.json")
+    check_missing_ranks(scans, out, declared=declared, whole=not absent_peers, named=named)
+    check_named_ranks(named, out)
+    if absent_peers:
+        check_absent_ranks(scans, groups, out)
     if len(scans) > 1:
-        check_collective_sequences(scans, comm_groups or {}, out)
-        check_point_to_point(scans, out)
+        check_collective_sequences(scans, groups, out)
+        check_point_to_point(scans, out, absent_peers)

@@ -197,8 +197,9 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
         if type(m) is not int or not 0 <= m <= MAX_RANK:
             raise InputError(f'{path}: group "{key}": member {m!r} is not a rank (an integer 0..{MAX_RANK})')
     if len(set(members)) != len(members):
-        twice = sorted({m for m in members if members.count(m) > 1})
-        raise InputError(f'{path}: group "{key}": rank {twice[0]} listed twice')
+        seen = set()
+        twice = next(m for m in members if m in seen or seen.add(m))
+        raise InputError(f'{path}: group "{key}": rank {twice} listed twice')
     return tuple(members)
 
 

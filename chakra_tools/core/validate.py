@@ -9,7 +9,8 @@ contract attributes of the wrong oneof kind, communication nodes missing what a 
 and `pg_name`s that are not integer ids or not in the communicator-group file. Across ranks: the
 ranks of each process group issue the same sequence of collectives, and every send has a
 receive with the same (src, dst, tag, size) — mismatches that make ASTRA-sim end "successfully"
-with ranks unfinished (crosscheck.py, on each rank's compact `RankScan`).
+with ranks unfinished — and every rank the set names has a file (crosscheck.py, on each rank's
+compact `RankScan`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 from . import hotloops
 from .consumers import FORWARD_DEPS, check_for, rules_for
-from .crosscheck import check_across_ranks, ranks_text
+from .crosscheck import check_across_ranks, note_peer, ranks_text
 from .cycles import find_cycle
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
@@ -260,6 +261,7 @@ class RankScan:
     collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
     sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
+    peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
 
 
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
@@ -349,8 +351,10 @@ def _record_comm(scan: RankScan, node: Node) -> None:
         scan.collectives[node.pg_name or ""].append((node.id, node.name, node.comm_type, node.comm_size))
     elif node.type is NodeType.COMM_SEND_NODE:
         scan.sends.append((node.id, node.name, node.comm_dst, node.comm_tag, node.comm_size))
+        note_peer(scan.peers, node.comm_dst, node.id, node.name, "sends to")
     else:
         scan.recvs.append((node.id, node.name, node.comm_src, node.comm_tag, node.comm_size))
+        note_peer(scan.peers, node.comm_src, node.id, node.name, "receives from")
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,8 +399,9 @@ class ValidationReport:
 
 
 def _world_size(meta) -> int | None:
+    """As recorded, however large: crosscheck.check_world_size judges it."""
     a = meta.attrs.get("world_size") if meta is not None else None
-    return a.value if a is not None and type(a.value) is int and a.value > 0 else None
+    return a.value if a is not None and type(a.value) is int else None
 
 
 def _conversion(meta) -> str | None:
@@ -410,11 +415,14 @@ def _recorded_rank(meta) -> int | None:
 
 
 def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
-                  examples_per_code: int = 50, target: str | None = None) -> ValidationReport:
+                  examples_per_code: int = 50, target: str | None = None,
+                  absent_peers: bool = False) -> ValidationReport:
     """Validate a file, folder or prefix by streaming each rank's file once.
 
     A comm_group.json beside the files is used unless `comm_group` names one. `target`
-    ("astra-sim") adds what that consumer rejects or mis-runs (core/consumers.py).
+    ("astra-sim") adds what that consumer rejects or mis-runs (core/consumers.py). The files
+    are taken as a whole job (a rank they name without a file is an error) unless `absent_peers`
+    (`--absent-peers assume`: one part of a larger job).
     """
     files = find_rank_files(path)
     first = next(iter(files.values()))
@@ -431,7 +439,7 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         scans[rank].world_size = _world_size(reader.metadata)
         scans[rank].recorded_rank = _recorded_rank(reader.metadata)
         scans[rank].conversion = _conversion(reader.metadata)
-    check_across_ranks(scans, groups, out)
+    check_across_ranks(scans, groups, out, absent_peers=absent_peers, groups_file=comm_group and str(comm_group))
     return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path))
 
 
@@ -445,8 +453,10 @@ def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | No
     return list(out)
 
 
-def validate_rankset(rankset: RankSet, *, target: str | None = None) -> list[Diagnostic]:
-    """Every violation in a rank set: each rank's own, then across ranks."""
+def validate_rankset(rankset: RankSet, *, target: str | None = None, absent_peers: bool = True) -> list[Diagnostic]:
+    """Every violation in a rank set: each rank's own, then across ranks. By default ranks it
+    names without a graph are warnings: a conversion checks the ranks it was given, often one
+    part of a job; `absent_peers=False` checks it as a whole job, as `validate_path` does."""
     out = Diagnostics(examples_per_code=1 << 30)
     groups = rankset.comm_groups or None
     scans = {}
@@ -457,5 +467,5 @@ def validate_rankset(rankset: RankSet, *, target: str | None = None) -> list[Dia
         scans[g.rank].world_size = _world_size(g.metadata)
         scans[g.rank].recorded_rank = _recorded_rank(g.metadata)
         scans[g.rank].conversion = _conversion(g.metadata)
-    check_across_ranks(scans, groups, out)
+    check_across_ranks(scans, groups, out, absent_peers=absent_peers)
     return list(out)

@@ -190,7 +190,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     `--out` and `--timeline` are then `result.write(path)` and `result.timeline().write(path)`.
     """
     if validate:
-        _refuse_invalid(path, comm_group, on_warning)
+        _refuse_invalid(path, comm_group, on_warning, absent_peers)
     feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
     # with absent peers the network holds the whole job: a group may name ranks above the set's
     npus = max([*feeders, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(feeders)
@@ -256,12 +256,13 @@ def _warn_nothing_recorded(feeders: dict, modes: CaptureModes, on_warning: Calla
 
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
-                    on_warning: Callable[[Diagnostic], None] | None) -> None:
-    """Raise `RanksetRefused` if the rank set has validation errors; hand each partial-group
-    finding (a group naming absent ranks: the replay would wait for them) to `on_warning`."""
+                    on_warning: Callable[[Diagnostic], None] | None, absent_peers: bool = False) -> None:
+    """Raise `RanksetRefused` if the rank set has validation errors: a rank it names without a
+    file among them, unless `absent_peers` (then each partial-group finding, a group naming
+    absent ranks the replay takes as arriving, goes to `on_warning`)."""
     from chakra_tools.core.validate import validate_path
 
-    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE)
+    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE, absent_peers=absent_peers)
     for d in report.diagnostics:
         if d.code == "partial-group" and on_warning is not None:
             on_warning(d)

@@ -1,7 +1,8 @@
-"""One rank file of a multi-rank job (most public traces are one rank of many): by default the
-replay waits for the ranks that are not given and stops with a deadlock naming them and the
-option; `absent_peers` (`--absent-peers assume`) replays it as if they arrived with the ranks
-given, the network still costing the whole group."""
+"""One rank file of a multi-rank job (most public traces are one rank of many): by default
+validation refuses it (its messages name ranks no file holds); unvalidated, the replay waits for
+them and stops with a deadlock naming them and the option; `absent_peers` (`--absent-peers
+assume`) replays it as if they arrived with the ranks given, the network still costing the whole
+group."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.errors import InputError
 from chakra_tools.feed.feeder import DeadlockError
 from chakra_tools.replay import AS_CAPTURED, replay_rankset
-from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.api import RanksetRefused, open_rankset
 from chakra_tools.replay.engine import Replayer
 
 from _util import backend, coll, comp, events, recv, ring_net, send, write_rankset
@@ -57,8 +58,11 @@ def one_rank_of_two(shared_fixtures, tmp_path_factory):
 
 
 def test_one_rank_of_a_real_job_replays_as_captured_with_absent_peers_assumed(one_rank_of_two):
-    with pytest.raises(DeadlockError, match=r"ranks \[1\] are not in this set"):
+    with pytest.raises(RanksetRefused) as refused:
         replay_rankset(one_rank_of_two, modes=AS_CAPTURED, on_warning=lambda d: None)
+    assert {d.code for d in refused.value.report.errors} == {"missing-rank"}
+    with pytest.raises(DeadlockError, match=r"ranks \[1\] are not in this set"):
+        replay_rankset(one_rank_of_two, modes=AS_CAPTURED, validate=False)
     result = replay_rankset(one_rank_of_two, modes=AS_CAPTURED, on_warning=lambda d: None, absent_peers=True)
     assert len(result.collectives) == 21
     assert abs(result.fidelity["job"]["error"]) < 0.02  # as captured: its own window, measured

@@ -90,12 +90,16 @@ def test_a_rank_set_with_errors_is_refused_with_its_report(tmp_path):
     assert replay_rankset(prefix, validate=False).makespan_ns > 0
 
 
-def test_a_group_missing_ranks_is_heard_before_the_replay_stalls(tmp_path):
+def test_a_group_missing_ranks_is_refused_or_heard_before_the_replay(tmp_path):
     prefix = write_rankset(tmp_path, {0: [comp(1, us=5), coll(2, 1024, deps=[1], pg="1")]}, {"1": (0, 1, 2, 3)})
+    with pytest.raises(RanksetRefused) as refused:
+        replay_rankset(prefix)
+    assert [d.extra["missing_rank"] for d in refused.value.report.errors] == [1, 2, 3]
     heard = []
-    with pytest.raises(DeadlockError):
-        replay_rankset(prefix, on_warning=heard.append)
+    assert replay_rankset(prefix, on_warning=heard.append, absent_peers=True).makespan_ns > 0
     assert [d.code for d in heard] == ["partial-group"] and "[1, 2, 3]" in str(heard[0])
+    with pytest.raises(DeadlockError):
+        replay_rankset(prefix, validate=False)
 
 
 def test_a_plain_backend_replays_staggered(tmp_path):

@@ -1,6 +1,7 @@
 """trace-replay validates the rank set first: it refuses what it cannot replay correctly (exit 1,
-the first findings), `--no-validate` skips that, and a group whose ranks are not all given is
-named before the replay starts."""
+the first findings), ranks the set names without a file among them, `--no-validate` skips that,
+and with `--absent-peers assume` a group whose ranks are not all given is named before the replay
+starts."""
 
 from __future__ import annotations
 
@@ -32,12 +33,19 @@ def test_refuses_comm_nodes_without_comm_size(tmp_path):
     assert skipped.exit_code == 0 and "makespan" in skipped.output
 
 
-def test_names_the_ranks_a_group_lacks_before_the_replay(tmp_path):
-    """One rank's file of a 4-rank job: validation warns, the replay says which ranks are missing
-    before it starts (and then reports the deadlock, exit 3)."""
+def test_names_the_ranks_a_group_lacks_and_refuses_unless_they_are_assumed(tmp_path):
+    """One rank's file of a 4-rank job: refused (exit 1) naming each absent rank, rather than a
+    replay that waits for them; `--absent-peers assume` names the group's absent ranks before
+    replaying without them, and `--no-validate` runs into the deadlock (exit 3)."""
     prefix = write_rankset(tmp_path, {0: [comp(1, us=5), coll(2, 1024, deps=[1], pg="1")]},
                            {"1": (0, 1, 2, 3)})
     res = runner.invoke(app, [str(prefix)])
-    assert "[partial-group]" in res.output and "([1, 2, 3])" in res.output
-    assert res.output.index("[partial-group]") < res.output.index("deadlock")
-    assert res.exit_code == 3
+    assert res.exit_code == 1, res.output
+    assert res.output.count("[missing-rank]") == 3 and "makespan" not in res.output
+    assert "rank 1: no file, but rank 0 node 2 ('coll2') is a collective on group 1" in res.output
+    assumed = runner.invoke(app, [str(prefix), "--absent-peers", "assume"])
+    assert assumed.exit_code == 0, assumed.output
+    assert "[partial-group]" in assumed.output and "([1, 2, 3])" in assumed.output
+    assert assumed.output.index("[partial-group]") < assumed.output.index("makespan")
+    unchecked = runner.invoke(app, [str(prefix), "--no-validate"])
+    assert unchecked.exit_code == 3 and "deadlock" in unchecked.output
