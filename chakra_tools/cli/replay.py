@@ -67,7 +67,7 @@ def replay(
     validate: bool = typer.Option(True, "--validate/--no-validate",
                                   help="Validate the rank set first and refuse it on errors (exit 1); --no-validate replays it as it is."),
     absent_peers: str = typer.Option("wait", "--absent-peers",
-                                     help="wait (default): a collective or send/receive with ranks that are not in the set waits for them, and the replay stops with a deadlock that names them; assume: they arrive with the last rank given (one rank file of a multi-rank job replays on its own; the network still costs the whole group)."),
+                                     help="wait (default): a rank the set's sends, receives or groups name but no file holds is a validation error (exit 1; with --no-validate the replay waits for it and stops with a deadlock that names it); assume: such ranks arrive with the last rank given (one rank file of a multi-rank job replays on its own; the network still costs the whole group)."),
 ) -> None:
     """Replay a rank set on a simulated system and print per-rank finish, compute, exposed
     communication, overlap and idle time.

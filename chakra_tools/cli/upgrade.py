@@ -15,13 +15,15 @@ app = new_app()
 @handle_errors
 def upgrade(
     old: Path = typer.Argument(..., metavar="OLD", help="A legacy .et file, or a folder / prefix of them."),
-    new: Path = typer.Argument(..., metavar="NEW", help="The file to write (or, for a rank set, the folder)."),
+    new: Path = typer.Argument(..., metavar="NEW", help="The file to write, or a folder to write it into (for a rank set, the folder)."),
 ) -> None:
     """Rewrite a legacy Chakra trace (attributes in field 11, dependencies in `parent`, as
     Chakra's generator wrote until late 2023) in today's schema: every attribute kept under
     today's contract names and kinds, `parent` as ctrl_deps, `runtime` as duration_micros.
 
-    Exit code: 0 written, 2 not a legacy trace or unreadable (nothing written).
+    Exit code: 0 written, 2 not a legacy trace, unreadable or damaged (the error names the file,
+    the byte offset and the node; nothing is written, and a rank set upgraded there before is
+    left whole).
 
     Example:
 

@@ -794,7 +794,12 @@ class Builder:
     # -- compute cost ----------------------------------------------------------------------------
     def _costs(self) -> dict[int, tuple[int, int]]:
         """Cost per host op, kept only on the innermost costed op of a call chain
-        (aten::linear -> aten::addmm counts once, on addmm)."""
+        (aten::linear -> aten::addmm counts once, on addmm).
+
+        The one walk up the host trace's caller links (elsewhere an op's caller is read one step
+        at a time). Each walk stops at an op an earlier walk cleared, so all of them together
+        visit each op once, and a loop of callers above a costed op is an InputError naming the
+        file and the ops (`_parent_cycle`), not a hang."""
         costs = {}
         try:
             for op in self.host.ops:
@@ -804,12 +809,30 @@ class Builder:
                         costs[op.id] = c
         except InputError as e:
             raise e.add_context(self.host.path) from None
+        cleared: set[int] = set()  # ops whose callers are already uncosted: a walk ends there
         for op_id in list(costs):
+            path = {op_id: None}  # this walk's ops, in order: a caller met twice closes a loop
             p = self.parents.get(op_id)
-            while p is not None and p in self.parents:
+            while p is not None and p in self.parents and p not in cleared:
+                if p in path:
+                    ids = list(path)
+                    raise _parent_cycle(self.host.path, ids[ids.index(p):])
                 costs.pop(p, None)
+                cleared.add(p)
+                path[p] = None
                 p = self.parents.get(p)
         return costs
+
+
+def _parent_cycle(path: str, ids: list[int]) -> InputError:
+    """A host trace whose callers form a loop. Refused, not broken: PyTorch hands a node its id
+    when the op starts, so a caller's id is below its callees' and no recorded trace has a loop;
+    one means the file was damaged or edited, and which op of the loop is the innermost (the one
+    that keeps the cost) would be a guess that changes the graph's compute silently."""
+    shown = " -> ".join(str(i) for i in [*ids[:8], ids[0]]) if len(ids) <= 8 else \
+        " -> ".join(str(i) for i in ids[:8]) + f" -> ... ({len(ids)} nodes)"
+    return InputError(f"{path}: nodes {shown}: each names the next as its caller ('parent' or "
+                      "'ctrl_deps'), a loop no recorded trace has (the file is damaged: capture it again)")
 
 
 def _call_name(call: CommCall, by_id: dict[int, HostOp]) -> str:

@@ -175,7 +175,7 @@ def _pg_list(op: HostOp, path: str) -> list[dict]:
         if isinstance(v, str) and v.startswith("["):
             try:
                 groups = json.loads(v)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # a JSONDecodeError, or a number of over 4,300 digits
                 raise InputError(f"{path}: node {op.id} ({PG_INIT!r}): unreadable group list") from None
             place = schema.Place(path, f"node {op.id} ({PG_INIT!r})")
             return [schema.process_group(g, place) for g in schema.array(groups, place, "groups")]

@@ -157,8 +157,25 @@ def _whole_args(name: str) -> bool:
     return name.startswith("nccl") or name == "record_param_comms"
 
 
+#: the argument lists a host event recorded with `record_shapes` carries, one item per input:
+#: a device-only conversion reads them as the host trace's shapes and types (rank.py)
+SHAPE_ARGS = ("Input Dims", "Input type")
+
+
 def _checked_args(args: dict, place: schema.Place) -> dict:
-    """An event's whole `args`, its collective metadata checked."""
+    """An event's whole `args`, its collective metadata and its argument lists checked.
+
+    `Input Dims` and `Input type` are optional (a profile taken without `record_shapes` has
+    neither; null counts as absent), but where present they must be lists: PyTorch writes
+    nothing else, so another type means a damaged file, an InputError naming the event, as
+    for every other field of the wrong type. Their items stay loose (a shape that is no list
+    of integers, a type that is no text, has no size: tensors.py), as in host traces."""
+    for key in SHAPE_ARGS:
+        value = args.get(key)
+        if value is None:
+            args.pop(key, None)
+        elif type(value) is not list:
+            raise place.error(key, value, "a list (one item per input)")
     return schema.check_comm_attrs(args, place, KINETO_COMM_ARGS)
 
 

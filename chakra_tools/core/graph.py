@@ -203,7 +203,7 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
     return tuple(members)
 
 
-def _stale(out: Path, prefix: str, names: list[str]) -> list[str]:
+def stale_files(out: Path, prefix: str, names: list[str]) -> list[str]:
     """What a new set of `prefix` replaces in `out`: the earlier set's other ranks, and a
     comm_group.json it does not have when every rank file in `out` is of `prefix` (a reader
     would take them as the new set's)."""
@@ -387,7 +387,7 @@ class RankSet:
                 if self.comm_groups:
                     names.append("comm_group.json")
                     write_comm_groups(staged.path(names[-1]), self.comm_groups)
-                return staged.commit(names, _stale(out, prefix, names))
+                return staged.commit(names, stale_files(out, prefix, names))
         except BaseException as e:
             for d in created:
                 if d.is_dir() and not any(d.iterdir()):

@@ -25,10 +25,17 @@ old enum, `comm_size`/`tensor_size`/`num_ops` as their contract kinds, `src`/`ds
 and point-to-point nodes without a tag get `comm_tag` 0 (the legacy simulator matched on
 source and destination alone), and compute nodes without `is_cpu_op` get false, what ASTRA-sim
 reads for them.
+
+A damaged file is refused whole, naming the file, the byte offset of the message and the node
+(a TraceReadError; nothing is written): a field of the wrong wire type, a varint past 64 bits, a
+node type or a contract attribute (`comm_size`, `comm_src`...) that today's schema cannot hold.
+A guess there (an id of 0, a size dropped) would change the workload without a word, and a
+legacy file has no other copy to compare with; unknown fields are skipped, as protobuf does.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +49,13 @@ LEGACY_COMM_TYPES = {0: CommType.ALL_REDUCE, 1: CommType.ALL_TO_ALL, 2: CommType
                      3: CommType.REDUCE_SCATTER, 4: CommType.BROADCAST}
 _RENAMES = {"src": "comm_src", "dst": "comm_dst"}
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+_WIRE_NAMES = {_VARINT: "a varint", _I64: "a 64-bit value", _LEN: "length-delimited", _I32: "a 32-bit value"}
+_U64 = (1 << 64) - 1
+#: an integer written as text (ASCII digits only: int() also takes "٣"), at most 20 digits
+_DECIMAL = re.compile(r"\s*-?[0-9]{1,20}\s*")
+#: the range of each integer kind a contract attribute may have (core.model.CONTRACT)
+_RANGES = {"int32_val": (-(1 << 31), (1 << 31) - 1), "int64_val": (-(1 << 63), (1 << 63) - 1),
+           "uint64_val": (0, _U64)}
 
 
 def fields(msg: bytes) -> list[tuple[int, int, int | bytes]]:
@@ -57,6 +71,8 @@ def fields(msg: bytes) -> list[tuple[int, int, int | bytes]]:
             value, pos = decode_varint(msg, pos)
             if value < 0:
                 raise ValueError("message ends inside a varint")
+            if value > _U64:
+                raise ValueError(f"field {num}: varint past 64 bits")
         elif wire == _LEN:
             length, pos = decode_varint(msg, pos)
             if length < 0 or pos + length > n:
@@ -118,22 +134,41 @@ def refuse_legacy(path: str, offset: int, msg: bytes, *, metadata: bool = False)
 # decoding legacy messages
 # --------------------------------------------------------------------------------------------
 
-def _ints(wire: int, value) -> list[int]:
+def _want(num: int, wire: int, value, wires: tuple[int, ...], what: str):
+    """`value` if field `num` came with one of the wire types `wires`; ValueError naming it else."""
+    if wire not in wires:
+        raise ValueError(f"{what} (field {num}) is {_WIRE_NAMES.get(wire, wire)}, not "
+                         f"{' or '.join(_WIRE_NAMES[w] for w in wires)}")
+    return value
+
+
+def _text(num: int, wire: int, value, what: str) -> str:
+    return _want(num, wire, value, (_LEN,), what).decode("utf-8", "replace")
+
+
+def _ints(wire: int, value, num: int = 0, what: str = "repeated integer") -> list[int]:
     """A repeated integer field's values: one varint, or a packed run of them."""
+    _want(num, wire, value, (_VARINT, _LEN), what)
     if wire == _VARINT:
         return [value]
     out, pos = [], 0
     while pos < len(value):
         v, pos = decode_varint(value, pos)
         if v < 0:
-            raise ValueError("packed varints end early")
+            raise ValueError(f"{what} (field {num}): packed varints end early")
+        if v > _U64:
+            raise ValueError(f"{what} (field {num}): packed varint past 64 bits")
         out.append(v)
     return out
 
 
-def _floats(wire: int, value) -> list[float]:
+def _floats(wire: int, value, num: int = 0, what: str = "float") -> list[float]:
+    """One 32-bit float, or a packed run of them (a whole number of 4-byte floats)."""
+    _want(num, wire, value, (_I32, _LEN), what)
     if wire == _I32:
         return [struct.unpack("<f", value)[0]]
+    if len(value) % 4:
+        raise ValueError(f"{what} (field {num}): {len(value)} bytes, not a whole number of floats")
     return [x[0] for x in struct.iter_unpack("<f", value)]
 
 
@@ -144,31 +179,44 @@ def _signed(v: int) -> int:
 def legacy_attr(body: bytes) -> tuple[str, Attr]:
     """(name, value) of one legacy AttributeProto, in today's oneof kinds. The value comes from
     whichever value field is set (the legacy `type` field is not trusted: the generator wrote a
-    string under type INT)."""
+    string under type INT). ValueError, naming the attribute where its name came first, for one
+    that does not decode."""
+    known: dict = {}
+    try:
+        return _legacy_attr(body, known)
+    except ValueError as e:
+        if "name" in known:
+            raise ValueError(f"attribute {known['name']!r}: {e}") from None
+        raise
+
+
+def _legacy_attr(body: bytes, known: dict) -> tuple[str, Attr]:
     name, doc = "", ""
     scalar: tuple[str, object] | None = None
     lists: dict[int, list] = {}
     for num, wire, value in fields(body):
         if num == 1:
-            name = value.decode("utf-8", "replace")
+            name = known["name"] = _text(num, wire, value, "attribute name")
+        elif num == 2:
+            _want(num, wire, value, (_VARINT,), "attribute type")
         elif num == 3:
-            doc = value.decode("utf-8", "replace")
+            doc = _text(num, wire, value, "attribute doc_string")
         elif num == 4:
-            scalar = ("bool_val", bool(value))
+            scalar = ("bool_val", bool(_want(num, wire, value, (_VARINT,), "bool value")))
         elif num == 5:
-            scalar = ("float_val", _floats(wire, value)[0])
+            scalar = ("float_val", struct.unpack("<f", _want(num, wire, value, (_I32,), "float value"))[0])
         elif num == 6:
-            scalar = ("uint64_val", value)
+            scalar = ("uint64_val", _want(num, wire, value, (_VARINT,), "uint64 value"))
         elif num == 7:
-            scalar = ("int64_val", _signed(value))
+            scalar = ("int64_val", _signed(_want(num, wire, value, (_VARINT,), "int64 value")))
         elif num == 8:
-            scalar = ("string_val", value.decode("utf-8", "replace"))
+            scalar = ("string_val", _text(num, wire, value, "string value"))
         elif num in (9, 11, 12):
-            lists.setdefault(num, []).extend(_ints(wire, value))
+            lists.setdefault(num, []).extend(_ints(wire, value, num, "integer list"))
         elif num == 10:
-            lists.setdefault(num, []).extend(_floats(wire, value))
+            lists.setdefault(num, []).extend(_floats(wire, value, num, "float list"))
         elif num == 13:
-            lists.setdefault(num, []).append(value.decode("utf-8", "replace"))
+            lists.setdefault(num, []).append(_text(num, wire, value, "string list"))
     if scalar is None and lists:
         num, values = next(iter(lists.items()))
         kind = {9: "bool_list", 10: "float_list", 11: "uint64_list", 12: "int64_list", 13: "string_list"}[num]
@@ -179,23 +227,34 @@ def legacy_attr(body: bytes) -> tuple[str, Attr]:
 
 
 def legacy_node(msg: bytes) -> Node:
-    """Today's Node for one legacy node message (see the module docstring for the mapping)."""
+    """Today's Node for one legacy node message (see the module docstring for the mapping).
+    ValueError, naming the node where its id came first, for a message that does not decode."""
+    known: dict = {}  # the id and name, once read: what an error names
+    try:
+        return _legacy_node(msg, known)
+    except ValueError as e:
+        if "id" in known:
+            raise ValueError(f"node {known['id']} ({known.get('name', '')!r}): {e}") from None
+        raise
+
+
+def _legacy_node(msg: bytes, known: dict) -> Node:
     nid, name, ntype, parents = 0, "", NodeType.INVALID_NODE, []
     strings: dict[int, str] = {}
     attrs: dict[str, Attr] = {}
     for num, wire, value in fields(msg):
         if num == 1:
-            nid = value
+            nid = known["id"] = _want(num, wire, value, (_VARINT,), "id")
         elif num == 2:
-            name = value.decode("utf-8", "replace")
+            name = known["name"] = _text(num, wire, value, "name")
         elif num == 3:
-            ntype = NodeType(value)
+            ntype = _node_type(_want(num, wire, value, (_VARINT,), "type"))
         elif num == 4:
-            parents.extend(_ints(wire, value))
-        elif 5 <= num <= 10 and wire == _LEN:
-            strings[num] = value.decode("utf-8", "replace")
+            parents.extend(_ints(wire, value, num, "parent"))
+        elif 5 <= num <= 10:
+            strings[num] = _text(num, wire, value, "input/output text")
         elif num == 11:
-            key, attr = legacy_attr(value)
+            key, attr = legacy_attr(_want(num, wire, value, (_LEN,), "attribute"))
             attrs[key] = attr
     duration, attrs = _contract(ntype, attrs)
     io = lambda a, b, c: IOInfo(strings.get(a, ""), strings.get(b, ""), strings.get(c, "")) \
@@ -204,20 +263,27 @@ def legacy_node(msg: bytes) -> Node:
                 inputs=io(5, 6, 7), outputs=io(8, 9, 10), attrs=attrs)
 
 
+def _node_type(value: int) -> NodeType:
+    try:
+        return NodeType(value)
+    except ValueError:
+        raise ValueError(f"type {value} is no node type (0..{int(max(NodeType))})") from None
+
+
 def _contract(ntype: NodeType, attrs: dict[str, Attr]) -> tuple[int, dict[str, Attr]]:
     """(duration in µs, attributes under today's contract names and kinds)."""
     out: dict[str, Attr] = {}
     duration = 0
     for name, a in attrs.items():
-        if name == "runtime" and isinstance(a.value, int):
+        if name == "runtime" and isinstance(a.value, int) and not isinstance(a.value, bool):
             duration = max(a.value, 0)
             continue
         name = _RENAMES.get(name, name) if ntype.is_comm else name
-        value = a.value
-        if name == "comm_type" and isinstance(value, int):
-            value = LEGACY_COMM_TYPES.get(value, value)
-        contract = name in CONTRACT and a.kind is not None and not a.kind.endswith("_list")
-        out[name] = make_attr(name, value) if contract else Attr(a.kind, value, a.doc)
+        if name in CONTRACT and a.kind is not None and not a.kind.endswith("_list"):
+            a = _contract_attr(name, a)
+            if name == "comm_type":  # the legacy enum's number, today's
+                a = a._replace(value=int(LEGACY_COMM_TYPES.get(a.value, a.value)))
+        out[name] = a
     if ntype.is_comm:
         out.setdefault("is_cpu_op", make_attr("is_cpu_op", False))
         if ntype is not NodeType.COMM_COLL_NODE:
@@ -227,25 +293,76 @@ def _contract(ntype: NodeType, attrs: dict[str, Attr]) -> tuple[int, dict[str, A
     return duration, out
 
 
+def _contract_attr(name: str, a: Attr) -> Attr:
+    """A contract attribute in its contract kind, where the legacy value means one: a number for
+    a number (an integral float, a decimal string: the generator wrote either), text for text (a
+    group number as its decimal name). ValueError naming the attribute for any other value: a
+    size, rank or type that does not fit is no guess to make."""
+    kind, value = CONTRACT[name], a.value
+    got = _contract_value(kind, value)
+    if got is None:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"attribute {name!r}: {a.kind} {shown} is no {kind}")
+    return Attr(kind, got, a.doc)
+
+
+def _contract_value(kind: str, value):
+    """`value` in contract kind `kind`, None where it has no such meaning."""
+    if kind == "string_val":
+        return value if type(value) is str else str(value) if type(value) is int else None
+    if kind == "bool_val":
+        return bool(value) if type(value) in (bool, int) else None
+    if kind.endswith("_list"):
+        return None  # a scalar where the contract has a list (involved_dim)
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    elif type(value) is str and _DECIMAL.fullmatch(value):
+        value = int(value)
+    elif isinstance(value, int):  # a bool, or an enum (comm_type): its number
+        value = int(value)
+    lo, hi = _RANGES[kind]
+    return value if type(value) is int and lo <= value <= hi else None
+
+
 # --------------------------------------------------------------------------------------------
 # files
 # --------------------------------------------------------------------------------------------
 
-def sniff(path: str | Path, limit: int = 64) -> bool:
+def sniff(path: str | Path, limit: int = 64, *, strict: bool = False) -> bool:
     """Whether a file is a legacy Chakra trace: one of its first `limit` node messages has the
-    legacy layout. Framing errors are left to the reader that follows."""
+    legacy layout. Framing errors are left to the reader that follows, or with `strict` raised
+    where they come before any legacy message, as is the first message that is no protobuf
+    message at all (a file cut inside its first node, or damaged there, is no trace of today's
+    format either: saying so would send the user the wrong way)."""
+    bad: TraceReadError | None = None
     with open_binary(path) as stream:
         try:
-            for k, (_, msg) in enumerate(iter_frames(stream, path)):
+            for k, (offset, msg) in enumerate(iter_frames(stream, path)):
                 if k >= limit:
-                    return False
-                if k == 0 and legacy_metadata(msg):
+                    break
+                if k == 0 and legacy_metadata(msg) or is_legacy_node(msg):
                     return True
-                if is_legacy_node(msg):
-                    return True
+                if strict and bad is None:
+                    bad = _undecodable(path, offset, msg)
         except TraceReadError:
+            if strict:
+                raise
             return False
+    if bad is not None:
+        raise bad
     return False
+
+
+def _undecodable(path: str | Path, offset: int, msg: bytes) -> TraceReadError | None:
+    """The error for a message whose fields do not decode at all (None if they do)."""
+    try:
+        fields(msg)
+    except ValueError as e:
+        return TraceReadError(path, offset, f"message does not decode: {e}")
+    return None
+
+
+_EMPTY_NODE = Node(0, "", NodeType.INVALID_NODE, attrs={})
 
 
 @dataclass
@@ -258,27 +375,33 @@ class Upgrade:
     assumed: dict[str, int] = field(default_factory=dict)
 
 
-def upgrade_file(src: str | Path, dst: str | Path) -> Upgrade:
+def upgrade_file(src: str | Path, dst: str | Path, *, target: str | Path | None = None) -> Upgrade:
     """Write today's format of the legacy trace `src` to `dst` (atomically).
 
-    Raises InputError if `src` is not a legacy trace, TraceReadError (file, byte offset) if it
-    is damaged; nothing is written then."""
+    Raises InputError if `src` is not a legacy trace, TraceReadError (file, byte offset, the
+    node) if it is damaged; nothing is written then. `target` names `dst` in the report (where
+    `dst` is a staging path: `upgrade_set`)."""
     src, dst = str(src), str(dst)
-    if not sniff(src):
-        raise InputError(f"{src}: not a {FORMAT}: it reads as today's format (nothing to upgrade)")
-    report = Upgrade(src, dst)
+    if not sniff(src, strict=True):
+        raise InputError(f"{src}: not a {FORMAT}: none of its first messages has the legacy layout "
+                         "(nothing to upgrade)")
+    report = Upgrade(src, str(target) if target is not None else dst)
     meta, nodes = Metadata(attrs={"upgraded_from": make_attr("upgraded_from", FORMAT)}), []
     with open_binary(src) as stream:
         for k, (offset, msg) in enumerate(iter_frames(stream, src)):
-            if k == 0 and (legacy_metadata(msg) or looks_like_metadata(msg) and not is_legacy_node(msg)):
-                meta = _metadata(msg, meta)
-                continue
+            what = "node"
             try:
+                if k == 0 and (legacy_metadata(msg) or looks_like_metadata(msg) and not is_legacy_node(msg)):
+                    what = "metadata"
+                    meta = _metadata(msg, meta)
+                    continue
                 node = legacy_node(msg)
-            except ValueError as e:
-                raise TraceReadError(src, offset, f"legacy node does not decode: {e}",
+                if node == _EMPTY_NODE:  # written, it would read as the end of the file
+                    raise ValueError("it holds no id, name, type or attribute: no node")
+                _count_assumed(report, msg, node)
+            except (ValueError, struct.error) as e:
+                raise TraceReadError(src, offset, f"legacy {what} does not decode: {e}",
                                      str(nodes[-1]) if nodes else None) from None
-            _count_assumed(report, msg, node)
             nodes.append(node)
     report.nodes = write_trace(dst, nodes, meta)
     return report
@@ -302,24 +425,47 @@ def _count_assumed(report: Upgrade, msg: bytes, node: Node) -> None:
 
 
 def upgrade_set(src: str | Path, dst: str | Path) -> list[Upgrade]:
-    """Upgrade one legacy file (`dst` a file) or every file of a rank set (a folder or prefix;
-    `dst` a folder, same file names, comm_group.json copied): all or nothing."""
-    from .graph import find_rank_files
+    """Upgrade one legacy file (`dst` a file, or a folder to write it into under its own name)
+    or every file of a rank set (a folder or prefix; `dst` a folder, same file names,
+    comm_group.json copied): all or nothing.
+
+    A set is staged and committed as `RankSet.write` writes one (core/commit.py): a damaged
+    file anywhere, or a kill at any instant, leaves `dst` as it was (an earlier upgrade there
+    whole, no folder this call made); on success an earlier set of the same prefix there is
+    replaced, its other ranks removed."""
+    from .commit import Staged
+    from .graph import RANK_FILE, find_rank_files, stale_files
 
     src_path, dst = Path(src), Path(dst)
     if src_path.is_file():
-        return [upgrade_file(src_path, dst)]
+        return [upgrade_file(src_path, dst / src_path.name if dst.is_dir() else dst)]
     files = find_rank_files(src_path)
-    dst.mkdir(parents=True, exist_ok=True)
-    done: list[Upgrade] = []
+    first = next(iter(files.values()))
+    prefix = RANK_FILE.match(first.name).group("prefix")
+    created = [d for d in (dst, *dst.parents) if not d.exists()]  # deepest first
     try:
-        for f in files.values():
-            done.append(upgrade_file(f, dst / f.name))
-        groups = next(iter(files.values())).parent / "comm_group.json"
-        if groups.is_file():
-            (dst / "comm_group.json").write_bytes(groups.read_bytes())
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{dst}: cannot make the folder: {e.strerror}") from None
+    try:
+        with Staged(dst, prefix) as staged:
+            done = [upgrade_file(f, staged.path(f.name), target=dst / f.name) for f in files.values()]
+            names = [f.name for f in files.values()]
+            groups = first.parent / "comm_group.json"
+            if groups.is_file():
+                _copy(groups, staged.path("comm_group.json"))
+                names.append("comm_group.json")
+            staged.commit(names, stale_files(dst, prefix, names))
     except BaseException:
-        for u in done:
-            Path(u.target).unlink(missing_ok=True)
+        for d in created:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
         raise
     return done
+
+
+def _copy(src: Path, dst: Path) -> None:
+    try:
+        dst.write_bytes(src.read_bytes())
+    except OSError as e:
+        raise InputError(f"{src}: cannot copy to {dst.name}: {e.strerror}") from None

@@ -20,6 +20,9 @@ from .model import MAX_RANK
 MANIFEST = "manifest.json"
 FORMAT = "chakra-tools-capture/1"
 MAX_WORLD = MAX_RANK + 1
+#: the largest step time, wall-clock instant or step number a manifest holds (int64 nanoseconds,
+#: as the capture measures them; a larger one is no time, and Python's float() fails on it)
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -143,9 +146,10 @@ def merge_nodes(parts: list[RunManifest], folder: Path | None = None) -> RunMani
         if node.rank in seen:
             raise InputError(f"node {node.rank} was captured twice: {seen[node.rank]} and {p.source}")
         seen[node.rank] = p.source
-    missing = sorted(set(range(count)) - set(seen))
+    missing = _absent(seen, count)
     if missing:
-        raise InputError(f"{where}: the launch ran {count} nodes but node(s) {missing} left no capture "
+        left = _few(missing, count - len(seen.keys() - {None}))
+        raise InputError(f"{where}: the launch ran {count} nodes but node(s) {left} left no capture "
                          "(run trace-capture on every node, into the same --out or one folder each)")
     owner: dict[int, str] = {}
     for p in parts:
@@ -154,9 +158,10 @@ def merge_nodes(parts: list[RunManifest], folder: Path | None = None) -> RunMani
                 raise InputError(f"rank {r.rank} appears in both {owner[r.rank]} and {p.source}")
             owner[r.rank] = p.source
     world = first.world_size or len(owner)
-    if sorted(owner) != list(range(world)):
-        gone = sorted(set(range(world)) - set(owner))
-        raise InputError(f"{where}: the job has {world} ranks but no node captured rank(s) {gone}")
+    gone = _absent(owner, world)
+    if gone or len(owner) != world:
+        raise InputError(f"{where}: the job has {world} ranks but no node captured rank(s) "
+                         f"{_few(gone, world - len(owner))}")
     ranks, nodes = [], []
     for p in parts:
         base = _relative(p.folder, folder)
@@ -171,6 +176,23 @@ def merge_nodes(parts: list[RunManifest], folder: Path | None = None) -> RunMani
                        tuple(groups[k] for k in sorted(groups, key=lambda n: (len(n), n))),
                        tuple(sorted(nodes, key=lambda n: (n.rank is None, n.rank))), first.job_id,
                        next((p.error for p in bad if p.error), None))
+
+
+def _absent(present, count: int, shown: int = 8) -> list[int]:
+    """The first `shown` of 0..count-1 not in `present`, found without listing the whole range
+    (a manifest's world may be 2**31 ranks): at most len(present) + `shown` numbers are tried."""
+    out: list[int] = []
+    k = 0
+    while k < count and len(out) < shown:
+        if k not in present:
+            out.append(k)
+        k += 1
+    return out
+
+
+def _few(listed: list[int], total: int) -> str:
+    """`[3, 5]`, or `[3, 5, ...] (1000 in all)` where `listed` is the first few of `total`."""
+    return str(listed) if total <= len(listed) else f"{str(listed)[:-1]}, ...] ({total} in all)"
 
 
 def _relative(node_folder: Path | None, job: Path | None) -> str:
@@ -203,62 +225,100 @@ def manifest_from_dict(doc: Any, source: str = "manifest", *, folder: Path | Non
     groups = doc.get("process_groups") or []
     if not isinstance(groups, list):
         raise InputError(f"{source}: 'process_groups' is {type(groups).__name__}, not a list")
-    world = optional_integer(doc.get("world_size"), source, "world_size")
-    if world is not None and not 1 <= world <= MAX_WORLD:
-        raise InputError(f"{source}: world_size is {world}, not 1..{MAX_WORLD}")
+    world = _bounded(doc.get("world_size"), source, "world_size", 1, MAX_WORLD)
+    ranks = tuple(_rank(r, source, f"ranks[{i}]", world) for i, r in enumerate(ranks))
+    _distinct([r.rank for r in ranks], source, "ranks")
     return RunManifest(
         source, folder, _str(doc.get("status"), source, "status") or "unknown",
         world, _str(doc.get("backend"), source, "backend"),
-        _ints(doc.get("captured_steps"), source, "captured_steps"),
-        tuple(_rank(r, source, f"ranks[{i}]") for i, r in enumerate(ranks)),
-        tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)),
-        _node(doc.get("node"), source), _str(doc.get("job_id"), source, "job_id"),
+        _ints(doc.get("captured_steps"), source, "captured_steps", INT64_MAX),
+        ranks, tuple(_group(g, source, f"process_groups[{i}]") for i, g in enumerate(groups)),
+        _node(doc.get("node"), source, world), _str(doc.get("job_id"), source, "job_id"),
         _str(doc.get("error"), source, "error"))
 
 
-def _node(n: Any, source: str) -> tuple[NodeRecord, ...]:
-    """The node of a node's capture (manifest "node"), () for a single-node run."""
+def _node(n: Any, source: str, world: int | None) -> tuple[NodeRecord, ...]:
+    """The node of a node's capture (manifest "node"), () for a single-node run. A launch has no
+    more nodes than ranks: the count is bounded by the world (`merge_nodes` counts them off)."""
     if n is None:
         return ()
     n = obj(n, source, "node")
-    count = optional_integer(n.get("count"), source, "node.count")
-    if count is None or count < 1:
-        raise InputError(f"{source}: node.count is {n.get('count')!r}, not a node count")
-    rank = optional_integer(n.get("rank"), source, "node.rank")
-    if rank is not None and not 0 <= rank < count:
-        raise InputError(f"{source}: node.rank is {rank}, not 0..{count - 1}")
+    if n.get("count") is None:
+        raise InputError(f"{source}: node.count is missing, not a node count")
+    count = _bounded(n.get("count"), source, "node.count", 1, world or MAX_WORLD)
+    rank = _bounded(n.get("rank"), source, "node.rank", 0, count - 1)
     return (NodeRecord(rank, count, _str(n.get("host"), source, "node.host"),
-                       _ints(n.get("ranks"), source, "node.ranks")),)
+                       _ints(n.get("ranks"), source, "node.ranks", MAX_RANK)),)
 
 
-def _rank(r: Any, source: str, where: str) -> RankRecord:
+def _rank(r: Any, source: str, where: str, world: int | None) -> RankRecord:
+    """One rank's record: its rank within the world (0..MAX_RANK where the world is not
+    given), its step numbers, times and wall-clock starts non-negative int64 nanoseconds."""
     r = obj(r, source, where)
-    rank = optional_integer(r.get("rank"), source, f"{where}.rank")
-    if rank is None:
+    if r.get("rank") is None:
         raise InputError(f"{source}: {where} has no rank")
+    rank = _bounded(r.get("rank"), source, f"{where}.rank", 0, (world or MAX_WORLD) - 1)
     return RankRecord(rank, _str(r.get("status"), source, f"{where}.status") or "unknown",
                       _str(r.get("error"), source, f"{where}.error"),
                       _str(r.get("host_trace"), source, f"{where}.host_trace"),
                       _str(r.get("device_trace"), source, f"{where}.device_trace"),
-                      _ints(r.get("captured_steps"), source, f"{where}.captured_steps"),
-                      _ints(r.get("step_times_ns"), source, f"{where}.step_times_ns"),
-                      _ints(r.get("step_starts_unix_ns"), source, f"{where}.step_starts_unix_ns"),
+                      _ints(r.get("captured_steps"), source, f"{where}.captured_steps", INT64_MAX),
+                      _ints(r.get("step_times_ns"), source, f"{where}.step_times_ns", INT64_MAX),
+                      _ints(r.get("step_starts_unix_ns"), source, f"{where}.step_starts_unix_ns", INT64_MAX),
                       _str(r.get("host"), source, f"{where}.host"))
 
 
 def _group(g: Any, source: str, where: str) -> GroupRecord:
     if not isinstance(g, dict) or "name" not in g:
         raise InputError(f"{source}: {where} is not a process group (an object with a name)")
-    return GroupRecord(str(g["name"]), _ints(g.get("ranks"), source, f"{where}.ranks"),
+    name = g["name"]
+    if type(name) is int:  # torch's group numbers, as an older capture wrote them
+        name = str(_bounded(name, source, f"{where}.name", 0, INT64_MAX))
+    ranks = _ints(g.get("ranks"), source, f"{where}.ranks", MAX_RANK)
+    _distinct(ranks, source, f"{where}.ranks")
+    return GroupRecord(_str(name, source, f"{where}.name"), ranks,
                        _str(g.get("desc"), source, f"{where}.desc") or "")
 
 
-def _ints(v: Any, source: str, where: str) -> tuple[int, ...]:
+def _ints(v: Any, source: str, where: str, hi: int) -> tuple[int, ...]:
+    """A list of integers in 0..`hi` (ranks, step numbers, nanoseconds: none is negative)."""
     if v is None:
         return ()
     if not isinstance(v, list) or any(type(x) is not int for x in v):
-        raise InputError(f"{source}: {where} is {str(v)[:60]}, not a list of integers")
+        raise InputError(f"{source}: {where} is {_shown(v)}, not a list of integers")
+    for i, x in enumerate(v):
+        if not 0 <= x <= hi:
+            raise InputError(f"{source}: {where}[{i}] is {_shown(x)}, not 0..{hi}")
     return tuple(v)
+
+
+def _bounded(v: Any, source: str, where: str, lo: int, hi: int) -> int | None:
+    """An optional integer in lo..hi."""
+    v = optional_integer(v, source, where)
+    if v is not None and not lo <= v <= hi:
+        raise InputError(f"{source}: {where} is {_shown(v)}, not {lo}..{hi}")
+    return v
+
+
+def _distinct(ranks, source: str, where: str) -> None:
+    """A rank listed twice (two records of one rank, a group member twice) is no capture's."""
+    seen: set[int] = set()
+    for r in ranks:
+        if r in seen:
+            raise InputError(f"{source}: {where}: rank {r} is listed twice")
+        seen.add(r)
+
+
+def _shown(v: Any) -> str:
+    """`v` for a message, at most 60 characters (an integer of any size: Python's str() refuses
+    one of over 4,300 digits)."""
+    if type(v) is int and v.bit_length() > 200:
+        return f"an integer of {v.bit_length()} bits"
+    try:
+        text = repr(v)
+    except ValueError:
+        return f"a {type(v).__name__} holding an integer too long to print"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _str(v: Any, source: str, where: str) -> str | None:

@@ -47,6 +47,8 @@ from .groups import GroupTable, group_over, split_dims
 from .textwl import COMM_TOKENS, Phase, TextWorkload
 
 Span = tuple[bool, ...]
+#: the longest duration a node holds, in ns (its `duration_ns` attribute is an int64)
+MAX_NS = 2**63 - 1
 Spans = dict[str, Span]  # "fwd" | "ig" | "wg" -> dimensions spanned
 
 
@@ -129,13 +131,21 @@ class _Rank:
         self.spans = layer_spans(wl, len(dims), boundary)
         self.wg_done: dict[int, list[int | None]] = {}
 
-    def ns(self, cycles: int) -> int:
-        return round(cycles / self.opts.frequency_ghz)
+    def ns(self, cycles: int, i: int, what: str) -> int:
+        """`cycles` of layer i at the NPU clock, in ns; an InputError naming the layer's line
+        where that is past the trace's int64 (a slow clock stretches any column past it)."""
+        ns = cycles / self.opts.frequency_ghz
+        if not ns < MAX_NS:  # a float: 2**63 - 1 rounds up to 2**63, the first that does not fit
+            ly = self.wl.layers[i]
+            raise InputError(f"{self.wl.source}: line {ly.line}: {ly.name!r}: {what} of {cycles} cycles "
+                             f"at {self.opts.frequency_ghz} GHz is {ns:.3g} ns, more than a trace "
+                             "holds (2**63 - 1)")
+        return round(ns)
 
     def compute(self, i: int, phase: str, deps) -> int:
         ly = self.wl.layers[i]
         cycles = getattr(ly, phase).compute
-        return self.b.comp(f"{ly.name}:{phase}", deps, self.ns(cycles))
+        return self.b.comp(f"{ly.name}:{phase}", deps, self.ns(cycles, i, f"{phase} compute"))
 
     def comm(self, i: int, phase: str, deps) -> int | None:
         """The phase's collectives (none if NONE, size 0, or a one-NPU group); returns the last."""
@@ -159,7 +169,7 @@ class _Rank:
         """What layer i's next forward waits for: its wg comm, plus the update delay."""
         ly = self.wl.layers[i]
         if wg_comm is not None and ly.update and not last_pass:
-            wg_comm = self.b.comp(f"{ly.name}:update", [wg_comm], self.ns(ly.update))
+            wg_comm = self.b.comp(f"{ly.name}:update", [wg_comm], self.ns(ly.update, i, "update delay"))
         self.wg_done[i] = [wg_comm]
 
 
@@ -254,8 +264,8 @@ def text_to_rankset(wl: TextWorkload, opts: TextOptions) -> tuple[RankSet, list[
     """
     if opts.npus < 1:
         raise InputError(f"--npus must be at least 1, got {opts.npus}")
-    if opts.frequency_ghz <= 0:
-        raise InputError(f"--frequency must be positive, got {opts.frequency_ghz}")
+    if not 0 < opts.frequency_ghz < float("inf"):  # NaN fails too
+        raise InputError(f"--frequency must be a positive number of GHz, got {opts.frequency_ghz}")
     dims, boundary = logical_dims(wl, opts)
     table = GroupTable()
     table.id_of(tuple(range(opts.npus)))  # the world group is always "1"

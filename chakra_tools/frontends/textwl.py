@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from chakra_tools.core.errors import InputError
-from chakra_tools.core.model import CommType
+from chakra_tools.core.model import MAX_RANK, CommType
 
 POLICIES = ("MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA",
             "HYBRID_TRANSFORMER", "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_DLRM",
@@ -38,12 +38,22 @@ COMM_TOKENS: dict[str, tuple[CommType, ...]] = {
     "ALLREDUCEALLTOALL": (CommType.ALL_REDUCE, CommType.ALL_TO_ALL),
 }
 
+#: what a HYBRID_CUSTOMIZED layer may name in its 13th column: a policy that maps phases to
+#: network dimensions (ASTRA-sim 1.0's `decode_involved_dimensions`), not the customised one itself
+LAYER_POLICIES = tuple(p for p in POLICIES if p != "HYBRID_CUSTOMIZED")
+
 COLUMNS = 12
 #: the largest count of cycles or bytes a column may hold: it stays exact as a float and fits the
 #: trace's 64-bit fields after any unit conversion
 MAX_VALUE = 1 << 53
 #: an integer as the format writes it: ASCII digits (str.isdigit and int() also take "²" or "٣")
 _DECIMAL = re.compile(r"[0-9]+")
+#: an integer token, sign and leading zeros apart (Python's int() refuses over 4,300 digits, so
+#: the digits are counted before any is converted)
+_INTEGER = re.compile(r"(-?)0*([0-9]+)")
+#: the most layers a workload may declare (a layer is a line of the file: this bounds only the
+#: number read on line 2, before the lines are counted)
+MAX_LAYERS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,18 @@ def parse_text_workload(text: str, source: str = "<text>") -> TextWorkload:
     if not rest:
         raise InputError(f"{source}: line {hline}: the number of layers is missing after the header")
     count_line, count_toks = rest[0]
-    if len(count_toks) != 1 or not _DECIMAL.fullmatch(count_toks[0]) or int(count_toks[0]) < 1:
+    plain = len(count_toks) == 1 and _DECIMAL.fullmatch(count_toks[0])
+    count = _bounded(count_toks[0], 0, MAX_LAYERS, MAX_LAYERS + 1) if plain else 0
+    if count < 1:
+        shown = " ".join(count_toks)
         raise InputError(f"{source}: line {count_line}: expected the number of layers (1 or more), "
-                         f"got {' '.join(count_toks)!r}")
-    count = int(count_toks[0])
+                         f"got {shown if len(shown) <= 40 else shown[:37] + '...'!r}")
+    if count > MAX_LAYERS:
+        raise InputError(f"{source}: line {count_line}: the number of layers is {_digits(count_toks[0])}, "
+                         f"more than {MAX_LAYERS} (no workload has so many)")
     rows = rest[1:]
     if len(rows) < count:
-        raise InputError(f"{source}: line 2 promises {count} layers, the file has {len(rows)}")
+        raise InputError(f"{source}: line {count_line} promises {count} layers, the file has {len(rows)}")
     layers = tuple(_parse_layer(toks, n, policy, source) for n, toks in rows[:count])
     wl = TextWorkload(policy, layers, options, source)
     _check_policy_options(wl, hline)
@@ -136,8 +151,9 @@ def _parse_header(tokens: list[str], source: str, line: int) -> tuple[str, dict[
                          f"expected one of {', '.join(POLICIES)}")
     options: dict[str, int] = {}
     rest = tokens[1:]
-    if policy.startswith("HYBRID_DLRM") and rest and _DECIMAL.fullmatch(rest[0].lstrip("-")):
-        options["DLRM_LAST_BOTTOM_LAYER"] = int(rest[0])  # ASTRA-sim 1.0's `HYBRID_DLRM 4`
+    if policy.startswith("HYBRID_DLRM") and rest and _INTEGER.fullmatch(rest[0]):
+        # ASTRA-sim 1.0's `HYBRID_DLRM 4`; out of range, it fails the layer check later
+        options["DLRM_LAST_BOTTOM_LAYER"] = _bounded(rest[0], -1, MAX_LAYERS, -1)
         rest = rest[1:]
     i = 0
     while i < len(rest):
@@ -147,7 +163,23 @@ def _parse_header(tokens: list[str], source: str, line: int) -> tuple[str, dict[
             i += 2
         else:
             i += 1  # a word without a number (e.g. a list header) is kept out of the options
+    mp = options.get("model_parallel_NPU_group")
+    if mp is not None and not 1 <= mp <= MAX_RANK + 1:
+        raise InputError(f"{source}: line {line}: model_parallel_NPU_group is {mp}, not a number "
+                         f"of NPUs (1..{MAX_RANK + 1})")
     return policy, options
+
+
+def _bounded(tok: str, lo: int, hi: int, outside: int | None = None) -> int | None:
+    """The integer `tok` spells if it lies in lo..hi; `outside` if it is an integer that does
+    not (however many digits it has), None if it is no integer. `hi` below 10**18."""
+    m = _INTEGER.fullmatch(tok)
+    if m is None:
+        return None
+    if len(m[2]) > 18:
+        return outside
+    v = int(m[1] + m[2])
+    return v if lo <= v <= hi else outside
 
 
 def _check_policy_options(wl: TextWorkload, line: int) -> None:
@@ -164,14 +196,24 @@ def _check_policy_options(wl: TextWorkload, line: int) -> None:
 
 
 def _int(tok: str, what: str, source: str, line: int) -> int:
-    if not re.fullmatch(r"-?[0-9]+", tok):
-        raise InputError(f"{source}: line {line}: {what} must be an integer, got {tok!r}")
-    v = int(tok)
-    if v < 0:
-        raise InputError(f"{source}: line {line}: {what} must not be negative, got {v}")
-    if v > MAX_VALUE:
-        raise InputError(f"{source}: line {line}: {what} is {v}, more than 2**53")
-    return v
+    """A count of cycles or bytes: 0..MAX_VALUE, its digits counted before int() reads them."""
+    m = _INTEGER.fullmatch(tok)
+    if m is None:
+        shown = tok if len(tok) <= 40 else tok[:37] + "..."
+        raise InputError(f"{source}: line {line}: {what} must be an integer, got {shown!r}")
+    if m[1] and m[2] != "0":
+        raise InputError(f"{source}: line {line}: {what} must not be negative, got {_digits(m[2], '-')}")
+    if len(m[2]) > 18 or int(m[2]) > MAX_VALUE:
+        raise InputError(f"{source}: line {line}: {what} is {_digits(m[2])}, more than 2**53")
+    return int(m[2])
+
+
+def _digits(tok: str, sign: str = "") -> str:
+    """A number of the file for a message: itself, or its length where it is long."""
+    digits = tok.lstrip("0") or "0"
+    if len(digits) <= 30:
+        return sign + digits
+    return f"a {'negative ' if sign else ''}{len(digits)}-digit number"
 
 
 def _comm(tok: str, source: str, line: int) -> str:
@@ -192,8 +234,9 @@ def _parse_layer(toks: list[str], line: int, policy: str, source: str) -> TextLa
                      _int(toks[c + 2], f"{name} comm size", source, line))
 
     own = toks[12] if policy == "HYBRID_CUSTOMIZED" else None
-    if own is not None and own not in POLICIES:
-        raise InputError(f"{source}: line {line}: unknown layer parallelism {own!r}")
+    if own is not None and own not in LAYER_POLICIES:
+        raise InputError(f"{source}: line {line}: unknown layer parallelism {own!r}; expected one of "
+                         f"{', '.join(LAYER_POLICIES)}")
     return TextLayer(toks[0], phase(2, "forward"), phase(5, "input-gradient"),
                      phase(8, "weight-gradient"), _int(toks[11], "update delay", source, line),
                      own, line)
