@@ -86,7 +86,7 @@ def parse_json_bytes(data: bytes, path: str | Path) -> Any:
             fixed = repair_names(data)
             try:
                 doc = json.loads(fixed) if fixed != data else None
-            except json.JSONDecodeError:
+            except ValueError:
                 doc = None
             if doc is None:
                 raise InputError(f"{path}: line {e.lineno}: not valid JSON: {e.msg}") from None
@@ -94,6 +94,8 @@ def parse_json_bytes(data: bytes, path: str | Path) -> Any:
             raise InputError(f"{path}: not a text JSON file ({e.reason})") from None
         except RecursionError:
             raise InputError(f"{path}: JSON nested too deeply to be a trace") from None
+        except ValueError as e:  # an integer past Python's 4,300 digits
+            raise InputError(f"{path}: cannot read a number in it ({str(e).split(';')[0]})") from None
     return doc
 
 

@@ -16,6 +16,7 @@ them) fit int64; durations, sizes and element counts are non-negative; ranks fit
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -116,7 +117,10 @@ def array(v: Any, place: Place, key: str) -> list:
 def _int_list(hi: int):
     """A check of a list of integers in 0..`hi`, or the text of one (Kineto writes `"[0, 1]"`)."""
     def check(v: Any, place: Place, key: str) -> Any:
-        if type(v) is str:
+        if type(v) is str:  # read later (comms._ints): its numbers are checked here
+            for x in re.findall(r"-?\d+", v):
+                if len(x.lstrip("-")) > 20 or not 0 <= int(x) <= hi:
+                    raise place.error(key, v, f"a list of integers in 0..{hi}")
             return v
         for x in array(v, place, key):
             integer(x, place, key, 0, hi)

@@ -133,12 +133,15 @@ def _call_bytes(name: str, args: dict) -> int | None:
     """Bytes moved by a host-side collective call, from whichever size fields the trace has."""
     if not COMM_CALL.match(name):
         return None
-    dtype = str(args.get("dtype") or (args.get("Input type") or [""])[0]).lower()
+    types, dims = args.get("Input type"), args.get("Input Dims")
+    first_type = types[0] if isinstance(types, list) and types else ""
+    dtype = str(args.get("dtype") or first_type).lower()
     size = DTYPE_BYTES.get(dtype.removeprefix("torch."), 0)
-    if "In msg nelems" in args:
-        return int(args["In msg nelems"]) * size
-    dims = (args.get("Input Dims") or [[]])[0]
-    if dims and all(isinstance(d, int) for d in dims):
+    nelems = args.get("In msg nelems")
+    if type(nelems) is int and 0 <= nelems < 2**63:  # a size only where it is one (a bad trace shows 0 B)
+        return nelems * size
+    dims = dims[0] if isinstance(dims, list) and dims else []
+    if isinstance(dims, list) and dims and all(type(d) is int and 0 <= d < 2**63 for d in dims):
         n = 1
         for d in dims:
             n *= d

@@ -173,3 +173,22 @@ def test_a_process_group_list_with_a_5000_digit_rank_names_the_node(tmp_path):
     with time_limit(), pytest.raises(InputError) as e:
         convert_rank(path, None, 0)
     assert str(e.value).endswith(f"{path}: node 4 ('## process_group:init ##'): unreadable group list"), e.value
+
+
+def test_a_trace_with_a_5000_digit_number_is_refused_naming_the_file(tmp_path):
+    """json.loads raises a plain ValueError past 4,300 digits: the reader names the file."""
+    path = tmp_path / "rank0.kineto.json"
+    text = json.dumps(_device_doc())
+    path.write_text(text.replace('"ts": ', '"ts": ' + "1" * 5000 + ", \"x\": ", 1))
+    with time_limit(), pytest.raises(InputError) as e:
+        convert_rank(None, str(path), 0)
+    assert f"{path}: cannot read a number in it" in str(e.value), e.value
+
+
+def test_process_group_ranks_as_text_with_a_5000_digit_rank_is_refused(tmp_path):
+    """Kineto writes a group's ranks as text ("[0, 1]"); its numbers are bounded when read."""
+    doc = _device_with_args("record_param_comms", Process_Group_Ranks="[0, " + "1" * 5000 + "]")
+    path = _write(tmp_path, "rank0.kineto.json", doc)
+    with time_limit(), pytest.raises(InputError) as e:
+        convert_rank(None, path, 0)
+    assert "'Process Group Ranks' is" in str(e.value) and str(path) in str(e.value), e.value
