@@ -29,7 +29,7 @@ def upgrade(
 
         chakra-tools upgrade one_comm_coll_node_allgather.0.et allgather.0.et
     """
-    from chakra_tools.core.legacy import upgrade_set
+    from chakra_tools.core.upgrade import upgrade_set
 
     for u in upgrade_set(old, new):
         assumed = ", ".join(f"{name} on {n} node(s)" for name, n in sorted(u.assumed.items()))

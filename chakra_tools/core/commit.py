@@ -26,8 +26,9 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .errors import InputError
 
@@ -110,6 +111,26 @@ class Staged:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+@contextmanager
+def staged_in(folder: str | Path, name: str) -> Iterator[Staged]:
+    """A `Staged` for `folder`, made first with its parents; a failure removes the folders this
+    made again (empty), so a refused write leaves no trace of itself."""
+    folder = Path(folder)
+    created = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{folder}: cannot make the folder: {e.strerror}") from None
+    try:
+        with Staged(folder, name) as staged:
+            yield staged
+    except BaseException:
+        for d in created:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise
 
 
 def _apply(folder: Path, path: Path, journal: dict) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from .commit import Staged, committing, recover
+from .commit import committing, recover, staged_in
 from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader, TraceWriter
@@ -371,13 +371,10 @@ class RankSet:
         bad = next((r for r in self.ranks if type(r) is not int or not 0 <= r <= MAX_RANK), None)
         if bad is not None:
             raise InputError(f"{out}: rank {bad!r} is not a rank (an integer 0..{MAX_RANK}): no file written")
-        created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
+        stage = None
         try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"{out}: cannot make the folder: {e.strerror}") from None
-        try:
-            with Staged(out, prefix) as staged:
+            with staged_in(out, prefix) as staged:
+                stage = staged.stage
                 names = []
                 whole = record_world and self.ranks == list(range(len(self.ranks)))
                 for r in self.ranks:
@@ -388,10 +385,7 @@ class RankSet:
                     names.append("comm_group.json")
                     write_comm_groups(staged.path(names[-1]), self.comm_groups)
                 return staged.commit(names, stale_files(out, prefix, names))
-        except BaseException as e:
-            for d in created:
-                if d.is_dir() and not any(d.iterdir()):
-                    d.rmdir()
-            if isinstance(e, ChakraToolsError) and "staged" in locals():  # name what the user asked for
-                e.message = e.message.replace(str(staged.stage), str(out))
+        except ChakraToolsError as e:
+            if stage is not None:  # name the file the user asked for, not the stage
+                e.message = e.message.replace(str(stage), str(out))
             raise

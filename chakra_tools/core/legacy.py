@@ -1,4 +1,4 @@
-"""Legacy Chakra files (the proto2-era schema of 2023): recognised from the wire, upgraded.
+"""Legacy Chakra files (the proto2-era schema of 2023): recognised from the wire, decoded (core/upgrade.py writes them in today's format).
 
 Chakra's generator and converter wrote, until late 2023, a different `Node` message in the same
 package and framing (`syntax = "proto2"`; field numbers):
@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, TraceReadError
-from .etio import decode_varint, iter_frames, looks_like_metadata, open_binary, write_trace
-from .model import CONTRACT, Attr, CommType, IOInfo, Metadata, Node, NodeType, make_attr
+from .errors import TraceReadError
+from .etio import decode_varint, iter_frames, open_binary
+from .model import CONTRACT, Attr, CommType, IOInfo, Node, NodeType, make_attr
 
 FORMAT = "legacy Chakra ET (proto2-era, 2023: attributes in field 11, dependencies in `parent`)"
 LEGACY_COMM_TYPES = {0: CommType.ALL_REDUCE, 1: CommType.ALL_TO_ALL, 2: CommType.ALL_GATHER,
@@ -360,112 +359,3 @@ def _undecodable(path: str | Path, offset: int, msg: bytes) -> TraceReadError | 
     except ValueError as e:
         return TraceReadError(path, offset, f"message does not decode: {e}")
     return None
-
-
-_EMPTY_NODE = Node(0, "", NodeType.INVALID_NODE, attrs={})
-
-
-@dataclass
-class Upgrade:
-    """What `upgrade_file` did: nodes written, and the attributes it had to assume."""
-
-    source: str
-    target: str
-    nodes: int = 0
-    assumed: dict[str, int] = field(default_factory=dict)
-
-
-def upgrade_file(src: str | Path, dst: str | Path, *, target: str | Path | None = None) -> Upgrade:
-    """Write today's format of the legacy trace `src` to `dst` (atomically).
-
-    Raises InputError if `src` is not a legacy trace, TraceReadError (file, byte offset, the
-    node) if it is damaged; nothing is written then. `target` names `dst` in the report (where
-    `dst` is a staging path: `upgrade_set`)."""
-    src, dst = str(src), str(dst)
-    if not sniff(src, strict=True):
-        raise InputError(f"{src}: not a {FORMAT}: none of its first messages has the legacy layout "
-                         "(nothing to upgrade)")
-    report = Upgrade(src, str(target) if target is not None else dst)
-    meta, nodes = Metadata(attrs={"upgraded_from": make_attr("upgraded_from", FORMAT)}), []
-    with open_binary(src) as stream:
-        for k, (offset, msg) in enumerate(iter_frames(stream, src)):
-            what = "node"
-            try:
-                if k == 0 and (legacy_metadata(msg) or looks_like_metadata(msg) and not is_legacy_node(msg)):
-                    what = "metadata"
-                    meta = _metadata(msg, meta)
-                    continue
-                node = legacy_node(msg)
-                if node == _EMPTY_NODE:  # written, it would read as the end of the file
-                    raise ValueError("it holds no id, name, type or attribute: no node")
-                _count_assumed(report, msg, node)
-            except (ValueError, struct.error) as e:
-                raise TraceReadError(src, offset, f"legacy {what} does not decode: {e}",
-                                     str(nodes[-1]) if nodes else None) from None
-            nodes.append(node)
-    report.nodes = write_trace(dst, nodes, meta)
-    return report
-
-
-def _metadata(msg: bytes, base: Metadata) -> Metadata:
-    attrs = dict(base.attrs)
-    if legacy_metadata(msg):
-        for _, _, body in fields(msg):
-            name, a = legacy_attr(body)
-            attrs[name] = a
-    return Metadata(attrs=attrs)
-
-
-def _count_assumed(report: Upgrade, msg: bytes, node: Node) -> None:
-    """Count the attributes the upgrade added (not in the legacy node)."""
-    raw = {legacy_attr(v)[0] for num, _, v in fields(msg) if num == 11}
-    for name in ("is_cpu_op", "comm_tag"):
-        if name in node.attrs and name not in raw:
-            report.assumed[name] = report.assumed.get(name, 0) + 1
-
-
-def upgrade_set(src: str | Path, dst: str | Path) -> list[Upgrade]:
-    """Upgrade one legacy file (`dst` a file, or a folder to write it into under its own name)
-    or every file of a rank set (a folder or prefix; `dst` a folder, same file names,
-    comm_group.json copied): all or nothing.
-
-    A set is staged and committed as `RankSet.write` writes one (core/commit.py): a damaged
-    file anywhere, or a kill at any instant, leaves `dst` as it was (an earlier upgrade there
-    whole, no folder this call made); on success an earlier set of the same prefix there is
-    replaced, its other ranks removed."""
-    from .commit import Staged
-    from .graph import RANK_FILE, find_rank_files, stale_files
-
-    src_path, dst = Path(src), Path(dst)
-    if src_path.is_file():
-        return [upgrade_file(src_path, dst / src_path.name if dst.is_dir() else dst)]
-    files = find_rank_files(src_path)
-    first = next(iter(files.values()))
-    prefix = RANK_FILE.match(first.name).group("prefix")
-    created = [d for d in (dst, *dst.parents) if not d.exists()]  # deepest first
-    try:
-        dst.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"{dst}: cannot make the folder: {e.strerror}") from None
-    try:
-        with Staged(dst, prefix) as staged:
-            done = [upgrade_file(f, staged.path(f.name), target=dst / f.name) for f in files.values()]
-            names = [f.name for f in files.values()]
-            groups = first.parent / "comm_group.json"
-            if groups.is_file():
-                _copy(groups, staged.path("comm_group.json"))
-                names.append("comm_group.json")
-            staged.commit(names, stale_files(dst, prefix, names))
-    except BaseException:
-        for d in created:
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        raise
-    return done
-
-
-def _copy(src: Path, dst: Path) -> None:
-    try:
-        dst.write_bytes(src.read_bytes())
-    except OSError as e:
-        raise InputError(f"{src}: cannot copy to {dst.name}: {e.strerror}") from None

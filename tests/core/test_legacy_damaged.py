@@ -20,7 +20,7 @@ import pytest
 
 from chakra_tools.core.errors import ChakraToolsError, TraceReadError
 from chakra_tools.core.etio import TraceReader
-from chakra_tools.core.legacy import upgrade_set
+from chakra_tools.core.upgrade import upgrade_set
 
 from test_legacy import (BOOLS, COLL, COMP, INT, SEND, allgather, attr, ld, node, varint,  # noqa: E402
                          vi, write_legacy)
