@@ -1,4 +1,5 @@
-"""Legacy Chakra files (the proto2-era schema of 2023): recognised from the wire, decoded (core/upgrade.py writes them in today's format).
+"""Legacy Chakra files (the proto2-era schema of 2023): recognised from the wire and decoded
+(core/upgrade.py writes them in today's format).
 
 Chakra's generator and converter wrote, until late 2023, a different `Node` message in the same
 package and framing (`syntax = "proto2"`; field numbers):
