@@ -3,6 +3,7 @@
     python bench/fuzz.py --seed 1 --count 10000          # the long run (docs/robustness.md)
     python bench/fuzz.py --seed 1 --case 4711            # one case again, with its outcome
     python bench/fuzz.py --kinds text,onnx --count 2000  # some kinds only
+    python bench/fuzz.py --kinds jsondoc,legacy,api --count 300 --jobs 1  # json load, upgrade, the API
     python bench/fuzz.py --quick                         # what `make bench --quick` runs
 
 Prints the outcomes by input kind and each distinct failure signature with a reproducer (the

@@ -269,8 +269,9 @@ def _attr(d: dict, source: str, at: str) -> Attr:
                          f"(int64_val, string_list, ... or null)")
     value = _required(d, "value", source, at)
     if kind in LIST_KINDS:
-        check = _SCALAR_CHECKS[kind[: -len("_list")] + "_val"]
-        return Attr(kind, tuple(check(x, source, f"{at}.value[{i}]", kind)
+        scalar = kind[: -len("_list")] + "_val"
+        check = _SCALAR_CHECKS[scalar]
+        return Attr(kind, tuple(check(x, source, f"{at}.value[{i}]", scalar)
                                 for i, x in enumerate(_list(value, source, f"{at}.value"))), doc)
     return Attr(kind, _SCALAR_CHECKS[kind](value, source, f"{at}.value", kind), doc)
 

@@ -149,9 +149,18 @@ def decode_replay_result(doc: Any, source: str) -> ReplayDocument:
                             for i, p in enumerate(_list(doc, "critical_path", source))),
         events=tuple(_event(e, source, f"events[{i}]") for i, e in enumerate(_list(doc, "events", source))),
         deps=tuple(_ints(d, 4, source, f"deps[{i}]") for i, d in enumerate(_list(doc, "deps", source))),
-        config=doc.get("config") if isinstance(doc.get("config"), dict) else {},
+        config=_config(doc.get("config")),
         diagnostics=tuple(d for d in _list(doc, "diagnostics", source) if isinstance(d, dict)),
         fidelity=doc.get("fidelity") if isinstance(doc.get("fidelity"), dict) else None)
+
+
+def _config(v: Any) -> dict:
+    """The replay's settings, shown as they are; `modes` (what a reader acts on) kept only as
+    the object replay writes."""
+    config = dict(v) if isinstance(v, dict) else {}
+    if not isinstance(config.get("modes", {}), dict):
+        del config["modes"]
+    return config
 
 
 def _list(doc: dict, key: str, source: str) -> list:

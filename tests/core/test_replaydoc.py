@@ -52,3 +52,12 @@ def test_a_damaged_document_is_refused_naming_the_file_and_place(written, change
     with pytest.raises(InputError, match=message) as e:
         decode_replay_result(raw, str(path))
     assert str(path) in str(e.value)
+
+
+def test_modes_that_are_no_object_are_dropped_not_trusted(written):
+    """A reader acts on config.modes (trace-visualize notes --host-time timeline): a list there
+    (fuzz seed 20261204 case 5008) was an AttributeError in the report."""
+    doc = json.loads(written[0].read_text())
+    doc["config"]["modes"] = [doc["config"].get("modes"), doc["config"].get("modes")]
+    got = decode_replay_result(doc, "r.json")
+    assert "modes" not in got.config and got.config.keys() == doc["config"].keys() - {"modes"}

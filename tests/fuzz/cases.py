@@ -3,11 +3,20 @@ command that reads it (tests/fuzz/harness.py runs them).
 
 Seeds are real files from the shared fixtures (ASTRA-sim rank sets, configs and text workloads,
 ONNX models, HTA/PARAM host and Kineto traces) and what the commands make of them (a text
-workload converted, a run folder with a manifest and its conversion, replay results).
+workload converted, a run folder with a manifest and its conversion, replay results, each rank
+set as a `json dump` document), plus legacy (2023) `.et` files built byte by byte with
+tests/core/test_legacy.py's builder.
+
+A case's folder `d` holds `in/` (the mutated input), `out/` (where the command may write) and
+`cwd/` (the command's working folder, empty); `d.parent / OUTSIDE` is an empty sentinel folder that
+hostile absolute paths point into. The harness reports anything a command creates outside `out/`.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
+import importlib.util
 import json
 import random
 import sys
@@ -20,18 +29,30 @@ from . import mutators as mu
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "external"
 EXAMPLES = ROOT / "examples"
+#: the sentinel folder beside a case's folder: hostile absolute paths point into it
+OUTSIDE = "outside"
+#: .et files up to this size are cut at every byte offset in turn (`_cut_point`)
+SMALL_ET = 4096
 
 
 def _cli(command: str, argv: list[str]):
-    """Run `trace-<command> ARGV` in this process as the console script does; the click Result."""
+    """Run `trace-<command> ARGV` (`chakra-tools json|upgrade ARGV`) in this process as the console
+    script does; the click Result."""
     from typer.testing import CliRunner
 
     from chakra_tools.cli import main
 
     sub = main.SUBAPPS[command]
-    prepare = getattr(sys.modules[f"chakra_tools.cli.{command}"], "prepare_argv", None)
+    # a trace-<command> script's argv first goes through its module's prepare_argv; `chakra-tools
+    # json` and `upgrade` have no script of their own (and no module cli/json.py)
+    prepare = getattr(sys.modules.get(f"chakra_tools.cli.{command}"), "prepare_argv", None)
     argv = prepare(argv) if prepare else argv
-    return CliRunner().invoke(sub, argv, prog_name=f"trace-{command}")
+    return CliRunner().invoke(sub, argv, prog_name=program(command))
+
+
+def program(command: str) -> str:
+    """The console script a command is run as: `trace-convert`, `chakra-tools json`."""
+    return f"chakra-tools {command}" if command in ("json", "upgrade") else f"trace-{command}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -58,6 +79,8 @@ class Seeds:
     onnx: list[tuple[str, bytes]] = field(default_factory=list)
     replay_base: RankSetSeed | None = None  # what the config kinds replay
     results: list[tuple[str, str]] = field(default_factory=list)  # replay result JSON documents
+    jsondocs: list[tuple[str, dict]] = field(default_factory=list)  # `json dump` of each rank set, parsed
+    legacy: list[RankSetSeed] = field(default_factory=list)  # legacy (2023) .et sets and single files
     decoded: dict = field(default_factory=dict)  # name -> parsed JSON (host/kineto), parsed once
 
 
@@ -121,7 +144,54 @@ def load_seeds(work: Path, *, quick: bool) -> Seeds:
         _write_set(rs, folder)
         _cli("replay", [str(folder), "--out", str(folder / "result.json")])
         s.results.append((f"{rs.name} replayed", (folder / "result.json").read_text()))
+    for rs in s.ranksets if not quick else [r for r in s.ranksets if r is not s.ranksets[1]]:  # no 8-rank ring
+        folder = made / f"dumped-{rs.prefix}"
+        _write_set(rs, folder)
+        _cli("json", ["dump", str(folder), "-o", str(folder / "rankset.json")])
+        s.jsondocs.append((f"{rs.name} as JSON", json.loads((folder / "rankset.json").read_bytes())))
+    s.legacy = _legacy_seeds(made / "legacy")
     return s
+
+
+def _legacy_builder():
+    """tests/core/test_legacy.py, whose helpers build legacy files byte by byte (loaded from its
+    path: tests/ is no package)."""
+    path = ROOT / "tests" / "core" / "test_legacy.py"
+    spec = importlib.util.spec_from_file_location("_fuzz_legacy_builder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _legacy_seeds(folder: Path) -> list[RankSetSeed]:
+    """Legacy sets as Chakra's 2023 generator wrote them: a 2-rank all-gather, a send/receive pair
+    with its comm_group.json, and one file of compute and collective nodes chained by `parent`
+    (strings in the input fields, a legacy GlobalMetadata first)."""
+    b = _legacy_builder()
+    out = [_read_set(b.allgather(folder / "allgather"), "legacy all_gather 2 ranks", "one_comm_coll_node_allgather")]
+    p2p = folder / "p2p"
+    p2p.mkdir()
+    for r, (name, kind) in enumerate((("COMM_SEND_NODE", b.SEND), ("COMM_RECV_NODE", b.RECV))):
+        b.write_legacy(p2p / f"p2p.{r}.et", b.node(0, name, kind, b.attr("src", b.INT, i=0), b.attr("dst", b.INT, i=1),
+                                                   b.attr("comm_size", b.INT, i=4096)))
+    (p2p / "comm_group.json").write_text('{"1": [0, 1]}\n')
+    out.append(_read_set(p2p, "legacy send/recv pair", "p2p"))
+    mixed = folder / "mixed"
+    mixed.mkdir()
+    meta = b.ld(1, b.attr("schema", b.INT, s="1.0.0")) + b.ld(1, b.attr("rank", b.INT, i=0))
+    strings = b.ld(5, b"[1, 2]") + b.ld(6, b"[[4, 4]]") + b.ld(7, b"['float']")
+    runtime = lambda us: b.attr("runtime", b.INT, i=us)  # noqa: E731
+    coll = lambda kind, size: (b.attr("comm_type", b.INT, i=kind), b.attr("comm_size", b.INT, i=size),  # noqa: E731
+                               b.attr("involved_dim", b.BOOLS, bools=(1,)))
+    b.write_legacy(mixed / "mixed.0.et", meta,
+                   b.node(0, "embedding", b.COMP, runtime(12)) + strings,
+                   b.node(1, "mlp", b.COMP, runtime(30), b.attr("num_ops", b.INT, i=1000), parents=(0,)),
+                   b.node(2, "ALL_REDUCE", b.COLL, *coll(0, 1 << 20), parents=(1,)),
+                   b.node(3, "backward", b.COMP, runtime(25), b.attr("is_cpu_op", b.BOOL, i=0), parents=(2,)),
+                   b.node(4, "ALL_TO_ALL", b.COLL, *coll(b.LEGACY_ALL_TO_ALL, 4096), parents=(3, 1)),
+                   b.node(5, "optimizer", b.COMP, runtime(7), parents=(4,)))
+    out.append(_read_set(mixed, "legacy compute and collectives", "mixed"))
+    return out
 
 
 def _manifest(kineto: bytes) -> dict:
@@ -152,6 +222,11 @@ class Case:
     names: list[str]  # input file names an error message may name
     stale: Path | None = None  # a stale file put in the output folder before the command
     validating: bool = False  # exit 1 means "findings", a clean result
+    call: Callable[[], object] | None = None  # a Python API call run instead of a command
+
+    def line(self) -> str:
+        """The command line (or the API call) a report shows."""
+        return " ".join(self.argv) if self.call else f"{program(self.command)} " + " ".join(self.argv)
 
 
 def _write_set(rs: RankSetSeed, folder: Path, files: dict[str, bytes] | None = None) -> None:
@@ -159,6 +234,10 @@ def _write_set(rs: RankSetSeed, folder: Path, files: dict[str, bytes] | None = N
     for name, data in (files or rs.files).items():
         (folder / name).write_bytes(data)
 
+
+#: the share of host_et and kineto cases damaged by the targeted mutators (parent cycles, nested
+#: `args` of another type, ...) rather than the blind tree ones
+TARGETED = 0.4
 
 RANKSET_COMMANDS = ("validate", "replay", "replay-no-validate", "summary", "timeline", "report", "graph")
 
@@ -181,15 +260,19 @@ def _rankset_command(rng: random.Random, rs_dir: Path, out: Path) -> tuple[str, 
     return "visualize", ["graph", d, "-o", str(out / "g.dot")], [out / "g.dot"], False
 
 
-def make_case(kind: str, rng: random.Random, seeds: Seeds, d: Path) -> Case:
-    """Write the mutated input under `d/in`; the command to run on it."""
+def make_case(kind: str, rng: random.Random, seeds: Seeds, d: Path, ordinal: int = 0) -> Case:
+    """Write the mutated input under `d/in`; the command to run on it. `ordinal`: the how-many-th
+    case of its kind this is (the cutting modes cut at the next byte offset with each)."""
     inp, out = d / "in", d / "out"
     inp.mkdir(parents=True)
     out.mkdir()
+    if kind in ORDINAL_MAKERS:
+        return ORDINAL_MAKERS[kind](rng, seeds, inp, out, ordinal)
     return CASE_MAKERS[kind](rng, seeds, inp, out)
 
 
-def _case_et(rng, seeds, inp, out) -> Case:
+def _mutated_set(rng, seeds) -> tuple[RankSetSeed, dict[str, bytes], str, str]:
+    """A seed rank set with one rank file damaged (or removed): (seed, files, victim, what)."""
     rs = rng.choice(seeds.ranksets)
     files = dict(rs.files)
     ets = sorted(n for n in files if n.endswith(".et"))
@@ -200,6 +283,24 @@ def _case_et(rng, seeds, inp, out) -> Case:
     else:
         files[victim], what = mu.mutate_et(rng, files[victim])
         what = f"{rs.name}: {victim}: {what}"
+    return rs, files, victim, what
+
+
+def _cut_point(sets: list[RankSetSeed], n: int) -> tuple[RankSetSeed, str, int]:
+    """The n-th (set, small .et file, byte offset) in a fixed order over every offset of every
+    .et file of at most SMALL_ET bytes: successive cases cut each file at each byte in turn."""
+    small = [(rs, name, len(data)) for rs in sets for name, data in sorted(rs.files.items())
+             if name.endswith(".et") and len(data) <= SMALL_ET]
+    n %= sum(size for _, _, size in small)
+    for rs, name, size in small:
+        if n < size:
+            return rs, name, n
+        n -= size
+    raise AssertionError("unreachable")
+
+
+def _case_et(rng, seeds, inp, out) -> Case:
+    rs, files, victim, what = _mutated_set(rng, seeds)
     _write_set(rs, inp, files)
     cmd, argv, outputs, validating = _rankset_command(rng, inp, out)
     return Case("et", what, cmd, argv, outputs, [victim, "comm_group.json"], validating=validating)
@@ -230,7 +331,12 @@ def _convert_case(kind, rng, seeds, inp, out) -> Case:
     hdoc, kdoc = seeds.decoded[name]
     gz = rng.random() < 0.3
     target = hdoc if kind == "host_et" else kdoc
-    data, what = mu.mutate_json_bytes(rng, target, gz=gz)
+    if rng.random() < TARGETED:
+        what = (mu.mutate_host_trace if kind == "host_et" else mu.mutate_kineto_trace)(rng, target)
+        data = mu.dump_json(rng, target)
+        data = gzip.compress(data, mtime=0) if gz else data
+    else:
+        data, what = mu.mutate_json_bytes(rng, target, gz=gz)
     h_name = "rank0.host.json" + (".gz" if gz and kind == "host_et" else "")
     k_name = "rank0.kineto.json" + (".gz" if gz and kind == "kineto" else "")
     (inp / h_name).write_bytes(data if kind == "host_et" else host)
@@ -238,8 +344,10 @@ def _convert_case(kind, rng, seeds, inp, out) -> Case:
     stale = None
     if rng.random() < 0.1:
         stale = _stale(seeds, out / "rs", "trace.7.et")
-    argv = ["pytorch", "--host", str(inp / h_name), "--device", str(inp / k_name), "-o", str(out / "rs"),
-            "--executor", "serial", "-q"]
+    host_arg = ["--host", str(inp / h_name)]
+    if kind == "kineto" and rng.random() < 0.3:  # device-only: the host ops from the Kineto events' args
+        host_arg, what = [], what + " (device only)"
+    argv = ["pytorch", *host_arg, "--device", str(inp / k_name), "-o", str(out / "rs"), "--executor", "serial", "-q"]
     return Case(kind, f"{name}: {what}", "convert", argv, [out / "rs"], [h_name if kind == "host_et" else k_name],
                 stale=stale)
 
@@ -369,8 +477,80 @@ def _case_result(rng, seeds, inp, out) -> Case:
     return Case("result", f"{name}: {what}", "visualize", ["summary", r], [], ["result.json"])
 
 
+def _case_jsondoc(rng, seeds, inp, out) -> Case:
+    """A `json dump` document, damaged (blind tree mutations, or targeted ones: hostile prefixes,
+    odd ranks, members, ids, attrs), through `chakra-tools json load`, sometimes with a hostile
+    `--prefix`."""
+    name, doc = rng.choice(seeds.jsondocs)
+    outside = str(out.parent.parent / OUTSIDE)
+    if rng.random() < 0.6:
+        what = mu.mutate_rankset_doc(rng, doc, outside)
+        data = mu.dump_json(rng, doc)
+    else:
+        data, what = mu.mutate_json_bytes(rng, doc)
+    (inp / "rankset.json").write_bytes(data)
+    argv = ["load", str(inp / "rankset.json"), "-o", str(out / "rs")]
+    if rng.random() < 0.3:
+        prefix = rng.choice(mu.hostile_prefixes(outside) + mu.ODD_PREFIXES)
+        argv += ["--prefix", prefix]
+        what += f"; --prefix {prefix!r}"
+    return Case("jsondoc", f"{name}: {what}", "json", argv, [out / "rs"], ["rankset.json"])
+
+
+def _case_legacy(rng, seeds, inp, out, ordinal) -> Case:
+    """A legacy set or file through `chakra-tools upgrade`: every 4th case of the kind cut at the
+    next byte offset (`_cut_point`), the others damaged by mu.mutate_legacy."""
+    if ordinal % 4 == 0:
+        rs, victim, at = _cut_point(seeds.legacy, ordinal // 4)
+        data, what = mu.cut_at(rs.files[victim], at)
+    else:
+        rs = rng.choice(seeds.legacy)
+        victim = rng.choice(sorted(n for n in rs.files if n.endswith(".et")))
+        data, what = mu.mutate_legacy(rng, rs.files[victim])
+    files = {**rs.files, victim: data}
+    old = inp / "old"
+    _write_set(rs, old, files)
+    form = rng.choice(("file", "folder", "prefix"))
+    if form == "file":
+        src, dst = old / victim, out / "new.0.et"
+    else:
+        src, dst = (old if form == "folder" else old / rs.prefix), out / "new"
+    return Case("legacy", f"{rs.name}: {victim}: {what}", "upgrade", [str(src), str(dst)], [dst],
+                [victim, "comm_group.json"])
+
+
+def _case_api(rng, seeds, inp, out, ordinal) -> Case:
+    """`chakra_tools.replay.replay_rankset` on a damaged rank set (the `et` kind's damage; every
+    4th case a small rank file cut at the next byte offset), its result sometimes written."""
+    if ordinal % 4 == 0:
+        rs, victim, at = _cut_point(seeds.ranksets, ordinal // 4)
+        data, what = mu.cut_at(rs.files[victim], at)
+        files, what = {**rs.files, victim: data}, f"{rs.name}: {victim}: {what}"
+    else:
+        rs, files, victim, what = _mutated_set(rng, seeds)
+    _write_set(rs, inp, files)
+    validate = rng.random() < 0.5
+    target = out / "r.json" if rng.random() < 0.5 else None
+    call = functools.partial(_replay_api, inp, validate, target)
+    line = [f"replay_rankset({str(inp)!r}, validate={validate})"] + ([f"result.write({str(target)!r})"] if target else [])
+    return Case("api", what, "api", line, [target] if target else [], [victim, "comm_group.json"],
+                validating=validate, call=call)
+
+
+def _replay_api(path: Path, validate: bool, target: Path | None) -> None:
+    from chakra_tools.replay import replay_rankset
+
+    heard = []
+    result = replay_rankset(path, validate=validate, on_warning=heard.append)
+    result.table()
+    if target is not None:
+        result.write(target)
+
+
 CASE_MAKERS: dict[str, Callable] = {
     "et": _case_et, "comm_group": _case_comm_group, "host_et": _case_host_et, "kineto": _case_kineto,
     "manifest": _case_manifest, "network": _case_network, "system": _case_system, "memory": _case_memory,
-    "text": _case_text, "onnx": _case_onnx, "result": _case_result,
+    "text": _case_text, "onnx": _case_onnx, "result": _case_result, "jsondoc": _case_jsondoc,
 }
+#: makers that also take the case's ordinal within its kind (the cutting modes)
+ORDINAL_MAKERS: dict[str, Callable] = {"legacy": _case_legacy, "api": _case_api}

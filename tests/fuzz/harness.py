@@ -13,11 +13,18 @@ CliRunner, and reports what happened. Outcomes:
   written;
 - ``FAILURE``: an exception that is not a ChakraToolsError (signature: its type and the
   innermost place in chakra_tools that raised it), a traceback, an error naming no file, a hang
-  (past the time limit), a crash (killed by a signal), a partial or stale output left behind.
+  (past the time limit), a crash (killed by a signal), a partial or stale output left behind, a
+  temporary file or staging folder left behind, a file written outside the output folder.
 
 The commands' own error handling is kept: the child only wraps the undecorated command
 function (inside `handle_errors`) to record an unexpected exception's type and place before the
-CLI handles it.
+CLI handles it. A Python API case (kind `api`) calls the function itself: a ChakraToolsError is
+its documented error, anything else a failure.
+
+Each case gets a box, `WORK/caseN/`: its folder `case/` (`in/`, `out/`, and `cwd/`, the child's
+working folder, empty) and the sentinel folder `outside/` that hostile absolute paths point into.
+Whatever the command creates in the box outside `case/out/` is a write outside the output folder,
+and so is anything new beside the boxes in WORK (a path that climbs three levels from `out/`).
 """
 
 from __future__ import annotations
@@ -37,19 +44,20 @@ import traceback
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
-from .cases import CASE_MAKERS, Case, Seeds, _cli, load_seeds, make_case  # noqa: F401
+from .cases import CASE_MAKERS, OUTSIDE, Case, Seeds, _cli, load_seeds, make_case  # noqa: F401
 
 
 #: input kinds, in the order cases are dealt to them
 KINDS = ("et", "comm_group", "host_et", "kineto", "manifest", "network", "system", "memory", "text", "onnx",
-         "result")
+         "result", "jsondoc", "legacy", "api")
 
 #: kinds whose failures are all fixed: the short run in `make test` asserts none fail. A kind
 #: joins this list once `bench/fuzz.py --kinds KIND --count 2000` reports no failure for it.
 FIXED_KINDS = ("network", "system", "memory", "text", "onnx", "result", "comm_group", "et", "host_et",
-               "kineto", "manifest")
+               "kineto", "manifest", "jsondoc", "legacy", "api")
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,12 +124,15 @@ def _patch_commands() -> None:
 # classifying an outcome
 # --------------------------------------------------------------------------------------------
 
-def classify(case: Case, d: Path, result) -> tuple[str, str | None, str]:
-    """(outcome, failure signature or None, the message seen)."""
+def classify(case: Case, d: Path, result, strays: list[str] = ()) -> tuple[str, str | None, str]:
+    """(outcome, failure signature or None, the message seen). `strays`: what the command created
+    outside its output folder (`_strays`), paths relative to the case's box."""
     stderr = result.stderr if result.stderr_bytes is not None else ""
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
     rc = result.exit_code
+    if strays:
+        return "FAILURE", f"write outside the output folder: {strays[0]}", last
     if UNEXPECTED:
         etype, where = UNEXPECTED[0]
         return "FAILURE", f"{etype} at {where}", last
@@ -133,9 +144,10 @@ def classify(case: Case, d: Path, result) -> tuple[str, str | None, str]:
         return "FAILURE", "internal error: " + _pattern(last), last
     if "Traceback (most recent call last)" in stderr + result.stdout:
         return "FAILURE", "traceback printed", last
-    temps = [p for p in d.rglob("*") if re.match(r"\..*\.tmp-\d+$", p.name)]
+    temps = _temporaries(d)
     if temps:
-        return "FAILURE", "temporary file left behind", str(temps[0].relative_to(d))
+        what = next(label for label, pattern in TEMPORARY_KINDS.items() if pattern.match(temps[0].name))
+        return "FAILURE", f"temporary file left behind ({what})", str(temps[0].relative_to(d))
     if rc == 0:
         if case.stale is not None and case.stale.exists():
             return "FAILURE", f"stale output kept beside the new one ({case.stale.name})", ""
@@ -152,6 +164,27 @@ def classify(case: Case, d: Path, result) -> tuple[str, str | None, str]:
             or any(f"{o} " in last for o in options)):
         return "FAILURE", "error naming no input: " + _pattern(last), last
     return "error", None, last
+
+
+#: what the writers stage a file or a rank set in before moving it into place, by the label a
+#: failure shows (core/commit.py: `.NAME.chakra-tmp-PID`, `.chakra-writing-PID-XXXX/`, and the
+#: journal of a commit; the names of earlier versions too)
+TEMPORARY_KINDS = {".writing-*": re.compile(r"\.(chakra-)?writing-"),
+                   ".tmp-*": re.compile(r"\..*\.(chakra-)?tmp-\d+"),
+                   ".commit-*.json": re.compile(r"\.commit-.*\.json")}
+TEMPORARY = re.compile("|".join(p.pattern for p in TEMPORARY_KINDS.values()))
+
+
+def _temporaries(d: Path) -> list[Path]:
+    """Staging files and folders left anywhere in the case's folder, outermost first."""
+    return sorted((p for p in d.rglob("*") if TEMPORARY.match(p.name)), key=lambda p: len(p.parts))
+
+
+def _strays(box: Path, before: set[Path], allowed: Path) -> list[str]:
+    """What is in `box` now that was not `before`, outside the `allowed` folder: paths relative
+    to the box, outermost first."""
+    new = [p for p in box.rglob("*") if p not in before and p != allowed and allowed not in p.parents]
+    return [str(p.relative_to(box)) for p in sorted(new, key=lambda p: (len(p.parts), str(p)))]
 
 
 def _left_behind(case: Case) -> str:
@@ -181,36 +214,56 @@ def _pattern(message: str) -> str:
 MEMORY_LIMIT = 4 << 30
 
 
-def run_case(kind: str, index: int, seed: int, seeds: Seeds, d: Path) -> dict:
-    """Make and run one case here (in the child); the report as a dict."""
+def run_case(kind: str, index: int, seed: int, seeds: Seeds, box: Path, ordinal: int = 0) -> dict:
+    """Make and run one case here (in the child), in the folder `box/case` (the box made, the
+    working folder `box/case/cwd`); the report as a dict."""
     rng = random.Random(f"{seed}-{index}")
     UNEXPECTED.clear()
+    d = box / "case"
     try:
-        case = make_case(kind, rng, seeds, d)
+        case = make_case(kind, rng, seeds, d, ordinal)
     except Exception as e:  # a mutator's own bug: report it as such, not as the tool's
         return {"kind": kind, "index": index, "outcome": "harness-error", "signature": repr(e)[:200],
                 "what": "", "command": "", "message": traceback.format_exc()[-800:]}
-    described = {"what": case.what, "command": f"trace-{case.command} " + " ".join(case.argv)}
-    (d.parent / f"{d.name}.pre.json").write_text(json.dumps(described))  # for a hang or a crash
+    described = {"what": case.what, "command": case.line()}
+    (box.parent / f"{box.name}.pre.json").write_text(json.dumps(described))  # for a hang or a crash
+    before = set(box.rglob("*"))
     t0 = time.perf_counter()
-    result = _cli(case.command, case.argv)
-    outcome, sig, message = classify(case, d, result)
+    result = _call(case.call) if case.call else _cli(case.command, case.argv)
+    seconds = time.perf_counter() - t0
+    outcome, sig, message = classify(case, d, result, _strays(box, before, d / "out"))
     return {"kind": kind, "index": index, "outcome": outcome, "signature": sig, "what": case.what,
-            "command": f"trace-{case.command} " + " ".join(case.argv), "message": message[:300],
-            "seconds": round(time.perf_counter() - t0, 3)}
+            "command": case.line(), "message": message[:300], "seconds": round(seconds, 3)}
 
 
-def _child(kind, index, seed, seeds, d: Path) -> None:
+def _call(fn: Callable[[], object]) -> SimpleNamespace:
+    """Run a Python API call as `classify` sees a command: a ChakraToolsError is a documented
+    error (its exit code, `error: MESSAGE` on stderr); anything else an unexpected exception."""
+    from chakra_tools.core.errors import ChakraToolsError
+
+    res = SimpleNamespace(exit_code=0, stdout="", stderr="", stderr_bytes=b"", exception=None)
     try:
-        fd = os.open(d.parent / f"{d.name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fn()
+    except ChakraToolsError as e:
+        res.exit_code, res.stderr = e.exit_code, f"error: {e}\n"
+    except Exception as e:  # noqa: BLE001 - what the harness is here to find
+        UNEXPECTED.append(_signature(e))
+        res.exit_code, res.exception = 70, e
+    return res
+
+
+def _child(kind, index, seed, seeds, box: Path, ordinal: int) -> None:
+    try:
+        fd = os.open(box.parent / f"{box.name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-        os.chdir(d.parent)
-        d.mkdir()
+        (box / OUTSIDE).mkdir(parents=True)
+        (box / "case" / "cwd").mkdir(parents=True)
+        os.chdir(box / "case" / "cwd")
         _patch_commands()
-        rep = run_case(kind, index, seed, seeds, d)
-        (d.parent / f"{d.name}.json").write_text(json.dumps(rep))
+        rep = run_case(kind, index, seed, seeds, box, ordinal)
+        (box.parent / f"{box.name}.json").write_text(json.dumps(rep))
     finally:
         os._exit(0)
 
@@ -296,12 +349,13 @@ def run(seed: int, count: int, *, kinds=KINDS, jobs: int | None = None, timeout:
                 d = work / f"case{i}"
                 pid = os.fork()
                 if pid == 0:
-                    _child(kind, i, seed, seeds, d)
+                    _child(kind, i, seed, seeds, d, i // len(kinds))
                 running[pid] = (i, kind, time.monotonic(), d)
             finished = _reap(running, timeout)
             for pid, status in finished:
                 i, kind, _, d = running.pop(pid)
                 rep = _collect(i, kind, d, status, timeout)
+                rep = _climbed(work, rep)
                 report.add(rep)
                 if keep is not None and rep["outcome"] != "clean" and rep["outcome"] != "error" \
                         and report.failures[rep["signature"]]["count"] == 1:
@@ -318,6 +372,23 @@ def run(seed: int, count: int, *, kinds=KINDS, jobs: int | None = None, timeout:
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+#: what WORK holds besides what a case climbs out of its box to write
+_WORK_NAMES = re.compile(r"seeds$|case\d+(\.json|\.log|\.pre\.json)?$")
+
+
+def _climbed(work: Path, rep: dict) -> dict:
+    """A case whose command wrote beside the boxes in WORK (removed, so no later case is blamed
+    for it) failed. With more than one case at a time the blame lands on the case finished first,
+    which the signature's path and a rerun of the case alone settle."""
+    stray = sorted(p.name for p in work.iterdir() if not _WORK_NAMES.match(p.name))
+    for name in stray:
+        path = work / name
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if not stray:
+        return rep
+    return {**rep, "outcome": "FAILURE", "signature": f"write outside the output folder: ../{stray[0]}"}
 
 
 def _preload() -> None:
@@ -376,7 +447,7 @@ def _describe(d: Path) -> dict:
 def _keep(d: Path, keep: Path, rep: dict) -> None:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", rep["signature"])[:80].strip("-")
     dest = keep / f"{rep['kind']}-{rep['index']}-{slug}"
-    if (d / "in").exists():
-        shutil.copytree(d / "in", dest / "in", dirs_exist_ok=True)
+    if (d / "case" / "in").exists():
+        shutil.copytree(d / "case" / "in", dest / "in", dirs_exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "case.json").write_text(json.dumps(rep, indent=1))
