@@ -76,5 +76,7 @@ def _print_report(path: Path, report) -> None:
     errors = report.error_count
     warnings = len(report.diagnostics) - errors
     verdict = "OK" if not errors else "FAILED"
-    typer.echo(f"{path}: {len(report.ranks)} rank(s), {report.nodes} nodes: "
+    unrecorded = report.world_size is None and "bad-world-size" not in report.diagnostics.counts
+    size = " (the files do not record the job's size)" if unrecorded else ""
+    typer.echo(f"{path}: {len(report.ranks)} rank(s){size}, {report.nodes} nodes: "
                f"{errors} error(s), {warnings} warning(s) — {verdict}")

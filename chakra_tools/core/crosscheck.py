@@ -322,12 +322,12 @@ def check_one_conversion(scans: Mapping[int, RankScan], out: Diagnostics) -> Non
 
 
 def check_across_ranks(scans: dict[int, RankScan], comm_groups, out: Diagnostics, *,
-                       absent_peers: bool = True, groups_file: str | None = None) -> None:
+                       absent_peers: bool = True, groups_file: str | None = None) -> int | None:
     """Every check that needs the ranks together (each rank's `RankScan`, made while streaming it).
 
     Without `absent_peers` the set must be a whole job: every rank it names has a file
     (`missing-rank`, `missing-ranks`). `groups_file` names the communicator-group file in the
-    findings of ranks only it names."""
+    findings of ranks only it names. Returns the rank count the files record (None: not recorded)."""
     groups = comm_groups or {}
     check_file_ranks(scans, out)
     check_one_conversion(scans, out)
@@ -340,3 +340,4 @@ def check_across_ranks(scans: dict[int, RankScan], comm_groups, out: Diagnostics
     if len(scans) > 1:
         check_collective_sequences(scans, groups, out)
         check_point_to_point(scans, out, absent_peers)
+    return declared

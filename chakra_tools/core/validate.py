@@ -367,6 +367,9 @@ class ValidationReport:
     ranks: list[int]
     nodes: int
     path: str | None = None  # what was validated, as given (validate_path)
+    #: the job's rank count as the files record it (our GlobalMetadata `world_size`); None where
+    #: they do not (ASTRA-sim's, Chakra's): a missing highest rank that nothing names is then unseen
+    world_size: int | None = None
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -390,7 +393,7 @@ class ValidationReport:
 
     def _findings(self) -> dict:
         return {
-            "ranks": self.ranks, "nodes": self.nodes,
+            "ranks": self.ranks, "nodes": self.nodes, "world_size": self.world_size,
             "errors": self.error_count, "warnings": len(self.diagnostics) - self.error_count,
             "counts": dict(sorted(self.diagnostics.counts.items())),
             "omitted": self.diagnostics.omitted(),
@@ -439,8 +442,9 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         scans[rank].world_size = _world_size(reader.metadata)
         scans[rank].recorded_rank = _recorded_rank(reader.metadata)
         scans[rank].conversion = _conversion(reader.metadata)
-    check_across_ranks(scans, groups, out, absent_peers=absent_peers, groups_file=comm_group and str(comm_group))
-    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path))
+    declared = check_across_ranks(scans, groups, out, absent_peers=absent_peers,
+                                  groups_file=comm_group and str(comm_group))
+    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path), declared)
 
 
 def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None, *,

@@ -71,7 +71,7 @@ def test_the_ring_without_rank_6_is_an_error_naming_who_sends_to_it(shared_fixtu
     assert line.startswith(f"error: {ring}/custom_allreduce.5.et: rank 6: no file, but rank 5 node 0 "
                            "('COMM_SEND_NODE_tb0_step0') sends to it (named 28 times)")  # 14 sends, 14 receives
     assert line.endswith("[missing-rank]") and "--absent-peers assume" in line
-    assert "7 rank(s), 245 nodes: 1 error(s), 0 warning(s) — FAILED" in res.output
+    assert "7 rank(s) (the files do not record the job's size), 245 nodes: 1 error(s), 0 warning(s) — FAILED" in res.output
 
 
 def test_trace_replay_refuses_the_ring_without_rank_6(shared_fixtures, tmp_path):

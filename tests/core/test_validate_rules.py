@@ -135,7 +135,7 @@ def test_cli_exit_codes_and_json(cli, tmp_path):
     bad.write(tmp_path / "bad", "t")
     ok = cli(tmp_path / "good")
     assert ok.returncode == 0, ok.stderr
-    assert "2 rank(s), 2 nodes: 0 error(s)" in ok.stdout
+    assert "2 rank(s) (the files do not record the job's size), 2 nodes: 0 error(s)" in ok.stdout
     failed = cli(tmp_path / "bad", "--json")
     assert failed.returncode == 1
     doc = json.loads(failed.stdout)
@@ -162,3 +162,14 @@ def test_cli_comm_group_file_and_show(cli, tmp_path):
     assert sum("[dangling-data-dep]" in line for line in listed) == 1  # one shown ...
     assert "... and 3 more [dangling-data-dep]" in checked.stdout  # ... all four counted
     assert sum("[unknown-pg]" in line for line in listed) == 1 and "... and 1 more [unknown-pg]" in checked.stdout
+
+
+def test_the_summary_says_whether_the_files_record_the_jobs_size(cli, tmp_path):
+    """Without a recorded size a missing highest rank that nothing names is unseen: say so."""
+    rs = rankset({r: [coll(1, CommType.ALL_REDUCE, 8)] for r in (0, 1)})
+    rs.write(tmp_path / "ours", "t", record_world=True)
+    ours = cli(tmp_path / "ours")
+    assert "2 rank(s), 2 nodes" in ours.stdout and "record" not in ours.stdout
+    assert json.loads(cli(tmp_path / "ours", "--json").stdout)["world_size"] == 2
+    rs.write(tmp_path / "theirs", "t")
+    assert json.loads(cli(tmp_path / "theirs", "--json").stdout)["world_size"] is None
