@@ -944,6 +944,200 @@ static int parse(Ptr p, Py_ssize_t size, const Spec *sp, Parsed *d)
     return 0;
 }
 
+/* ---- scan_frames: the validator's common case on the raw frames (core/validate.py) -------------
+ *
+ *     scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type) -> (pos, n, last)
+ *         (twin: hotloops._scan_frames_twin claims no frame; the validator decodes every node with
+ *         protobuf and checks it). From `pos` on, the frames of `buf` whose nodes the validator has
+ *         nothing to say about, one after another: each parses as `parse` reads a node, its id is
+ *         first + count + k (consecutive), every dependency is in first .. its id - 1, every
+ *         attribute `contract` names (a dict name -> AttributeProto field number) has that kind,
+ *         and a communication node has what it needs (validate.P2P_NEEDS), a comm_type of the
+ *         enum (0..max_comm_type), no is_cpu_op true, a pg_name that is "", "0" or an ASCII decimal
+ *         in `pgs` (a set of names; None: only "" and "0") and, on a collective, no group_size. Each
+ *         communication node appends to `sink` what the cross-rank checks keep of it:
+ *         (7, id, name, pg, comm_type, comm_size) or (5|6, id, name, peer, tag, size). Stops at
+ *         the first frame that is not such a node or not whole in `buf`; returns the position after
+ *         the last frame it took, how many it took and where that last one starts (-1: none; a
+ *         reader names the last good node of a broken file by it).
+ */
+
+typedef struct {
+    Ptr name;
+    Py_ssize_t len;
+    int kind;
+} ContractKind;
+
+#define MAX_CONTRACT 32
+
+static int contract_table(PyObject *contract, ContractKind *t, int *n)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    *n = 0;
+    while (PyDict_Next(contract, &pos, &k, &v)) {
+        if (*n >= MAX_CONTRACT || !PyBytes_Check(k) || !PyLong_Check(v))
+            return PUNT;
+        t[*n].name = (Ptr)PyBytes_AS_STRING(k);
+        t[*n].len = PyBytes_GET_SIZE(k);
+        t[*n].kind = (int)PyLong_AsLong(v);
+        (*n)++;
+    }
+    return 0;
+}
+
+/* What a plain node's attributes say beyond `parse`: every contract kind kept, and whether it has
+ * group_size and is_cpu_op of any kind; PUNT where the validator would report something. */
+static int attrs_plain(Ptr p, Ptr end, const ContractKind *t, int nt, int *has_group_size)
+{
+    Field fd;
+    *has_group_size = 0;
+    while (p < end) {
+        if (next_field(&p, end, &fd))
+            return PUNT;
+        if (fd.f != 10)
+            continue;
+        Attr a;
+        if (read_attr(fd.s, fd.s + fd.n, &a))
+            return PUNT;
+        if (name_is(&a, "group_size", 10))
+            *has_group_size = 1;
+        for (int i = 0; i < nt; i++)
+            if (a.name_len == t[i].len && memcmp(a.name, t[i].name, a.name_len) == 0) {
+                if (a.kind != t[i].kind)
+                    return PUNT;
+                break;
+            }
+    }
+    return 0;
+}
+
+static int pg_plain(const Parsed *d, PyObject *pgs, PyObject **pg)
+{
+    if (d->pg == NULL || d->pg_len == 0 || (d->pg_len == 1 && d->pg[0] == '0')) {
+        *pg = PyUnicode_FromStringAndSize((const char *)d->pg, d->pg == NULL ? 0 : d->pg_len);
+        return *pg == NULL ? -2 : 0;
+    }
+    if (pgs == Py_None)
+        return PUNT;
+    for (Py_ssize_t i = 0; i < d->pg_len; i++)
+        if (d->pg[i] < '0' || d->pg[i] > '9')
+            return PUNT;
+    *pg = PyUnicode_FromStringAndSize((const char *)d->pg, d->pg_len);
+    if (*pg == NULL)
+        return -2;
+    int in = PySet_Contains(pgs, *pg);
+    if (in == 1)
+        return 0;
+    Py_CLEAR(*pg);
+    if (in < 0)
+        return -2;
+    return PUNT;
+}
+
+/* The sink's record of a plain communication node, or PUNT / -2 (an exception set). */
+static int comm_record(const Parsed *d, PyObject *pgs, long max_comm_type, int has_group_size, PyObject *sink)
+{
+    /* slots: comm_type 2, comm_size 3, comm_src 4, comm_dst 5, comm_tag 6 */
+    int coll = d->type == 7, send = d->type == 5;
+    if (d->is_cpu || !d->slot_kind[3])
+        return PUNT;
+    PyObject *pg = NULL, *rec = NULL;
+    int got = pg_plain(d, pgs, &pg);
+    if (got)
+        return got;
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)d->name, d->name_len, "strict");
+    if (name == NULL) {
+        Py_DECREF(pg);
+        return -2;
+    }
+    PyObject *size = int_value(d->slot_kind[3], d->slot_v[3]);
+    if (coll) {
+        PyObject *ct = d->slot_kind[2] ? int_value(d->slot_kind[2], d->slot_v[2]) : NULL;
+        long v = ct == NULL ? -1 : PyLong_AsLong(ct);
+        if (ct == NULL || has_group_size || v < 0 || v > max_comm_type) {
+            PyErr_Clear();
+            Py_XDECREF(ct);
+            Py_XDECREF(size);
+            Py_DECREF(name);
+            Py_DECREF(pg);
+            return PUNT;
+        }
+        rec = Py_BuildValue("(iKNNNN)", 7, (unsigned long long)d->id, name, pg, ct, size);
+    } else {
+        int peer = send ? 5 : 4;
+        if (!d->slot_kind[peer] || !d->slot_kind[6]) {
+            Py_XDECREF(size);
+            Py_DECREF(name);
+            Py_DECREF(pg);
+            return PUNT;
+        }
+        Py_DECREF(pg);
+        rec = Py_BuildValue("(iKNNNN)", (int)d->type, (unsigned long long)d->id, name,
+                            int_value(d->slot_kind[peer], d->slot_v[peer]),
+                            int_value(d->slot_kind[6], d->slot_v[6]), size);
+    }
+    if (rec == NULL)
+        return -2;
+    int bad = PyList_Append(sink, rec);
+    Py_DECREF(rec);
+    return bad ? -2 : 0;
+}
+
+static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[4]) || !PyList_Check(args[6])
+        || (args[5] != Py_None && !PyAnySet_Check(args[5]))) {
+        PyErr_SetString(PyExc_TypeError, "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type)");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), pos = PyLong_AsSsize_t(args[1]);
+    unsigned long long first = PyLong_AsUnsignedLongLong(args[2]), count = PyLong_AsUnsignedLongLong(args[3]);
+    long max_comm_type = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    ContractKind table[MAX_CONTRACT];
+    int nt;
+    Ptr buf = (Ptr)PyBytes_AS_STRING(args[0]);
+    Spec sp = {1, 1, NULL, 7, 7};
+    long long taken = 0;
+    Py_ssize_t last = -1;
+    if (pos < 0 || pos > size || contract_table(args[4], table, &nt) || first >> 62 || count >> 62)
+        return Py_BuildValue("(nLn)", pos < 0 ? 0 : pos, taken, last);
+    Parsed d;
+    while (pos < size) {
+        Ptr p = buf + pos, end = buf + size;
+        uint64_t len;
+        if (rd_varint(&p, end, &len) || len == 0 || len > (uint64_t)(end - p))
+            break;
+        if (parse(p, (Py_ssize_t)len, &sp, &d))
+            break;
+        uint64_t id = first + count + (uint64_t)taken;
+        if (d.id != id)
+            break;
+        int k = 0;
+        for (; k < d.n_deps; k++)
+            if (d.deps[k] < first || d.deps[k] >= id)
+                break;
+        if (k < d.n_deps)
+            break;
+        int has_group_size;
+        if (attrs_plain(p, p + len, table, nt, &has_group_size))
+            break;
+        if (d.type >= 5 && d.type <= 7) {
+            int got = comm_record(&d, args[5], max_comm_type, has_group_size, args[6]);
+            if (got == -2)
+                return NULL;
+            if (got)
+                break;
+        }
+        last = pos;
+        pos = (p + len) - buf;
+        taken++;
+    }
+    return Py_BuildValue("(nLn)", pos, taken, last);
+}
+
 /* The NodeInfo of a parsed node (a new reference, untracked by the cyclic GC), or NULL. */
 static PyObject *build_info(const Parsed *d, const Spec *sp)
 {
@@ -2407,6 +2601,9 @@ static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(nodes, start, first, count, contract, comm_types) -> how many nodes from start on\n"
      "the validator has nothing to say about (consecutive ids from first + count)."},
+    {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL,
+     "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type) -> (pos, n, last): the\n"
+     "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},
     {"decode_node", (PyCFunction)(void (*)(void))decode_node, METH_FASTCALL,
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
      "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},

@@ -21,7 +21,7 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Mapping
-from typing import BinaryIO, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from google.protobuf.message import DecodeError
 
@@ -96,18 +96,25 @@ def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return -1, pos
 
 
-def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
+def iter_frames(stream: BinaryIO, path: str | Path = "<stream>", chunk: int = CHUNK,
+                skip: Callable[[bytes, int], int] | None = None) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, message bytes) for each length-delimited message of the stream.
 
     Most Chakra nodes are shorter than 16 KiB, so their length prefix is one byte or two: those
     are decoded inline (the reader's hot path). A longer prefix, a message across a read boundary
-    or a broken file takes `FrameReader.next_frame`, the general path.
+    or a broken file takes `FrameReader.next_frame`, the general path. `skip(buf, pos)`, where
+    given, is asked before each frame of the buffer where the next one to yield starts: the
+    validator takes the frames it needs no Node for there (`hotloops.scan_frames`).
     """
     r = FrameReader(stream, path, chunk)
     while True:
         buf, pos, base = r.buf, r.pos, r.base
         end = len(buf)
         while pos < end:
+            if skip is not None:
+                pos = skip(buf, pos)
+                if pos >= end:
+                    break
             b = buf[pos]
             if 0 < b < 0x80 and pos + 1 + b <= end:
                 yield base + pos, buf[pos + 1:pos + 1 + b]
@@ -338,16 +345,38 @@ class TraceReader:
     """
 
     def __init__(self, path: str | Path, *, rank: int | None = None,
-                 diagnostics: Diagnostics | None = None):
+                 diagnostics: Diagnostics | None = None, skippable: bool = False):
         self.path = str(path)
         self.rank = rank
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
         self.metadata: Metadata | None = None
+        #: with `skippable`, a callable(buf, pos) -> (pos past the frames a caller takes from the raw
+        #: bytes itself, where the last of them starts or -1) (validate.scan_rank), asked once the
+        #: legacy sniff is over
+        self.skip: Callable[[bytes, int], tuple[int, int]] | None = None
+        self._skipped: tuple[bytes, int] | None = None  # the last frame skipped, if after the last node
         self._stream = open_binary(path)
-        self._frames = iter_frames(self._stream, self.path)
+        self._frames = iter_frames(self._stream, self.path, skip=self._skip if skippable else None)
         self._first: tuple[int, bytes] | None = None
         self._sniff_left = LEGACY_SNIFF
         self._read_metadata()
+
+    def _skip(self, buf: bytes, pos: int) -> int:
+        if self.skip is None or self._sniff_left:
+            return pos
+        pos, last = self.skip(buf, pos)
+        if last >= 0:
+            self._skipped = (buf, last)
+        return pos
+
+    def _last_good(self, last: Node | None) -> Node | None:
+        """The last node read whole: `last`, or the last frame a skip took after it (decoded now,
+        for the message of an error that follows it)."""
+        if self._skipped is None:
+            return last
+        buf, start = self._skipped
+        length, body = decode_varint(buf, start)
+        return node_from_pb(pb.Node.FromString(buf[body:body + length]))
 
     def _warn(self, code: str, message: str, node: Node | None = None) -> None:
         self.diagnostics.add(Diagnostic(
@@ -380,10 +409,12 @@ class TraceReader:
                 yield last
             for offset, msg in self._frames:
                 last = self._decode(offset, msg, last)
+                self._skipped = None  # `last` is after what a skip took
                 yield last
         except TraceReadError as e:
-            if e.last_good is None and last is not None:  # a framing error: name the last good node
-                raise TraceReadError(e.path, e.offset, e.reason, str(last)) from None
+            good = self._last_good(last)
+            if good is not None and (e.last_good is None or good is not last):  # name the last good node
+                raise TraceReadError(e.path, e.offset, e.reason, str(good)) from None
             raise
         finally:
             self.close()

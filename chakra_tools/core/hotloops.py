@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from . import encoder, native
-from .model import CONTRACT, Node, NodeType
+from .model import CONTRACT, CommType, Node, NodeType
 
 #: the compiled module, or None (not built, or not wanted)
 COMPILED = native.load("chakra_tools.core._hotloops")
@@ -40,6 +40,28 @@ def _plain_run_compiled(nodes: Sequence[Node], start: int, first: int, count: in
 def _plain_run_twin(nodes: Sequence[Node], start: int, first: int, count: int) -> int:
     """Claims no node: then the validator's general checks, the reference, look at every one."""
     return 0
+
+
+def _contract_fields() -> dict[bytes, int]:
+    """The contract as the compiled scan reads it: name -> the AttributeProto field number of its kind."""
+    from .schema import et_def_pb2 as pb
+
+    fields = pb.AttributeProto.DESCRIPTOR.fields_by_name
+    return {name.encode(): fields[kind].number for name, kind in CONTRACT.items()}
+
+
+_CONTRACT_FIELDS = _contract_fields() if COMPILED is not None else {}
+_MAX_COMM_TYPE = max(CommType)
+assert list(CommType) == list(range(_MAX_COMM_TYPE + 1))  # what the compiled scan's range check takes
+
+
+def _scan_frames_compiled(buf: bytes, pos: int, first: int, count: int, pgs, sink: list) -> tuple[int, int, int]:
+    return COMPILED.scan_frames(buf, pos, first, count, _CONTRACT_FIELDS, pgs, sink, _MAX_COMM_TYPE)
+
+
+def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: list) -> tuple[int, int, int]:
+    """Claims no frame: then the validator decodes every node (protobuf) and checks it, the reference."""
+    return pos, 0, -1
 
 
 def _decode_node_twin(msg: bytes, use_data: bool, use_ctrl: bool, info_type: type, max_type: int,
@@ -67,6 +89,10 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
 #: first + count, first + count + 1, ... and nothing the validator would report (the run of
 #: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
+#: scan_frames(buf, pos, first, count, pgs, sink) -> (pos, n, last): plain_run on the raw frames of
+#: buf from pos on (the validator's common case without decoding: see _hotloops.c), the
+#: communication nodes' records appended to sink, `last` where the last frame taken starts;
+#: (pos, 0, -1) means "decode and check the frame at pos yourself"
 #: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
 #: load_node(window, msg[, offset]) -> id: decode_node, then the node put into the feeder's window as
@@ -81,10 +107,11 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
 #: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
-          "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
+          "scan_frames": _scan_frames_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
           "finish_node": _finish_node_twin, "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
+                                            "scan_frames": _scan_frames_compiled,
                                             "decode_node": COMPILED.decode_node,
                                             "load_node": COMPILED.load_node,
                                             "load_frames": COMPILED.load_frames,
@@ -92,6 +119,7 @@ _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_fram
                                             "Window": COMPILED.Window}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
+scan_frames = _PICKED["scan_frames"]
 decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
 load_frames = _PICKED["load_frames"]
@@ -102,9 +130,11 @@ Window = _PICKED["Window"]
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window
+    global encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node, Window
     try:
-        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window = (_TWINS[k] for k in _TWINS)
+        (encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node,
+         Window) = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        encode_frames, plain_run, decode_node, load_node, load_frames, finish_node, Window = (_PICKED[k] for k in _TWINS)
+        (encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node,
+         Window) = (_PICKED[k] for k in _TWINS)

@@ -286,7 +286,10 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
         out.add(Diagnostic(severity, code, message, file=file, rank=rank, node_id=node_id, node_name=node_name))
 
     index = deps.index
-    for chunk in _chunks(nodes):
+    frames = getattr(nodes, "skip", False) is None and not rules  # a TraceReader made skippable
+    if frames:
+        nodes.skip = _plain_frames(scan, index, comm_groups)
+    for chunk in _chunks(nodes, 1 if frames else 4096):  # one by one: the skip reads the index
         i, end = 0, len(chunk)
         while i < end:
             if plain_run is not None and index.table is None and index.first is not None:
@@ -344,6 +347,38 @@ def _chunks(nodes: Iterable[Node], size: int = 4096) -> Iterator[list[Node]]:
     it = iter(nodes)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+def _plain_frames(scan: RankScan, index: _IdIndex, comm_groups) -> Callable[[bytes, int], tuple[int, int]]:
+    """The reader's skip: the frames from `pos` on that `hotloops.scan_frames` finds nothing to
+    report in (compiled; the twin takes none), counted as `plain_run`'s nodes are, their
+    communication recorded as `_record_comm` records a node's. Only while ids run on from the
+    first (the index is two integers)."""
+    pgs = frozenset(comm_groups) if comm_groups is not None else None
+    scan_frames = hotloops.scan_frames
+    collectives, sends, recvs, peers = scan.collectives, scan.sends, scan.recvs, scan.peers
+    kinds = tuple(CommType)  # scan_frames took only comm_types of the enum: an index, not a call
+
+    def skip(buf: bytes, pos: int) -> tuple[int, int]:
+        if index.table is not None or index.first is None:
+            return pos, -1
+        sink: list = []
+        pos, taken, last = scan_frames(buf, pos, index.first, index.count, pgs, sink)
+        if taken:
+            index.count += taken
+            scan.nodes += taken
+            for rec in sink:
+                if rec[0] == 7:  # COMM_COLL_NODE
+                    collectives[rec[3]].append((rec[1], rec[2], kinds[rec[4]], rec[5]))
+                elif rec[0] == 5:  # COMM_SEND_NODE
+                    sends.append(rec[1:])
+                    note_peer(peers, rec[3], rec[1], rec[2], "sends to")
+                else:
+                    recvs.append(rec[1:])
+                    note_peer(peers, rec[3], rec[1], rec[2], "receives from")
+        return pos, last
+
+    return skip
 
 
 def _record_comm(scan: RankScan, node: Node) -> None:
@@ -435,7 +470,7 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     out = Diagnostics(examples_per_code)
     scans = {}
     for rank, f in files.items():
-        reader = TraceReader(f, rank=rank, diagnostics=out)
+        reader = TraceReader(f, rank=rank, diagnostics=out, skippable=True)
         again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
         scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
                                 target=target)
