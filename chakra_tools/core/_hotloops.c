@@ -1084,6 +1084,18 @@ static int comm_record(const Parsed *d, PyObject *pgs, long max_comm_type, int h
     return bad ? -2 : 0;
 }
 
+/* node_parses(msg) -> bool: whether a Node message reads as today's schema (`parse`): then it has
+ * no legacy layout (legacy.is_legacy_node wants field 11, or a string in field 6 or 7), and a
+ * reader need not look for one. False says nothing: the reference decides. */
+static PyObject *node_parses(PyObject *self, PyObject *msg)
+{
+    if (!PyBytes_Check(msg))
+        Py_RETURN_FALSE;
+    Spec sp = {1, 1, NULL, 7, 7};
+    Parsed d;
+    return PyBool_FromLong(!parse((Ptr)PyBytes_AS_STRING(msg), PyBytes_GET_SIZE(msg), &sp, &d));
+}
+
 static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[4]) || !PyList_Check(args[6])
@@ -2601,6 +2613,8 @@ static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(nodes, start, first, count, contract, comm_types) -> how many nodes from start on\n"
      "the validator has nothing to say about (consecutive ids from first + count)."},
+    {"node_parses", node_parses, METH_O,
+     "node_parses(msg) -> whether the Node message reads as today's schema (False: ask the reference)."},
     {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type) -> (pos, n, last): the\n"
      "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},

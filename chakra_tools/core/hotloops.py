@@ -64,6 +64,11 @@ def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: l
     return pos, 0, -1
 
 
+def _node_parses_twin(msg: bytes) -> bool:
+    """Says nothing (False): the reader's reference looks at every message for the legacy layout."""
+    return False
+
+
 def _decode_node_twin(msg: bytes, use_data: bool, use_ctrl: bool, info_type: type, max_type: int,
                       comm_coll: int) -> None:
     """Decodes no node: then the feeder's reference (protobuf and `feed.info.node_info`) reads every one."""
@@ -93,6 +98,8 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: buf from pos on (the validator's common case without decoding: see _hotloops.c), the
 #: communication nodes' records appended to sink, `last` where the last frame taken starts;
 #: (pos, 0, -1) means "decode and check the frame at pos yourself"
+#: node_parses(msg) -> True where the Node message reads as today's schema (so has no legacy
+#: layout); False: "look yourself"
 #: decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) read
 #: straight off the wire, or None: "decode this Node message yourself" (see `feed.ETFeeder._load`)
 #: load_node(window, msg[, offset]) -> id: decode_node, then the node put into the feeder's window as
@@ -107,11 +114,12 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
 #: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
-          "scan_frames": _scan_frames_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
+          "scan_frames": _scan_frames_twin, "node_parses": _node_parses_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
           "finish_node": _finish_node_twin, "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "scan_frames": _scan_frames_compiled,
+                                            "node_parses": COMPILED.node_parses,
                                             "decode_node": COMPILED.decode_node,
                                             "load_node": COMPILED.load_node,
                                             "load_frames": COMPILED.load_frames,
@@ -120,6 +128,7 @@ _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_fram
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
 scan_frames = _PICKED["scan_frames"]
+node_parses = _PICKED["node_parses"]
 decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
 load_frames = _PICKED["load_frames"]
@@ -130,11 +139,12 @@ Window = _PICKED["Window"]
 @contextmanager
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
-    global encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node, Window
+    global encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames
+    global finish_node, Window
     try:
-        (encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node,
+        (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
          Window) = (_TWINS[k] for k in _TWINS)
         yield
     finally:
-        (encode_frames, plain_run, scan_frames, decode_node, load_node, load_frames, finish_node,
+        (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
          Window) = (_PICKED[k] for k in _TWINS)
