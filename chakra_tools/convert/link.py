@@ -56,7 +56,7 @@ def link(host: HostTrace, dev: DeviceTrace) -> Link:
             lk.mismatch = _apart(host, dev, f"the host trace was written by pid {host.pid}, the device trace's "
                                  f"host events by pid {', '.join(map(str, sorted(dev.host_pids)))} (and neither "
                                  "records the ids that would pair their ops)")
-    _attach_kernels(lk, dev)
+    attach_kernels(lk, dev)
     return lk
 
 
@@ -80,8 +80,10 @@ def uncovered(lk: Link, dev: DeviceTrace) -> str | None:
         return None
     lo, hi = min(e.ts for e in linked), max(e.end for e in linked)
     total = sum(e.dur for e in work)
-    # a kernel a linked op launched may run after the op: only what starts past the last op ends
-    outside = [e for e in work if e.end <= lo or e.ts >= hi]
+    # a kernel a linked op launched may run after the op: only what no linked op launched and
+    # starts past the last op's end (or ends before the first op's start) is outside
+    launched = {id(g) for ks in lk.kernels.values() for g in ks}
+    outside = [e for e in work if (e.end <= lo or e.ts >= hi) and id(e) not in launched]
     lost = sum(e.dur for e in outside)
     if total <= 0 or lost < UNCOVERED_SHARE * total:
         return None
@@ -171,7 +173,7 @@ def _find(seq: list[str], name: str, start: int, lookahead: int) -> int | None:
     return None
 
 
-def _attach_kernels(lk: Link, dev: DeviceTrace) -> None:
+def attach_kernels(lk: Link, dev: DeviceTrace) -> None:
     """kernels[op id] = device events it launched, in start-time order."""
     event_op = {e.idx: op_id for op_id, e in lk.op_event.items()}
     by_corr = {}

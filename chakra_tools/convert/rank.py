@@ -26,6 +26,7 @@ from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, PG_INIT, HostTrace, parse_host_bytes
 from .jsonio import gc_paused, read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
+from .extend import keep_after
 from .link import link, uncovered
 from .readers import first_readers
 from .schema import INT64_MAX, INT64_MIN
@@ -77,6 +78,10 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
     with gc_paused():
         host, dev, calls, waits, consumers = _read(host_path, device_path, steps)
         lk = link(host, dev) if dev is not None else None
+        kept = keep_after(host, dev, lk) if lk is not None and not lk.mismatch else None
+        if kept is not None:  # device work after the host trace: its host events as ops of their own
+            more_calls, more_waits = find_calls(kept.ops)
+            calls, waits = calls + more_calls, waits + more_waits
         if lk is not None:
             absorb_worker_ops(calls, host.ops, lk.op_event, dev.host)
             fill_from_device(calls, host.by_id_cache(), lk.op_event)
@@ -91,6 +96,8 @@ def _convert(host_path, device_path, rank: int, known: dict, metadata_nodes: boo
             result.diagnostics.add(Diagnostic("error", "unpaired-traces", lk.mismatch, file=source, rank=rank))
         elif lk is not None and (gap := uncovered(lk, dev)):
             result.diagnostics.add(Diagnostic("warning", "host-trace-partial", gap, file=source, rank=rank))
+        if kept is not None:
+            result.diagnostics.add(Diagnostic("warning", "device-work-kept", kept.message, file=source, rank=rank))
         stats = {"link": lk.method if lk else "none", "linked": len(lk.op_event) if lk else 0,
                  "host_ops": len(host.ops)}
         has_device = dev is not None

@@ -72,15 +72,23 @@ def test_a_manifest_of_another_run_is_refused():
 
 
 def test_a_host_trace_covering_part_of_its_device_trace_is_said(shared_fixtures, tmp_path):
-    """PARAM's ResNet pair: the host trace covers about a third of what its Kineto trace records;
-    the kernels outside it have no host op and are left out, which the conversion says."""
+    """PARAM's ResNet pair: the host trace stops about a third into what its Kineto trace records;
+    the work after it is kept from the Kineto trace alone (convert/extend.py), which the
+    conversion says, and the measured window is then the device trace's whole span."""
+    from chakra_tools.core.measured import Measured
+    from chakra_tools.core.graph import Graph
+
     pair = shared_fixtures / "param"
     inputs = inputs_from_files([str(pair / "resnet_1gpu_host_et.json.gz")],
                                [str(pair / "resnet_1gpu_kineto.json.gz")], [0])
     report = convert(inputs, tmp_path / "out", executor="serial")
-    (found,) = [d for d in report.diagnostics if d.code == "host-trace-partial"]
+    (found,) = [d for d in report.diagnostics if d.code == "device-work-kept"]
     assert found.severity == "warning" and "resnet_1gpu_host_et.json.gz" in str(found.file)
-    assert "are left out" in found.message and "--device" in found.message
+    assert "are kept from the device trace alone" in found.message
+    assert not [d for d in report.diagnostics if d.code == "host-trace-partial"]
+    graph = Graph.read(tmp_path / "out" / "trace.0.et")
+    window = Measured.from_metadata(graph.metadata, "trace.0.et")
+    assert 14.4e9 < window.duration_ns < 14.6e9  # Kineto's 14.5 s, not the host trace's 4.8 s
 
 
 def test_a_pair_of_one_capture_says_nothing_about_coverage(raw_run, tmp_path):
