@@ -60,6 +60,9 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExt
 #: a launch this much longer than the rank's median launch found the launch queue full
 STALL_FACTOR, STALL_MIN_US = 10.0, 50.0
 EPS_US = 1.0  # clock slack between a call's return and the device work it waited for
+#: a synchronous copy (pageable memory) can be recorded ending after the call that made it
+#: returned: the device's clock against the host's (31 us in PARAM's resnet trace, 25 ms copies)
+COPY_SKEW_US = 100.0
 #: a call that waited for device work returns this soon after the work ends; one that returned
 #: later was busy on the host (lazy module loading, cudaFree's driver work) and keeps its time
 RETURN_US = 50.0
@@ -488,7 +491,8 @@ class Builder:
         if self.dev is None or not self.streams:
             return
         # pending when a call began: launched before it (a kernel may start long after its launch)
-        device = sorted((r.ts + r.dur_us, r.id, self.launched_at.get(r.id, r.ts), r.call is not None)
+        device = sorted((r.ts + r.dur_us, r.id, self.launched_at.get(r.id, r.ts), r.call is not None,
+                         "Pageable" in r.name)
                         for r in self.recs if r.stream is not None)
         device_ends = [d[0] for d in device]
         host_by_tid: dict = defaultdict(list)
@@ -864,15 +868,18 @@ def _may_block(call: Event, stall_us: float) -> bool:
     return name.startswith(BLOCKING_CALLS) or (name.startswith(LAUNCH_CALLS) and call.dur >= stall_us)
 
 
-def _waited_for(device: list[tuple[float, int, float, bool]], ends: list[float], call: Event):
-    """The device work (end, node, start, is a collective) a blocking call waited for, None if
-    none: the last to end within `RETURN_US` before the call returned that was pending when the
-    call began; a copy or set also waits for the copy it issued itself, but never for another
-    stream's collective (a copy queues on its own stream, not behind NCCL's)."""
+def _waited_for(device: list[tuple[float, int, float, bool, bool]], ends: list[float], call: Event):
+    """The device work (end, node, start, is a collective, is a pageable copy) a blocking call
+    waited for, None if none: the last to end within `RETURN_US` before the call returned that was pending when the
+    call began; a copy or set also waits for the copy it issued itself (a pageable one, which
+    Kineto names so, recorded ending up to `COPY_SKEW_US` after the call returned), but never for
+    another stream's collective (a copy queues on its own stream, not behind NCCL's)."""
     is_copy = "Memcpy" in call.name or "Memset" in call.name
-    i = bisect.bisect_right(ends, call.end + EPS_US) - 1
+    i = bisect.bisect_right(ends, call.end + (COPY_SKEW_US if is_copy else EPS_US)) - 1
     while i >= 0 and ends[i] > max(call.ts, call.end - RETURN_US):
-        if not (is_copy and device[i][3]) and (is_copy or device[i][2] < call.ts):
+        own = is_copy and device[i][4] and device[i][2] == call.ts  # the pageable copy this call made
+        if own or (ends[i] <= call.end + EPS_US and not (is_copy and device[i][3])
+                   and (is_copy or device[i][2] < call.ts)):
             return device[i]
         i -= 1
     return None
