@@ -62,3 +62,19 @@ def test_a_pinned_copy_ending_after_its_call_is_no_stall(tmp_path):
     res = convert_rank(*_pair(tmp_path, "Memcpy HtoD (Pinned -> Device)", 31.0), 0)
     (add,) = [n for n in res.graph if n.name == "aten::add"]
     assert "blocked_ns" not in add.attrs
+
+
+def test_the_default_replay_of_a_capture_names_the_baseline_a_what_if_starts_from(tmp_path):
+    """The default leaves the recorded timeline aside (far off on a GPU capture: PARAM resnet
+    -18.6%); the command says which mode a what-if starts from, and only where there is one."""
+    from typer.testing import CliRunner
+
+    from chakra_tools.cli.replay import app
+
+    res = convert_rank(*_pair(tmp_path, "Memcpy HtoD (Pageable -> Device)", 31.0), 0)
+    RankSet({0: res.graph}, {}, "t").write(tmp_path / "out", "t", record_world=True)
+    runner = CliRunner()
+    default = runner.invoke(app, [str(tmp_path / "out")])
+    assert default.exit_code == 0 and "--as-captured --comm model" in default.stderr
+    for options in (["--as-captured"], ["--as-captured", "--comm", "model"], ["--json"]):
+        assert "modelled baseline" not in runner.invoke(app, [str(tmp_path / "out"), *options]).stderr
