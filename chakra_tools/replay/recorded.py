@@ -104,7 +104,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end = _collect(nodes)
     starts = [h[0] for h in host]
     issued = sorted(called for _, _, _, called in comms)
     ends, blocked = {}, []
@@ -136,7 +136,11 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
         last_start, last, own, _ = host[-1]
         covered = _coverage(blocked)
         after = host_end_ns - last_start - (covered(host_end_ns) - covered(last_start))
-        retimed[last] += max(0, after - own)
+        # the device work it launched waits for its end in the replay, as it ran after the launch
+        # here: the host's tail overlapped it, and holding both would add that time twice (a
+        # kernel queued 64 ms behind work the trace does not show, then the tail to the step's end)
+        overlapped = max(0, min(launched_end.get(last, 0), host_end_ns) - (last_start + own))
+        retimed[last] += max(0, after - own - overlapped)
     elif host and window_end_ns is not None and not on_device:
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
@@ -200,16 +204,22 @@ class _Collected(NamedTuple):
     marked: dict  # comm id -> start of the wait mark (trace-capture --annotate-waits) after it
     device_spans: list  # (start, end) ns of device stalls where they lay (`blocked_spans_ns`)
     queued: dict  # device node id -> `queued_ns`
+    launched_end: dict  # host op id -> when the last device work it launched ended (ns)
 
 
 def _collect(nodes: Iterable[Node]) -> _Collected:
     host, comms, host_blocked, on_device, marks, device_spans, queued = [], [], {}, False, set(), [], {}
+    launched_end: dict[int, int] = {}
     for node in nodes:
         if node.type == _COMP and not node.is_cpu_op:
             on_device = True
             wait = node.attrs.get("queued_ns")
             if wait is not None:
                 queued[node.id] = int(wait.value)
+            if node.start_time_micros > 0:
+                end = node.start_time_micros * 1000 + node_ns(node)
+                for d in node.deps:
+                    launched_end[d] = max(end, launched_end.get(d, 0))
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
@@ -243,7 +253,7 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
                 waiters[d] = min(start, waiters.get(d, start))
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
-    return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued)
+    return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end)
 
 
 def _arrivals(comms: list) -> list:

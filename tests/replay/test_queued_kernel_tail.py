@@ -1,0 +1,49 @@
+"""A kernel queued behind device work the trace does not show, launched by the last host op of a
+step: the re-timing gave that op the host's time to the step's end, the kernel then waited for
+it and for its own queue time again (HTA's `call_stack/backward_thread.json`: +15.5%). The trace
+is made here in its layout: a step on the main thread, the backward pass on the autograd thread,
+one `aten::mm` whose kernel starts 64 ms after its launch."""
+
+from __future__ import annotations
+
+import json
+
+from chakra_tools.convert.rank import convert_rank
+from chakra_tools.core.graph import RankSet
+from chakra_tools.core.measured import Measured
+from chakra_tools.replay import AS_CAPTURED, SystemSpec, replay
+from chakra_tools.replay.fidelity import compare_with_trace
+
+
+def _trace(queue_us: float) -> dict:
+    base = 1_666_149_715_033_200  # the trace's own clock (a time of 0 is no time)
+
+    def x(cat, tid, ts, dur, name, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": base + ts, "dur": dur, "args": args}
+
+    launch = 331_174
+    return {"schemaVersion": 1, "traceEvents": [
+        x("user_annotation", 3914, 0, 413_451, "ProfilerStep#552"),
+        x("user_annotation", 3914, 254_455, 107_988, "## backward ##"),
+        x("cpu_op", 24922, 331_122, 145, "autograd::engine::evaluate_function: AddmmBackward"),
+        x("cpu_op", 24922, 331_124, 102, "AddmmBackward0"),
+        x("cpu_op", 24922, 331_130, 58, "aten::mm"),
+        x("cuda_runtime", 24922, launch, 10, "cudaLaunchKernel", correlation=2131433),
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": base + launch + 10 + queue_us,
+         "dur": 45, "args": {"correlation": 2131433, "stream": 7}},
+    ]}
+
+
+def test_a_kernel_queued_after_the_last_op_is_not_waited_for_twice(tmp_path):
+    for queue_us in (64_125.0, 5_000.0):
+        path = tmp_path / f"rank0-{queue_us:g}.json"
+        path.write_text(json.dumps(_trace(queue_us)))
+        graph = convert_rank(None, str(path), 0).graph
+        (kernel,) = [n for n in graph if n.name == "gemm_kernel"]
+        assert kernel.attrs["queued_ns"].value > 0.9 * queue_us * 1000  # the queue is kept, once
+        out = tmp_path / f"out-{queue_us:g}"
+        RankSet({0: graph}, {}, "t").write(out, "t", record_world=True)
+        result = replay(out, SystemSpec().backend(1), modes=AS_CAPTURED)
+        measured = {0: Measured.from_metadata(graph.metadata, "t")}
+        job = compare_with_trace(result.to_dict(events=False), measured)["job"]
+        assert abs(job["error"]) < 0.005, (queue_us, job)
