@@ -21,6 +21,7 @@ the job, the window across ranks (earliest start to latest end) against the make
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.manifest import RankRecord, RunManifest, manifest_from_dict, read_manifest
@@ -109,9 +110,14 @@ def _check_same_job(man: RunManifest, ranks: list[int]) -> None:
                          "was converted from, or with a real run at its scale")
 
 
-def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | None:
+def compare_with_trace(result: dict, measured: dict[int, Measured],
+                       step_starts: Mapping[int, Sequence[int]] | None = None) -> dict | None:
     """Like `compare_with_manifest`, against the windows the rank files carry (one "step": the
-    whole window); None when no replayed rank has one.
+    whole window); None when no replayed rank has one. With `step_starts` (rank -> the replayed
+    starts of its `ProfilerStep#N` nodes, in order), also the profiler's steps on their own
+    (`steps`: from the first step's start to the last one's, against the same span of the
+    ranges the trace recorded): what a window measured from `ProfilerStep`s compares with, apart
+    from the work around the steps that the whole window holds.
 
     >>> from chakra_tools.core.measured import Measured
     >>> doc = {"makespan_ns": 1300, "ranks": [{"rank": 0, "start_ns": 0, "finish_ns": 1100},
@@ -133,8 +139,24 @@ def compare_with_trace(result: dict, measured: dict[int, Measured]) -> dict | No
     steps = [e - s for m in known.values() for s, e in m.steps_ns]
     if steps:
         out["profiler_steps_ns"] = {"count": len(steps), "min": min(steps), "max": max(steps)}
+    spans = _step_spans(known, step_starts or {})
+    if spans:
+        out["steps"] = {"count": spans[0][0], "ranks": len(spans),
+                        **_versus(sum(m for _, m, _ in spans) / len(spans), sum(p for _, _, p in spans) / len(spans))}
     out["headline"] = headline(out)
     return out
+
+
+def _step_spans(measured: Mapping[int, Measured], step_starts: Mapping[int, Sequence[int]]) -> list[tuple]:
+    """(steps, measured ns, replayed ns) per rank from its first `ProfilerStep`'s start to its
+    last one's, where the rank recorded two or more and the replay ran them all; only ranks
+    that span the same number of steps as the first such rank (one figure for the job)."""
+    out = []
+    for rank, m in sorted(measured.items()):
+        starts = step_starts.get(rank, ())
+        if len(m.steps_ns) >= 2 and len(starts) == len(m.steps_ns):
+            out.append((len(starts) - 1, m.steps_ns[-1][0] - m.steps_ns[0][0], starts[-1] - starts[0]))
+    return [s for s in out if s[0] == out[0][0]] if out else []
 
 
 def measured_of(feeders: dict) -> dict[int, Measured]:
@@ -197,4 +219,10 @@ def format_comparison(cmp: dict) -> str:
     if steps:
         lines.append(f"  ProfilerStep ranges in the window: {steps['count']}, "
                      f"{steps['min'] / 1e6:.3f} .. {steps['max'] / 1e6:.3f} ms")
+    st = cmp.get("steps")
+    if st:
+        lines.append(f"  {st['count']} step(s) from the first ProfilerStep's start to the last one's (the work "
+                     f"around them left out; mean over {st['ranks']} rank(s)): measured "
+                     f"{st['measured_ns'] / 1e6:.3f} ms, predicted {st['predicted_ns'] / 1e6:.3f} ms, "
+                     f"error {st['error'] * 100:+.1f}%")
     return "\n".join(lines)

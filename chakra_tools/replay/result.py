@@ -251,8 +251,19 @@ class ReplayResult:
         if manifest is not None:
             self.fidelity = compare_with_manifest(doc, manifest)
         elif measured:
-            self.fidelity = compare_with_trace(doc, measured)
+            self.fidelity = compare_with_trace(doc, measured, self._step_starts())
         return self.fidelity
+
+    def _step_starts(self) -> dict[int, list[int]]:
+        """rank -> the replayed starts of its `ProfilerStep#N` nodes in step order (where names
+        were recorded): what the profiler's steps became in the replay."""
+        if not self.record_events:
+            return {}
+        found: dict[int, list[tuple[int, int]]] = {}
+        for rank, name, start in zip(self.ev_rank, self.ev_name, self.ev_start):
+            if name.startswith("ProfilerStep#") and name[13:].isdigit():
+                found.setdefault(rank, []).append((int(name[13:]), start))
+        return {rank: [t for _, t in sorted(steps)] for rank, steps in found.items()}
 
     def timeline(self):
         """A `core.chrome_trace.ChromeTrace`: one process per rank, one lane per resource."""

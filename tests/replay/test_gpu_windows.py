@@ -1,4 +1,7 @@
-"""A kernel queued behind device work the trace does not show, launched by the last host op of a
+"""A GPU trace replayed as captured against the window it measured, and against its profiler
+steps apart from the work around them.
+
+A kernel queued behind device work the trace does not show, launched by the last host op of a
 step: the re-timing gave that op the host's time to the step's end, the kernel then waited for
 it and for its own queue time again (HTA's `call_stack/backward_thread.json`: +15.5%). The trace
 is made here in its layout: a step on the main thread, the backward pass on the autograd thread,
@@ -47,3 +50,25 @@ def test_a_kernel_queued_after_the_last_op_is_not_waited_for_twice(tmp_path):
         measured = {0: Measured.from_metadata(graph.metadata, "t")}
         job = compare_with_trace(result.to_dict(events=False), measured)["job"]
         assert abs(job["error"]) < 0.005, (queue_us, job)
+
+
+def test_profiler_steps_are_compared_apart_from_the_work_around_them():
+    """A window measured from ProfilerSteps (HTA's and TraceLens's traces hold 40 ms of work after
+    their last step) compares with the replayed steps, not with the makespan."""
+    doc = {"makespan_ns": 90, "ranks": [{"rank": 0, "start_ns": 0, "finish_ns": 90}]}
+    measured = {0: Measured((1000, 1090), ((1000, 1015), (1016, 1030), (1031, 1045)))}
+    cmp = compare_with_trace(doc, measured, {0: [0, 17, 33]})
+    assert cmp["job"]["measured_ns"] == 90 and cmp["steps"] == {
+        "count": 2, "ranks": 1, "measured_ns": 31, "predicted_ns": 33, "error": round(2 / 31, 6)}
+    assert "steps" not in compare_with_trace(doc, measured, {0: [0, 17]})  # a step the replay lacks
+
+
+def test_a_public_trace_with_steps_says_both_errors(shared_fixtures, tmp_path):
+    from chakra_tools.replay import replay_rankset
+
+    graph = convert_rank(None, str(shared_fixtures / "tracelens" / "mi300x_resnet_ddp_rank0_kineto.json.gz"), 0).graph
+    RankSet({0: graph}, {}, "t").write(tmp_path / "out", "t", record_world=True)
+    result = replay_rankset(tmp_path / "out", modes=AS_CAPTURED, absent_peers=True)
+    steps = result.fidelity["steps"]
+    assert steps["count"] == 2 and abs(steps["error"]) < 0.02, steps
+    assert steps["measured_ns"] < 0.5 * result.fidelity["job"]["measured_ns"]  # the work after the steps
