@@ -181,12 +181,19 @@ def legacy_attr(body: bytes) -> tuple[str, Attr]:
     whichever value field is set (the legacy `type` field is not trusted: the generator wrote a
     string under type INT). ValueError, naming the attribute where its name came first, for one
     that does not decode."""
+    return _named(_legacy_attr, body, lambda k: f"attribute {k['name']!r}" if "name" in k else None)
+
+
+def _named(decode, data: bytes, what):
+    """`decode(data, known)`, its ValueError led by `what(known)`: what the decode had read of
+    the thing (its id, its name) when it failed, where it had read that much."""
     known: dict = {}
     try:
-        return _legacy_attr(body, known)
+        return decode(data, known)
     except ValueError as e:
-        if "name" in known:
-            raise ValueError(f"attribute {known['name']!r}: {e}") from None
+        prefix = what(known)
+        if prefix:
+            raise ValueError(f"{prefix}: {e}") from None
         raise
 
 
@@ -229,13 +236,7 @@ def _legacy_attr(body: bytes, known: dict) -> tuple[str, Attr]:
 def legacy_node(msg: bytes) -> Node:
     """Today's Node for one legacy node message (see the module docstring for the mapping).
     ValueError, naming the node where its id came first, for a message that does not decode."""
-    known: dict = {}  # the id and name, once read: what an error names
-    try:
-        return _legacy_node(msg, known)
-    except ValueError as e:
-        if "id" in known:
-            raise ValueError(f"node {known['id']} ({known.get('name', '')!r}): {e}") from None
-        raise
+    return _named(_legacy_node, msg, lambda k: f"node {k['id']} ({k.get('name', '')!r})" if "id" in k else None)
 
 
 def _legacy_node(msg: bytes, known: dict) -> Node:
