@@ -287,15 +287,23 @@ class ReplayResult:
         return t
 
     def table(self) -> str:
-        """The per-rank table `trace-replay` prints: every time in one unit, the makespan's."""
+        """The per-rank table `trace-replay` prints: every time in one unit, the makespan's.
+        Consecutive ranks whose rows read the same share one (`0-8191`): a 16,384-rank job's
+        data-parallel replicas are a handful of lines, not sixteen thousand."""
         unit, per = time_unit(self.makespan_ns)
-        head = (f"{'rank':>5} {'finish ' + unit:>12} {'compute ' + unit:>12} {'exposed comm ' + unit:>16} "
+        head = (f"{'rank':>11} {'finish ' + unit:>12} {'compute ' + unit:>12} {'exposed comm ' + unit:>16} "
                 f"{'overlap ' + unit:>12} {'idle ' + unit:>12} {'nodes':>8}")
-        rows = [head]
+        rows, runs = [head], []  # runs: [first rank, last rank, the row's figures]
         for r in self.ranks:
-            rows.append(f"{r['rank']:>5} {r['finish_ns'] / per:>12.3f} {r['compute_ns'] / per:>12.3f} "
-                        f"{r['exposed_comm_ns'] / per:>16.3f} {r['overlap_ns'] / per:>12.3f} "
-                        f"{r['idle_ns'] / per:>12.3f} {r['nodes']:>8}")
+            figures = (f"{r['finish_ns'] / per:>12.3f} {r['compute_ns'] / per:>12.3f} "
+                       f"{r['exposed_comm_ns'] / per:>16.3f} {r['overlap_ns'] / per:>12.3f} "
+                       f"{r['idle_ns'] / per:>12.3f} {r['nodes']:>8}")
+            if runs and runs[-1][2] == figures and runs[-1][1] + 1 == r["rank"]:
+                runs[-1][1] = r["rank"]
+            else:
+                runs.append([r["rank"], r["rank"], figures])
+        for first, last, figures in runs:
+            rows.append(f"{first if first == last else f'{first}-{last}':>11} {figures}")
         rows.append(f"makespan {self.makespan_ns / per:.3f} {unit}; {len(self.collectives)} collectives; critical "
                     f"path {len(self.critical_path)} nodes, {self.critical_path_ns() / per:.3f} {unit} busy")
         return "\n".join(rows)
