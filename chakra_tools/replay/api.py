@@ -200,6 +200,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     if on_warning is not None:
         _warn_recorded_on_scaled(path, feeders, modes, on_warning)
         _warn_nothing_recorded(feeders, modes, on_warning)
+        if spec is not None and spec.network is not None and not absent_peers:
+            _warn_network_larger(path, feeders, backend, on_warning)
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                         record_events=record_events, memory_on_comm=memory_on_comm,
                         absent_peers=absent_peers)
@@ -210,6 +212,24 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
                               "is 0 (a device trace with no host op and no device work?)", file=str(path)))
     return result
+
+
+def _warn_network_larger(path, feeders: dict, backend, on_warning: Callable[[Diagnostic], None]) -> None:
+    """A network file of more NPUs than the set has ranks: ASTRA-sim opens a file for every NPU
+    (a missing one is fatal) and runs a collective on every rank (pg_name "" or "0") over all of
+    them; here it spans the files given. A set whose files do not record its size (ASTRA-sim's)
+    and lost its highest ranks shows only so."""
+    net = getattr(backend, "network", None) or getattr(getattr(backend, "base", None), "network", None)
+    if net is None or net.npus <= len(feeders):
+        return
+    missing = sorted(set(range(net.npus)) - set(feeders))
+    shown = ", ".join(map(str, missing[:8])) + (f" ... ({len(missing)} in all)" if len(missing) > 8 else "")
+    on_warning(Diagnostic("warning", "network-larger",
+                          f"the network has {net.npus} NPUs, the rank set {len(feeders)} files: "
+                          + (f"ranks {shown} have none. " if len(missing) > 1 else f"rank {shown} has none. ")
+                          + "Collectives on every rank (pg_name \"\" or \"0\") span the files given "
+                          "here, where ASTRA-sim would span every NPU and stop on the first missing file; give "
+                          f"every rank's file, or a network of {len(feeders)} NPUs", file=str(path)))
 
 
 def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,

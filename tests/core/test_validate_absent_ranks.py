@@ -179,3 +179,23 @@ def test_a_whole_set_gives_the_same_verdict_either_way(tmp_path, extra):
     prefix = write(tmp_path, {0: [send(1, dst=1)], 1: [recv(1, src=0)]})
     res = runner.invoke(validate_app, [str(prefix), *extra])
     assert res.exit_code == 0 and "0 error(s), 0 warning(s)" in res.output, res.output
+
+
+def test_a_network_of_more_npus_than_files_names_the_ranks_without_one(shared_fixtures, tmp_path):
+    """ASTRA-sim's 4-rank all-reduce without rank 3 reads as a 3-rank job (nothing in the files
+    names rank 3); replayed on its 4-NPU network, the replay says which ranks have no file."""
+    import shutil
+
+    from chakra_tools.replay import SystemSpec, replay_rankset
+
+    src = shared_fixtures / "astra-sim" / "all_reduce_4npus_1MB"
+    shutil.copytree(src, tmp_path / "set")
+    (tmp_path / "set" / "all_reduce.3.et").unlink()
+    said = []
+    spec = SystemSpec(network=shared_fixtures / "astra-sim" / "configs" / "Ring_4npus.yml")
+    replay_rankset(tmp_path / "set", spec, on_warning=said.append)
+    (warn,) = [d for d in said if d.code == "network-larger"]
+    assert "4 NPUs, the rank set 3 files: rank 3 has none" in warn.message
+    said.clear()
+    replay_rankset(src, spec, on_warning=said.append)
+    assert not [d for d in said if d.code == "network-larger"]
