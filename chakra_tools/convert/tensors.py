@@ -28,9 +28,11 @@ DTYPE_NAMES = {
 
 
 def is_tensor(v: Any) -> bool:
-    """A recorded tensor: six items, integers then a device string."""
+    """A recorded tensor: six items, integers (id, storage, offset, numel, itemsize) then a device
+    string; the numel and itemsize its bytes are made of checked (a damaged trace's None there
+    was a TypeError)."""
     return (type(v) is list and len(v) == 6 and type(v[5]) is str and type(v[3]) is int
-            and type(v[0]) is int)
+            and type(v[4]) is int and type(v[0]) is int)
 
 
 def iter_tensors(v: Any) -> Iterator[list]:

@@ -389,7 +389,7 @@ def test_conversions_write_the_same_bytes_with_and_without_the_compiled_loops(
 # -- tensor_bytes -------------------------------------------------------------------------------
 
 TENSOR = st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 9),
-                   st.integers(-5, 1 << 62), st.one_of(st.integers(-2, 1 << 40), st.floats(0, 8)),
+                   st.integers(-5, 1 << 62), st.one_of(st.integers(-2, 1 << 40), st.floats(0, 8), st.none()),
                    st.sampled_from(["cpu", "cuda:0"])).map(list)
 VALUES = st.recursive(st.one_of(TENSOR, st.integers(), st.text(max_size=3), st.none()),
                       lambda inner: st.lists(inner, max_size=5), max_leaves=30)
