@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from .errors import InputError
 from .etio import atomic_output
+from .fields import array, obj, shown
 from .files import read_json
 from .graph import Graph, RankSet, _group_ranks, check_prefix
 from .model import LIST_KINDS, MAX_RANK, SCALAR_KINDS, Attr, IOInfo, Metadata, Node, NodeType
@@ -130,14 +131,14 @@ def load(path: str | Path) -> RankSet:
 def rankset_from_json(doc: Any, source: str = "<json>") -> RankSet:
     """The rank set of a decoded document; InputError naming `source` and the key path."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        what = f"format {doc.get('format')!r}" if isinstance(doc, dict) else f"{_shown(doc)}, not an object"
+        what = f"format {doc.get('format')!r}" if isinstance(doc, dict) else f"{shown(doc)}, not an object"
         raise InputError(f"{source}: not a chakra-tools JSON dump ({what}, expected format {FORMAT!r})")
     _known_keys(doc, source, "the document", _TOP_KEYS)
     prefix = check_prefix(doc.get("prefix", "trace"), f"{source}: prefix")
     groups = _comm_groups(doc.get("comm_groups", {}), source)
     graphs: dict[int, Graph] = {}
     where_of: dict[int, str] = {}
-    for i, rd in enumerate(_list(_required(doc, "ranks", source, "the document"), source, "ranks")):
+    for i, rd in enumerate(array(_required(doc, "ranks", source, "the document"), source, "ranks")):
         graph = _rank(rd, source, f"ranks[{i}]")
         if graph.rank in graphs:
             raise InputError(f"{source}: ranks[{i}].rank: rank {graph.rank} is also {where_of[graph.rank]}; "
@@ -150,16 +151,16 @@ def rankset_from_json(doc: Any, source: str = "<json>") -> RankSet:
 
 def _comm_groups(v: Any, source: str) -> dict[str, tuple[int, ...]]:
     """Group id -> member ranks, checked as comm_group.json is when read back (graph.py)."""
-    groups = _object(v, source, "comm_groups")
+    groups = obj(v, source, "comm_groups")
     return {k: _group_ranks(members, f"{source}: comm_groups", k) for k, members in groups.items()}
 
 
 def _rank(v: Any, source: str, where: str) -> Graph:
-    d = _object(v, source, where)
+    d = obj(v, source, where)
     _known_keys(d, source, where, _RANK_KEYS)
     rank = _int(_required(d, "rank", source, where), source, f"{where}.rank", (0, MAX_RANK), "a rank")
     meta = _metadata(d.get("metadata", {}), source, f"{where}.metadata")
-    nodes = _list(_required(d, "nodes", source, where), source, f"{where}.nodes")
+    nodes = array(_required(d, "nodes", source, where), source, f"{where}.nodes")
     decoded, first = [], {}
     for j, nd in enumerate(nodes):
         node = _node(nd, source, f"{where}.nodes[{j}]")
@@ -172,17 +173,17 @@ def _rank(v: Any, source: str, where: str) -> Graph:
 
 
 def _metadata(v: Any, source: str, where: str) -> Metadata:
-    d = _object(v, source, where)
+    d = obj(v, source, where)
     _known_keys(d, source, where, _META_KEYS)
     present = d.get("present", True)
     if type(present) is not bool:
-        raise InputError(f"{source}: {where}.present is {_shown(present)}, not true or false")
+        raise InputError(f"{source}: {where}.present is {shown(present)}, not true or false")
     return Metadata(_text(d.get("version", ""), source, f"{where}.version"),
                     _attrs(d.get("attrs", []), source, f"{where}.attrs"), present)
 
 
 def _node(v: Any, source: str, where: str) -> Node:
-    d = _object(v, source, where)
+    d = obj(v, source, where)
     _known_keys(d, source, where, _NODE_KEYS)
     node = Node(
         id=_int(_required(d, "id", source, where), source, f"{where}.id", _UINT64, "a node id"),
@@ -206,7 +207,7 @@ def _node(v: Any, source: str, where: str) -> Node:
 
 def _node_type(v: Any, source: str, where: str) -> NodeType:
     if type(v) is not str or v not in NodeType.__members__:
-        raise InputError(f"{source}: {where} is {_shown(v)}, not a node type ({', '.join(NodeType.__members__)})")
+        raise InputError(f"{source}: {where} is {shown(v)}, not a node type ({', '.join(NodeType.__members__)})")
     return NodeType[v]
 
 
@@ -214,25 +215,25 @@ def _ids(v: Any, source: str, where: str) -> tuple[int, ...]:
     if type(v) is list and all(type(x) is int and 0 <= x <= _UINT64[1] for x in v):
         return tuple(v)
     return tuple(_int(x, source, f"{where}[{i}]", _UINT64, "a node id")
-                 for i, x in enumerate(_list(v, source, where)))
+                 for i, x in enumerate(array(v, source, where)))
 
 
 def _io_info(v: Any, source: str, where: str) -> IOInfo | None:
     if v is None:
         return None
-    d = _object(v, source, where)
+    d = obj(v, source, where)
     _known_keys(d, source, where, _IO_KEYS)
     return IOInfo(*(_text(d.get(k, ""), source, f"{where}.{k}") for k in _IO_KEYS))
 
 
 def _attrs(v: Any, source: str, where: str) -> dict[str, Attr]:
     attrs: dict[str, Attr] = {}
-    for i, item in enumerate(_list(v, source, where)):
+    for i, item in enumerate(array(v, source, where)):
         if _plain_attr(item) and item["name"] not in attrs:  # most attributes: one call, no key paths
             attrs[item["name"]] = Attr(item["kind"], item["value"])
             continue
         at = f"{where}[{i}]"
-        d = _object(item, source, at)
+        d = obj(item, source, at)
         _known_keys(d, source, at, _ATTR_KEYS)
         name = _text(_required(d, "name", source, at), source, f"{at}.name")
         if name in attrs:
@@ -265,14 +266,14 @@ def _attr(d: dict, source: str, at: str) -> Attr:
             raise InputError(f"{source}: {at}.value: a value without a kind (set {at}.kind)")
         return Attr(None, None, doc)
     if type(kind) is not str or (kind not in SCALAR_KINDS and kind not in LIST_KINDS):
-        raise InputError(f"{source}: {at}.kind is {_shown(kind)}, not an attribute kind "
+        raise InputError(f"{source}: {at}.kind is {shown(kind)}, not an attribute kind "
                          f"(int64_val, string_list, ... or null)")
     value = _required(d, "value", source, at)
     if kind in LIST_KINDS:
         scalar = kind[: -len("_list")] + "_val"
         check = _SCALAR_CHECKS[scalar]
         return Attr(kind, tuple(check(x, source, f"{at}.value[{i}]", scalar)
-                                for i, x in enumerate(_list(value, source, f"{at}.value"))), doc)
+                                for i, x in enumerate(array(value, source, f"{at}.value"))), doc)
     return Attr(kind, _SCALAR_CHECKS[kind](value, source, f"{at}.value", kind), doc)
 
 
@@ -282,7 +283,7 @@ def _int(v: Any, source: str, where: str, bounds: tuple[int, int], what: str) ->
     """An int in bounds (not a bool, float or digit string: JSON's 1.0 is no integer)."""
     lo, hi = bounds
     if type(v) is not int or not lo <= v <= hi:
-        raise InputError(f"{source}: {where} is {_shown(v)}, not {what} (an integer in {lo}..{hi})")
+        raise InputError(f"{source}: {where} is {shown(v)}, not {what} (an integer in {lo}..{hi})")
     return v
 
 
@@ -301,7 +302,7 @@ def _number(v: Any, source: str, where: str, kind: str) -> float:
             pass
     elif type(v) is float and math.isfinite(v):
         return v
-    raise InputError(f"{source}: {where} is {_shown(v)}, not a value of {kind} (a finite number, or "
+    raise InputError(f"{source}: {where} is {shown(v)}, not a value of {kind} (a finite number, or "
                      '"NaN", "Infinity", "-Infinity" as strings)')
 
 
@@ -310,14 +311,14 @@ def _float32(v: Any, source: str, where: str, kind: str) -> float:
     try:
         struct.pack("<f", x)
     except OverflowError:  # protobuf would store infinity without a word
-        raise InputError(f"{source}: {where} is {_shown(v)}, beyond what a {kind} holds "
+        raise InputError(f"{source}: {where} is {shown(v)}, beyond what a {kind} holds "
                          "(a 32-bit float: at most 3.4028235e38 in size)") from None
     return x
 
 
 def _bool(v: Any, source: str, where: str, kind: str) -> bool:
     if type(v) is not bool:
-        raise InputError(f"{source}: {where} is {_shown(v)}, not a value of {kind} (true or false)")
+        raise InputError(f"{source}: {where} is {shown(v)}, not a value of {kind} (true or false)")
     return v
 
 
@@ -326,13 +327,13 @@ def _string(v: Any, source: str, where: str, kind: str = "") -> str:
 
 
 def _bytes(v: Any, source: str, where: str, kind: str) -> bytes:
-    d = _object(v, source, where)
+    d = obj(v, source, where)
     _known_keys(d, source, where, ("base64",))
     text = _text(_required(d, "base64", source, where), source, f"{where}.base64")
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise InputError(f"{source}: {where}.base64 is {_shown(text)}, not base64") from None
+        raise InputError(f"{source}: {where}.base64 is {shown(text)}, not base64") from None
 
 
 _SCALAR_CHECKS: dict[str, Callable[[Any, str, str, str], Any]] = {
@@ -345,9 +346,9 @@ def _text(v: Any, source: str, where: str) -> str:
     if type(v) is str and v.isascii():  # nearly every string: the rest are checked below
         return v
     if type(v) is not str:
-        raise InputError(f"{source}: {where} is {_shown(v)}, not a string")
+        raise InputError(f"{source}: {where} is {shown(v)}, not a string")
     if not _utf8(v):
-        raise InputError(f"{source}: {where} is {_shown(v)}, not valid Unicode (a lone surrogate)")
+        raise InputError(f"{source}: {where} is {shown(v)}, not valid Unicode (a lone surrogate)")
     return v
 
 
@@ -359,18 +360,6 @@ def _utf8(s: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _object(v: Any, source: str, where: str) -> dict:
-    if not isinstance(v, dict):
-        raise InputError(f"{source}: {where} is {_shown(v)}, not an object")
-    return v
-
-
-def _list(v: Any, source: str, where: str) -> list:
-    if not isinstance(v, list):
-        raise InputError(f"{source}: {where} is {_shown(v)}, not a list")
-    return v
 
 
 def _required(d: dict, key: str, source: str, where: str) -> Any:
@@ -386,17 +375,3 @@ def _known_keys(d: dict, source: str, where: str, known: tuple[str, ...]) -> Non
     if unknown:
         raise InputError(f"{source}: {where} has a key the format does not have: {unknown[0]!r} "
                          f"(it has {', '.join(known)})")
-
-
-def _shown(v: Any) -> str:
-    """A JSON value as the document spells it, shortened; lists and objects by their kind."""
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, dict):
-        return "an object"
-    if type(v) is float and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else f"{'-' if v < 0 else ''}Infinity (or a number beyond a double's range)"
-    if type(v) is int and v.bit_length() > 128:  # more digits than str() may convert
-        return f"an integer of {v.bit_length()} bits"
-    text = json.dumps(v)
-    return text if len(text) <= 60 else text[:57] + "..."
