@@ -45,10 +45,11 @@ def keep_after(host: HostTrace, dev: DeviceTrace, lk: Link) -> Kept | None:
     tail_us = sum(g.dur for g in dev.gpu if g.ts >= hi)
     if not after or total <= 0 or tail_us < UNCOVERED_SHARE * total:
         return None
+    after = after_sorted(after)
     ops = _ops_for(after, host, lk)
     host.ops.extend(ops)
     host.__dict__.pop("_by_id", None)  # by_id_cache, if taken before
-    for op, e in zip(ops, after_sorted(after)):
+    for op, e in zip(ops, after):
         lk.op_event[op.id] = e
     lk.kernels.clear()
     lk.unlinked_kernels = 0
@@ -71,8 +72,8 @@ def after_sorted(events: list[Event]) -> list[Event]:
     return sorted(events, key=lambda e: (e.ts, -e.dur, e.idx))
 
 
-def _ops_for(events: list[Event], host: HostTrace, lk: Link) -> list[HostOp]:
-    order = after_sorted(events)
+def _ops_for(order: list[Event], host: HostTrace, lk: Link) -> list[HostOp]:
+    """A host op for each of `order` (events in `after_sorted` order), numbered in that order."""
     first = max([op.id for op in host.ops] + list(host.roots) + [host.pg_init_id or 0]) + 1
     ids = {e.idx: first + i for i, e in enumerate(order)}
     tid_of = _thread_pairs(host, lk)
