@@ -21,6 +21,7 @@ from chakra_tools.feed.protocol import Backend
 from .backend import AnalyticalBackend
 from .calibrate import COMM_MODES
 from .config import default_network
+from .congestion import CongestionAware
 from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
 from .fidelity import compare_with_manifest, measured_of
 from .netfit import Calibration
@@ -113,6 +114,13 @@ class CaptureModes:
         from .recorded import read_rankset
 
         self.check()
+        links = getattr(backend, "links", None)
+        if links is not None:
+            if not self.modelled or self.coll_start != "arrival":
+                raise InputError("--network-model congestion-aware runs on the model, each member of a collective "
+                                 "from its own arrival: drop --as-captured, --comm, --host-time, --align and "
+                                 "--collective-start last")
+            return CongestionAware(backend, links)
         if self.modelled:
             return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)
         retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"

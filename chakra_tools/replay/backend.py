@@ -76,6 +76,9 @@ class AnalyticalBackend:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     scales: Scales = field(default_factory=Scales)
     roofline: bool | None = None  # None: as the system config says
+    #: the congestion-aware model's links (linknet.LinkNetwork): a replay on the model then runs
+    #: every message over them in its own loop (congestion.CongestionAware); None: congestion-unaware
+    links: object = None
 
     def __post_init__(self) -> None:
         self._ops_by_side = [0, 0]  # compute nodes replayed: host ops, device kernels

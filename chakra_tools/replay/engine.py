@@ -51,6 +51,7 @@ _NLANES = len(LANES)
 _UNLIMITED = 1 << 62
 _ROOT = (-1, 0)
 _BEGIN = -1  # heap entry: the rank begins issuing
+_CALL = -2  # heap entry: a timing policy's callback (its key in place of the rank)
 #: core.lanes' lane by (node type, is_cpu_op), as a table: this runs once per replayed node
 _LANE_OF = {(int(t), cpu): core_lane_of(t, cpu) for t in NodeType for cpu in (False, True)}
 #: the same with memory nodes on the communication slot, as ASTRA-sim issues them
@@ -112,6 +113,7 @@ class Resources:
 
 
 _COMM_TYPES = frozenset(int(t) for t in CommType)
+_IN_FLIGHT = -1  # _Posted.arrival_ns of an asynchronous send whose data has not arrived yet
 #: a replay's clock is int64 nanoseconds (292 years); durations that add up past it are bad input
 _MAX_NS = (1 << 63) - 1
 
@@ -215,6 +217,15 @@ class Replayer:
         self._rendezvous: dict[tuple, list] = {}
         self._sends: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched sends
         self._recvs: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched receives
+        self._calls: dict[int, Callable[[int], None]] = {}  # heap key -> a policy's callback
+        #: a policy that runs communication as events of this loop (congestion.CongestionAware):
+        #: members join a collective as they arrive, messages report their own arrival
+        self._async = bool(getattr(self.timing, "asynchronous", False))
+        if self._async:
+            self.timing.bind(self.call_at)
+        self._finishing: dict[tuple, list] = {}  # (pg, k) -> [members, group, info, size, start, ends]
+        self._landed: dict[tuple[int, int], int] = {}  # (rank, send id) -> its data's arrival (async)
+        self._waiting: dict[tuple[int, int], _Posted] = {}  # (rank, send id) -> a receive it has not reached
         self._handlers: dict[int, Callable] = {
             _COMP: self.on_comp, _COLL: self.on_coll, _SEND: self.on_send, _RECV: self.on_recv,
             _MEMS[0]: self.on_mem, _MEMS[1]: self.on_mem,
@@ -230,6 +241,13 @@ class Replayer:
         self._seq += 1
         heapq.heappush(self._heap, (time_ns, self._seq, rank, nid))
 
+    def call_at(self, time_ns: int, fn: Callable[[int], None]) -> None:
+        """Call `fn(time_ns)` at `time_ns`, in order with every other event (a timing policy's
+        network events: a message reaching the next device, a collective's next step)."""
+        self._seq += 1
+        self._calls[self._seq] = fn
+        heapq.heappush(self._heap, (time_ns, self._seq, self._seq, _CALL))
+
     def run(self) -> ReplayResult:
         begins = {r: self.timing.begin_ns(r) for r in self.ranks}
         for r in self.ranks.values():
@@ -242,13 +260,18 @@ class Replayer:
             while heap:
                 t, _, rank, nid = heapq.heappop(heap)
                 self._now = t
-                if nid == _BEGIN:
-                    self._issue(self.ranks[rank])
+                if nid < 0:
+                    if nid == _BEGIN:
+                        self._issue(self.ranks[rank])
+                    else:
+                        self._calls.pop(rank)(t)
                 else:
                     self._finish(self.ranks[rank], nid, t)
             if not self._unstick():
                 break
         self._check_done()
+        for note in getattr(self.timing, "run_notes", list)():
+            self.diagnostics.add(Diagnostic("warning", "congestion-unaware-phase", note))
         if self._assumed_world:
             pg, rank, nid = self._assumed_world[0]
             names = ", ".join(repr(p) for p, _, _ in self._assumed_world)
@@ -351,19 +374,54 @@ class Replayer:
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
         waiting.append((r.rank, nid, info, ev, self._now))
+        if self._async:
+            self.timing.join_collective(key, group, r.rank, info, self._now,
+                                        lambda t, rank=r.rank, nid=nid: self._member_done(key, rank, nid, t))
         if len(waiting) == (self._present_in(pg, group) if self.absent_peers else len(group)):
             del self._rendezvous[key]
-            self._start_collective(waiting, group)
+            if self._async:
+                self._all_joined(key, waiting, group)
+            else:
+                self._start_collective(waiting, group)
 
-    def _start_collective(self, members: list, group: tuple[int, ...]) -> None:
+    def _all_joined(self, key: tuple, members: list, group: tuple[int, ...]) -> None:
+        """Every member of an asynchronous collective has joined: absent ones join now."""
+        size = self._check_sizes(members, "as each member's own")
+        last_ev = members[-1][3]
+        for m in members[:-1]:
+            self.result.set_pred(m[3], last_ev, cross=True)
+        ends = self._finishing.get(key, (None, None, None, 0, 0, []))[5]  # members that ended already
+        self._finishing[key] = [members, group, members[0][2], size, self._now, ends]
+        for g in group:
+            if g not in self.ranks:
+                self.timing.join_collective(key, group, g, members[0][2], self._now, lambda t: None)
+        self._record_if_done(key)
+
+    def _member_done(self, key: tuple, rank: int, nid: int, t: int) -> None:
+        self._at(t, rank, nid)
+        self._finishing.setdefault(key, [None, None, None, 0, 0, []])[5].append(t)
+        self._record_if_done(key)
+
+    def _record_if_done(self, key: tuple) -> None:
+        members, group, info, size, start, ends = self._finishing[key]
+        if members is not None and len(ends) == len(members):
+            del self._finishing[key]
+            self.result.collective(members, group, info, size, start, max(ends))
+
+    def _check_sizes(self, members: list, costed: str) -> int:
+        """Warn of members whose collective differs from the first's; the largest size."""
         first = members[0][2]
-        size = max(m[2].comm_size for m in members)
         for rank, nid, info, *_ in members[1:]:
             sizes_differ = info.comm_size != first.comm_size and first.comm_type not in _PER_RANK_SIZES
             if info.comm_type != first.comm_type or sizes_differ:
                 self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
                            f"{_kind(info)} {info.comm_size} B here, {_kind(first)} {first.comm_size} B "
-                           f"on rank {members[0][0]}: costed as the largest", rank, nid)
+                           f"on rank {members[0][0]}: costed {costed}", rank, nid)
+        return max(m[2].comm_size for m in members)
+
+    def _start_collective(self, members: list, group: tuple[int, ...]) -> None:
+        first = members[0][2]
+        size = self._check_sizes(members, "as the largest")
         ns = self.timing.collective_ns(members, group, size)
         last_ev = members[-1][3]
         for (rank, nid, _, ev, _), member_ns in zip(members, ns):
@@ -396,10 +454,15 @@ class Replayer:
 
     def on_send(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self._peer(r, nid, info, info.comm_dst, "comm_dst")
-        ns = self.timing.eager_send_ns(r.rank, nid, info, dst, self._now)
-        arrival = None if ns is None else self._now + ns  # None: a rendezvous, finished in _meet
-        if arrival is not None:
-            self._at(arrival, r.rank, nid)
+        if self._async:  # the message reports its arrival; until then the send is in flight
+            self.timing.start_send(r.rank, dst, info.comm_size, self._now,
+                                   lambda t, rank=r.rank, nid=nid: self._landed_at(rank, nid, t))
+            arrival = _IN_FLIGHT
+        else:
+            ns = self.timing.eager_send_ns(r.rank, nid, info, dst, self._now)
+            arrival = None if ns is None else self._now + ns  # None: a rendezvous, finished in _meet
+            if arrival is not None:
+                self._at(arrival, r.rank, nid)
         send = _Posted(r.rank, nid, info, self._now, ev, arrival)
         if dst not in self.ranks:  # an absent peer (absent_peers): its receive was posted now
             if arrival is None:
@@ -433,9 +496,28 @@ class Replayer:
         if send.arrival_ns is None:
             self._meet_rendezvous(send, recv)
             return
+        if send.arrival_ns == _IN_FLIGHT:
+            landed = self._landed.pop((send.rank, send.nid), None)
+            if landed is None:
+                self._waiting[(send.rank, send.nid)] = recv
+                return
+            send = send._replace(arrival_ns=landed)
         if send.arrival_ns > recv.issued_ns:
             self.result.set_pred(recv.ev, send.ev, cross=False)
         self._at(max(send.arrival_ns, recv.issued_ns, self._now), recv.rank, recv.nid)
+
+    def _landed_at(self, rank: int, nid: int, t: int) -> None:
+        """An asynchronous send's data arrived at `t`: the send is done, and so is the receive
+        that was waiting for it (or the arrival is kept until its receive is posted)."""
+        self._at(t, rank, nid)
+        recv = self._waiting.pop((rank, nid), None)
+        if recv is None:
+            self._landed[(rank, nid)] = t
+            return
+        ev = self.ranks[rank].live[nid][0]
+        if t > recv.issued_ns:
+            self.result.set_pred(recv.ev, ev, cross=False)
+        self._at(max(t, recv.issued_ns), recv.rank, recv.nid)
 
     def _meet_rendezvous(self, send: _Posted, recv: _Posted) -> None:
         """A rendezvous send/receive: the later half arrives now, then each takes its time."""

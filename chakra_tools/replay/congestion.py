@@ -1,0 +1,359 @@
+"""The congestion-aware timing policy: every message of every collective and send crosses the
+links of a `linknet.LinkNetwork`, in the replay's own event loop, so messages that meet on a link
+queue behind each other (ASTRA-sim's congestion_aware analytical backend).
+
+A collective runs as ASTRA-sim's system layer runs it (backend.AnalyticalBackend plans it: its
+chunks, one phase per dimension, `active-chunks-per-dimension` at a time, the algorithm's steps
+with their endpoint delays and reductions), but each member starts when it arrives and each step's
+messages are real events: a member sends a step's messages, then waits for its peers' of the same
+step (a receive completes at the later of its own send and the message's arrival), then spends the
+step's delay before the next. On idle links this is the congestion-unaware model's arithmetic with
+each message's time the sum of its hops; where messages meet, they queue.
+
+Phases with no step model here — a double binary tree, the direct all-reduce's packet-by-packet
+second half, in-network reduction — are timed as the congestion-unaware model times them, from the
+last member's arrival, and the replay says so once (`notes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from chakra_tools.feed.info import NodeInfo
+
+from . import collectives as C
+from .backend import AnalyticalBackend, collective_of
+from .linknet import LinkNetwork, Scheduler
+from .timing import Staggered
+
+Done = Callable[[int], None]
+#: the busiest links a replay result keeps (with how long each was busy)
+LINKS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One phase of a chunk: its dimension, the rings of member indices it runs on (in ring
+    order, reversed where the phase runs the other way) and the steps of each member."""
+
+    dim: int
+    rings: tuple[tuple[int, ...], ...]
+    steps: tuple[C.Step, ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    chunks: int
+    phases: tuple[_Phase, ...]
+    dims: tuple[int, ...]
+
+
+class CongestionAware(Staggered):
+    """Compute and memory as `backend` says; communication through `network`'s links in the
+    engine's loop (the engine sees `asynchronous` and calls `bind`, `join_collective`,
+    `start_send`)."""
+
+    asynchronous = True
+
+    def __init__(self, backend: AnalyticalBackend, network: LinkNetwork):
+        super().__init__(backend)
+        self.network = network
+        self._at: Scheduler | None = None
+        self._plans: dict[tuple, _Plan | None] = {}
+        self._runs: dict[tuple, _Run] = {}
+        self._unmodelled: set[str] = set()
+
+    def bind(self, at: Scheduler) -> None:
+        self._at = at
+        self.network.reset()
+
+    # -- point to point ------------------------------------------------------------------------
+    def start_send(self, src: int, dst: int, size: int, now: int, arrived: Done) -> None:
+        self.network.send(self._at, now, src, dst, size, arrived)
+
+    def rendezvous_ns(self, send: tuple, recv: tuple) -> tuple[int, int]:
+        ns = self.network.alone_ns(send[0], recv[0], send[2].comm_size) if send[0] != recv[0] else 0
+        return ns, ns
+
+    # -- collectives ---------------------------------------------------------------------------
+    def join_collective(self, key: tuple, group: Sequence[int], rank: int, info: NodeInfo, now: int,
+                        done: Done) -> None:
+        """`rank` arrives at its part of the collective `key` at `now`; `done(t)` when it ends."""
+        run = self._runs.get(key)
+        if run is None:
+            comm_type = info.comm_type or 0
+            ranks = tuple(group)
+            involved = self.backend.spanned(comm_type, ranks, info.involved_dim)
+            plan = self._plan(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
+            run = self._runs[key] = _Run(self, comm_type, info.comm_size, ranks, involved, plan)
+        if run.join(rank, now, done):
+            del self._runs[key]
+
+    def _plan(self, comm_type: int, size: int, ranks: tuple[int, ...],
+              involved: tuple[bool, ...] | None) -> _Plan | None:
+        """The collective's chunks and phases, or None where a phase has no step model here."""
+        key = (comm_type, size, ranks, involved)
+        if key in self._plans:
+            return self._plans[key]
+        b = self.backend
+        plan: _Plan | None = None
+        coll, div = collective_of(comm_type)
+        if len(ranks) > 1 and b.scales.comm == 1.0:
+            if div == 0:
+                size //= len(ranks)
+            local = b._local_ring(coll, ranks)
+            dims = [(0, len(ranks))] if local else b.group_dims(ranks, involved)
+            chunk, chunks = b.chunking(size, coll) if dims else (0, 0)
+            plan = _Plan(0, (), ())
+            if chunks:
+                if local:
+                    rings = {0: [list(range(len(ranks)))]}
+                    phase_plan = [(coll, 0, len(ranks))]
+                else:
+                    rings = {d: b._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+                    phase_plan = b.phase_plan(coll, dims)
+                phases, data = [], chunk
+                for kind, d, n in phase_plan:
+                    ctx = b._context(d, group_ring=local)
+                    algo = b._algorithm(coll, d, len(ranks))
+                    step_fn = None if ctx.dim.in_network_offload else C.steps_fn(kind, algo)
+                    if b._tree_phase(coll, d, n, len(ranks)) or step_fn is None:
+                        self._unmodelled.add(f"{algo} {kind}")
+                        plan = None
+                        break
+                    steps, data_out = step_fn(n, data, ctx)
+                    if local:
+                        steps = C.on_group_ring(kind, algo, n, steps, ctx)
+                    if any(s.per_packet for s in steps[1:]):
+                        self._unmodelled.add(f"{algo} {kind}")
+                        plan = None
+                        break
+                    reverse = b._reversed(coll, kind)
+                    phases.append(_Phase(d, tuple(tuple(r[::-1] if reverse else r) for r in rings[d]), tuple(steps)))
+                    data = data_out
+                else:
+                    plan = _Plan(chunks, tuple(phases), tuple(sorted({p.dim for p in phases})))
+        self._plans[key] = plan
+        return plan
+
+    def run_notes(self) -> list[str]:
+        """What a user should know once the replay ran: the collectives it could not run message
+        by message."""
+        if not self._unmodelled:
+            return []
+        return [f"congestion-aware: {', '.join(sorted(self._unmodelled))} phases have no message-by-message "
+                "model here: those collectives are timed congestion-unaware, from their last member's arrival"]
+
+    def describe(self) -> dict:
+        model = "congestion-aware" if self.network.queues else "congestion-unaware"
+        return {**super().describe(), "network_model": model, "links_source": self.network.source,
+                "link_notes": list(self.network.notes), "links_busy": self.network.busy()[:LINKS_KEPT]}
+
+
+class _Run:
+    """One collective in flight: its members as they arrive, each going through every chunk's
+    phases on its own, their messages on the network."""
+
+    def __init__(self, policy: CongestionAware, comm_type: int, size: int, ranks: tuple[int, ...],
+                 involved, plan: _Plan | None):
+        self.policy = policy
+        self.comm_type, self.size, self.ranks, self.involved, self.plan = comm_type, size, ranks, involved, plan
+        self.index = {r: k for k, r in enumerate(ranks)}
+        self.done: dict[int, Done] = {}
+        self.arrived: dict[int, int] = {}
+        self.finished = 0
+        if plan is not None and plan.chunks:
+            active = policy.backend.system.active_chunks
+            n = len(ranks)
+            # per member: free slots per dimension, the chunks waiting for one, its next phase per chunk
+            self.free = [{d: active for d in plan.dims} for _ in range(n)]
+            self.queued: list[dict[int, list[int]]] = [{d: [] for d in plan.dims} for _ in range(n)]
+            self.chunks_left = [plan.chunks] * n
+            self.end = [0] * n
+            # (chunk, phase, member) -> step -> [arrivals, latest arrival]; -> step -> own send time
+            self.got: dict[tuple[int, int, int], dict[int, list[int]]] = {}
+            self.sent: dict[tuple[int, int, int], dict[int, int]] = {}
+            # phase -> member -> (its ring, its place in it)
+            self.place = [{k: (ring, i) for ring in ph.rings for i, k in enumerate(ring)} for ph in plan.phases]
+            self.per_packet: dict[tuple, _PerPacket] = {}
+
+    def join(self, rank: int, now: int, done: Done) -> bool:
+        """A member arrives; True once every member has finished (the run can be forgotten)."""
+        k = self.index[rank]
+        self.done[k] = done
+        self.arrived[k] = now
+        plan = self.plan
+        if plan is None:  # timed whole by the congestion-unaware model, once everyone is here
+            if len(self.arrived) == len(self.ranks):
+                arrivals = [self.arrived[j] for j in range(len(self.ranks))]
+                ends = self.policy.backend.collective_finish_ns(self.comm_type, self.size, self.ranks,
+                                                                self.involved, arrivals)
+                last = max(arrivals)
+                for j, t in enumerate(ends):
+                    self.done[j](max(t, last))
+                return True
+            return False
+        if not plan.chunks:
+            done(now)
+            self.finished += 1
+            return self.finished == len(self.ranks)
+        self.end[k] = now
+        for c in range(plan.chunks):
+            self._want(k, c, 0, now)
+        return False
+
+    # -- a member's chunks through the phases ----------------------------------------------------
+    def _want(self, k: int, c: int, p: int, t: int) -> None:
+        d = self.plan.phases[p].dim
+        if self.free[k][d]:
+            self.free[k][d] -= 1
+            self._begin(k, c, p, t)
+        else:
+            self.queued[k][d].append((c, p))
+
+    def _begin(self, k: int, c: int, p: int, t: int) -> None:
+        steps = self.plan.phases[p].steps
+        if steps[0].per_packet:
+            self._packets(c, p, k).begin(k, t)
+            return
+        self.policy._at(t + steps[0].pre_ns, lambda now: self._send(k, c, p, 0, now))
+
+    def _packets(self, c: int, p: int, k: int) -> "_PerPacket":
+        """The packet-by-packet phase of chunk c on member k's ring (made by its first member)."""
+        ring, _ = self.place[p][k]
+        key = (c, p, ring)
+        got = self.per_packet.get(key)
+        if got is None:
+            got = self.per_packet[key] = _PerPacket(self, c, p, ring)
+        return got
+
+    def _phase_done(self, k: int, c: int, p: int, t: int) -> None:
+        d = self.plan.phases[p].dim
+        waiting = self.queued[k][d]
+        if waiting:
+            nc, np_ = waiting.pop(0)
+            self._begin(k, nc, np_, t)
+        else:
+            self.free[k][d] += 1
+        if p + 1 < len(self.plan.phases):
+            self._want(k, c, p + 1, t)
+            return
+        self.end[k] = max(self.end[k], t)
+        self.chunks_left[k] -= 1
+        if not self.chunks_left[k]:
+            self.done[k](self.end[k])
+            self.finished += 1
+
+    # -- a phase's steps, message by message -----------------------------------------------------
+    def _send(self, k: int, c: int, p: int, s: int, now: int) -> None:
+        phase = self.plan.phases[p]
+        ring, i = self.place[p][k]
+        n = len(ring)
+        step = phase.steps[s]
+        net, at = self.policy.network, self.policy._at
+        for hop in range(1, n):  # the nearest receiver first
+            j = (i + hop) % n
+            if i in C.step_peers(step.peers, j, n):
+                dst = ring[j]
+                net.send(at, now, self.ranks[ring[i]], self.ranks[dst], step.msg,
+                         lambda t, dst=dst: self._arrive(dst, c, p, s, t))
+        self.sent.setdefault((c, p, k), {})[s] = now
+        self._progress(k, c, p, s)
+
+    def _arrive(self, k: int, c: int, p: int, s: int, t: int) -> None:
+        got = self.got.setdefault((c, p, k), {}).setdefault(s, [0, 0])
+        got[0] += 1
+        got[1] = max(got[1], t)
+        self._progress(k, c, p, s)
+
+    def _progress(self, k: int, c: int, p: int, s: int) -> None:
+        sent = self.sent.get((c, p, k), {}).get(s)
+        if sent is None:
+            return
+        phase = self.plan.phases[p]
+        ring, i = self.place[p][k]
+        expected = len(C.step_peers(phase.steps[s].peers, i, len(ring)))
+        got = self.got.get((c, p, k), {}).get(s, (0, 0))
+        if got[0] < expected:
+            return
+        ready = max(sent, got[1]) + phase.steps[s].post_ns
+        if s + 1 < len(phase.steps):
+            self.policy._at(ready + phase.steps[s + 1].pre_ns, lambda now: self._send(k, c, p, s + 1, now))
+        else:
+            self.sent.pop((c, p, k), None)
+            self.got.pop((c, p, k), None)
+            self.policy._at(ready, lambda now: self._phase_done(k, c, p, now))
+
+
+class _PerPacket:
+    """A direct all-reduce's phase on one ring as ASTRA-sim's AllToAll runs it (the event-by-event
+    account of collectives._per_packet_phase, here with its messages on the network): every member
+    sends its first-half message to every other at once; each packet it handles (a received
+    message once reduced) frees a slot; once all first-half messages have come, each free slot
+    sends the next second-half message, the k-th to the member k ahead, and the receive from the
+    member k behind is posted then. A member's phase ends at its last handled packet."""
+
+    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
+        self.run, self.c, self.p, self.ring = run, c, p, ring
+        self.first, self.second = run.plan.phases[p].steps
+        n = self.n = len(ring)
+        self.out_at: list[int | None] = [None] * n  # a member's first-half sends
+        self.early: list[list[int]] = [[] for _ in range(n)]  # first-half arrivals before the member began
+        self.posted = [[None] * n for _ in range(n)]
+        self.arrived = [[None] * n for _ in range(n)]
+        self.received, self.slots, self.sent, self.handled = [0] * n, [0] * n, [0] * n, [0] * n
+        self.end = [0] * n
+
+    def begin(self, k: int, t: int) -> None:
+        i = self.ring.index(k)
+        self.end[i] = t
+        at = self.run.policy._at
+        at(t + self.first.pre_ns, lambda now: self._first_half(i, now))
+
+    def _first_half(self, i: int, now: int) -> None:
+        run, n = self.run, self.n
+        self.out_at[i] = now
+        for hop in range(1, n):
+            j = (i + hop) % n
+            run.policy.network.send(run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[j]],
+                                    self.first.msg, lambda t, j=j: self._first_came(j, t))
+        for t in self.early[i]:
+            self._first_came(i, t)
+        self.early[i] = []
+
+    def _first_came(self, i: int, t: int) -> None:
+        if self.out_at[i] is None:
+            self.early[i].append(t)
+            return
+        self._received(i, max(t, self.out_at[i]), self.first.post_ns)
+
+    def _received(self, i: int, t: int, post: int) -> None:
+        at = self.run.policy._at
+        at(t, lambda now: self.received.__setitem__(i, self.received[i] + 1))
+        at(t + post, lambda now: self._handled(i, now))
+
+    def _handled(self, i: int, t: int) -> None:
+        n, run = self.n, self.run
+        self.slots[i] += 1
+        self.handled[i] += 1
+        self.end[i] = max(self.end[i], t)
+        while self.received[i] >= n - 1 and self.slots[i] and self.sent[i] < n - 1:
+            self.slots[i] -= 1
+            self.sent[i] += 1
+            k = self.sent[i]
+            dst = (i + k) % n
+            leave = t + self.second.pre_ns
+            run.policy._at(leave, lambda now, i=i, dst=dst, k=k: run.policy.network.send(
+                run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[dst]], self.second.msg,
+                lambda came, dst=dst, k=k: self._second_came(dst, k, came)))
+            self.posted[i][k] = leave
+            if self.arrived[i][k] is not None:
+                self._received(i, max(leave, self.arrived[i][k]), self.second.post_ns)
+        if self.handled[i] == 2 * (n - 1):
+            run._phase_done(self.ring[i], self.c, self.p, self.end[i])
+
+    def _second_came(self, i: int, k: int, t: int) -> None:
+        self.arrived[i][k] = t
+        if self.posted[i][k] is not None:
+            self._received(i, max(t, self.posted[i][k]), self.second.post_ns)
