@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard chakra_tools/*/*.c)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build from this machine's wheel cache; the extra's range is then already met.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[capture,onnx,dask,test,dev,frameworks]'
+	$(BIN)/python -m pip install -q -e '.[capture,onnx,dask,test,dev,frameworks,infragraph]'
 	$(BIN)/python -m pip install -q --no-deps $(REFERENCE)
 	touch $(STAMP)
 

@@ -19,7 +19,9 @@ def replay(
     rankset: Path = typer.Argument(..., metavar="RANKSET",
                                    help="A folder of PREFIX.RANK.et files, such a prefix, or one .et file."),
     network: Optional[Path] = typer.Option(None, "--network", "-n",
-                                           help="ASTRA-sim analytical network YAML (default: one Switch of all ranks, 50 GB/s, 500 ns)."),
+                                           help="ASTRA-sim analytical network YAML (default: one Switch of all ranks, 50 GB/s, 500 ns), or an InfraGraph document (YAML or JSON): rank r on its r-th NPU, every message routed over its links."),
+    network_model: str = typer.Option("congestion-unaware", "--network-model",
+                                      help="congestion-unaware (default, as ASTRA-sim's analytical backend): each message as if its links were idle; congestion-aware (as ASTRA-sim's congestion_aware backend): messages routed over the network's links, each link serving them one at a time, so messages that meet queue; on any number of dimensions and on an InfraGraph."),
     system: Optional[Path] = typer.Option(None, "--system", "-s",
                                           help="ASTRA-sim system JSON (collective algorithms, chunks, endpoint delay, roofline)."),
     network_fit: Optional[Path] = typer.Option(None, "--network-fit",
@@ -80,6 +82,10 @@ def replay(
 
         trace-replay out/ddp --as-captured --manifest traces/ddp/manifest.json
 
+    Links as queues (two messages on one link take twice as long), on an InfraGraph of the cluster:
+
+        trace-replay out/job --network cluster.infragraph.yaml --network-model congestion-aware
+
     What-if on the cluster the probe measured, links between machines 5x faster (docs/howto/what-if.md):
 
         trace-replay out/job --network-fit out/job-net --bandwidth inter-node=x5
@@ -91,7 +97,8 @@ def replay(
         comm=comm, host_time=host_time or ("gaps" if host_gaps else None), align=align, lanes=lanes,
         coll_start=collective_start)
     spec = SystemSpec(network, system, memory, tuple(offload), peak_tflops, mem_bw, _scales(scale), roofline,
-                      exact_memory, kind_fit=network_fit, links=_links(bandwidth, latency))
+                      exact_memory, kind_fit=network_fit, links=_links(bandwidth, latency),
+                      network_model=network_model)
     try:
         result = replay_rankset(rankset, spec, comm_group=comm_group, modes=modes,
                                 limits=parse_limits(limits) if limits else None,

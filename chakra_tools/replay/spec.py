@@ -5,6 +5,11 @@ Switch of every rank), a calibration's per-kind fit (`--network-fit` of a captur
 alone), or the cluster a probe measured (`--network-fit` of a calibration with `--probe`), which
 prices each collective with the algorithm its library ran (library.py). What-if changes to the
 links (`--bandwidth`, `--latency`: links.py) apply to whichever it is.
+
+`--network` also takes an InfraGraph document (infragraph.py): its devices and links are the
+network, every message routed over them. `--network-model congestion-aware` queues the messages
+that meet on a link (linknet.py, congestion.py), on an ASTRA-sim network file or an InfraGraph;
+congestion-unaware (the default) prices each message as if its links were idle.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from typing import Sequence
 from chakra_tools.core.errors import InputError
 
 from .backend import AnalyticalBackend, Scales
-from .config import (MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
+from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory, load_network,
                      load_system)
 from .links import LinkChange, changed_network
+from .linknet import LinkNetwork, of_network
 from .netfit import Calibration, read_calibration
 
 
@@ -42,14 +48,21 @@ class SystemSpec:
     kind_fit: str | Path | None = None
     #: --bandwidth / --latency changes, made to the network whichever it is
     links: tuple[LinkChange, ...] = ()
+    #: --network-model: "congestion-unaware" (each message alone) or "congestion-aware"
+    network_model: str = "congestion-unaware"
 
     def backend(self, npus: int, source: str = "the rank set"):
         """The backend for `npus` ranks (`source` names them in the error if the network is
         smaller): an AnalyticalBackend, or with `kind_fit` a netfit.KindPriced over one, or the
         probe's cluster (a library.LibraryBackend) where the calibration has one."""
+        if self.network_model not in NETWORK_MODELS:
+            raise InputError(f"--network-model {self.network_model!r}: use " + " or ".join(NETWORK_MODELS))
         cal = self._calibration() if self.kind_fit is not None else None
+        graph = self._graph() if cal is None else None
         if cal is not None:
             net = with_offload(cal.fit.network(npus), self.offload)
+        elif graph is not None:
+            net = graph_dims(graph)
         else:
             net = with_offload(load_network(self.network) if self.network else default_network(npus), self.offload)
         if npus > net.npus:
@@ -65,12 +78,36 @@ class SystemSpec:
         if self.mem_bw_gbps is not None:
             sysc = replace(sysc, local_mem_bw_gbps=self.mem_bw_gbps)
         memory = load_memory(self.memory, exact=self.exact_memory) if self.memory else MemoryConfig()
-        base = AnalyticalBackend(net, sysc, memory, self.scales, self.roofline)
+        aware = self.network_model == "congestion-aware"
+        if aware and cal is not None:
+            raise InputError("--network-model congestion-aware runs on a network file or an InfraGraph "
+                             "(--network), not on a --network-fit calibration")
+        if graph is not None:
+            graph.queues = aware
+            links = graph
+        else:
+            links = of_network(net) if aware else None
+        base = AnalyticalBackend(net, sysc, memory, self.scales, self.roofline, links=links)
         if cal is None:
             return base
         if cal.cluster is not None:
             return cal.cluster.backend(npus, base, self.links)
         return cal.kind_priced(npus, base)
+
+    def _graph(self) -> LinkNetwork | None:
+        """The InfraGraph `--network` names, as links (None: an ASTRA-sim network file or none)."""
+        if self.network is None:
+            return None
+        from .infragraph import is_infragraph, read_infragraph, to_network
+
+        if not is_infragraph(self.network):
+            return None
+        if self.links:
+            raise InputError(f"{self.network}: --bandwidth/--latency change an ASTRA-sim network's dimensions or "
+                             "a fitted cluster's levels; edit the InfraGraph's links instead")
+        if self.offload:
+            raise InputError(f"{self.network}: --offload names a dimension of an ASTRA-sim network file")
+        return to_network(read_infragraph(self.network))
 
     def _calibration(self) -> Calibration:
         if self.network is not None:
@@ -80,6 +117,21 @@ class SystemSpec:
             raise InputError(f"{self.kind_fit}: its fit.json keeps no per-kind parameters (written before they "
                              "were kept): run trace-convert calibrate again")
         return cal
+
+
+#: --network-model choices, the default first
+NETWORK_MODELS = ("congestion-unaware", "congestion-aware")
+
+
+def graph_dims(graph: LinkNetwork) -> NetworkConfig:
+    """The one dimension a collective over a graph's NPUs is planned on (its chunks, its ring of
+    every NPU in rank order): its messages then take the graph's own routes. Its bandwidth and
+    latency, the slowest link out of an NPU, price only the phases that have no message-by-message
+    model (a double binary tree), as the replay then says."""
+    first = [l for l in graph.links.values() if l.src < graph.npus]
+    slowest = min(first, key=lambda l: l.bytes_per_ns) if first else None
+    gbps = slowest.bytes_per_ns * 1e9 / (1 << 30) if slowest else 1.0
+    return NetworkConfig((Dim("Switch", graph.npus, gbps, slowest.latency_ns if slowest else 0.0),), graph.source)
 
 
 def with_offload(net: NetworkConfig, dims: Sequence[int]) -> NetworkConfig:
