@@ -222,21 +222,26 @@ def _edges(path, graph, descriptions: dict[str, str]) -> tuple[list[Edge], list[
         if rest:
             kind, default = _kind(name, descriptions.get(name, ""))
             if kind is None:
-                missing.append(f"link {name!r} has no bandwidth ({len(rest)} edges, e.g. {rest[0][0]} -- {rest[0][1]})")
+                missing.append(name)
+                rates.update({(a, b): (0.0, _no_rate(path, name)) for a, b in rest})
                 continue
             rates.update(_table_rates(graph, rest, KNOWN_LINKS[kind]))
             notes.append(_table_note(name, len(rest), KNOWN_LINKS[kind], default))
         if any("latency" not in d for _, _, d in members):
             no_latency.append(name)
     if missing:
-        raise InputError(f"{path}: " + "; ".join(missing) + ": give each physical.bandwidth.gigabits_per_second, a "
-                         "'bandwidth' annotation of the link, or a name of a known kind ("
-                         + ", ".join(KNOWN_LINKS) + ")")
+        notes.append("links without a bandwidth, refused if a message crosses one: " + ", ".join(map(repr, missing)))
     if no_latency:
         notes.append("links without a latency took 0 ns: " + ", ".join(map(repr, no_latency)))
     edges = [Edge(a, b, rates[(a, b)][0], _quantity(path, d.get("link", ""), "latency", d.get("latency", "0"), _NS),
                   rates[(a, b)][1]) for a, b, d in graph.edges(data=True)]
     return edges, notes
+
+
+def _no_rate(path, name: str) -> str:
+    """The refusal of a message over a link with no bandwidth (linknet refuses it on the route)."""
+    return (f"{path}: link {name!r} has no bandwidth: give it physical.bandwidth.gigabits_per_second, a "
+            "'bandwidth' annotation, or a name of a known kind (" + ", ".join(KNOWN_LINKS) + ")")
 
 
 def _link_descriptions(infra) -> dict[str, str]:

@@ -58,6 +58,8 @@ class Link:
     free_ns: int = 0
     busy_ns: int = 0
     messages: int = 0
+    #: why the link has no rate (a document that gives none): a message that crosses it is refused
+    refused: str = ""
 
     def serialization_ns(self, size: int) -> int:
         return int(size / self.bytes_per_ns)
@@ -96,6 +98,10 @@ class LinkNetwork:
         if got is None:
             devices = self.router(src, dst)
             got = self._routes[(src, dst)] = tuple(self.links[(a, b)] for a, b in zip(devices, devices[1:]))
+            for link in got:
+                if link.refused:
+                    raise InputError(f"{link.refused} (rank {src} to rank {dst} crosses it: "
+                                     f"{self.names[link.src]} -> {self.names[link.dst]})")
         return got
 
     def alone_ns(self, src: int, dst: int, size: int) -> int:
@@ -229,10 +235,10 @@ def _rest(address: tuple[int, ...], i: int) -> tuple[int, ...]:
 # -- any graph ----------------------------------------------------------------------------------------
 def of_edges(npus: Sequence[str], edges: Iterable[Edge], source: str = "", notes: Sequence[str] = ()) -> LinkNetwork:
     """A network of named devices: `npus` in rank order, then every other device the edges name.
-    A message takes a path of fewest links; among equal ones, at each device it takes the next
-    hop `(src + dst) mod k` of the k that lead on (the neighbours by their order of appearance),
-    so flows spread over parallel spines as a switch's ECMP hash spreads them, and the same pair
-    always takes the same path."""
+    A message takes a path of fewest links; where k next hops lead on equally, it takes the
+    (dst mod k)-th of them in their order of appearance: destination-mod-k routing, the fat
+    tree's classic deterministic choice, which gives every destination of a rack its own uplink
+    (and the same pair always the same path)."""
     names = list(npus)
     index = {name: i for i, name in enumerate(names)}
     if len(index) != len(names):
@@ -248,7 +254,8 @@ def of_edges(npus: Sequence[str], edges: Iterable[Edge], source: str = "", notes
             continue
         for x, y in ((a, b), (b, a)):
             if (x, y) not in links:  # parallel links of one pair: the first is taken, as one
-                links[(x, y)] = Link(x, y, e.bytes_per_ns, e.latency_ns)
+                links[(x, y)] = Link(x, y, e.bytes_per_ns if e.bytes_per_ns > 0 else 1.0, e.latency_ns,
+                                     refused="" if e.bytes_per_ns > 0 else e.source or "a link without a bandwidth")
     adjacent: list[list[int]] = [[] for _ in names]
     for a, b in links:
         adjacent[a].append(b)
@@ -276,7 +283,7 @@ def of_edges(npus: Sequence[str], edges: Iterable[Edge], source: str = "", notes
         path, here = [src], src
         while here != dst:
             nearer = [b for b in adjacent[here] if dist[b] == dist[here] - 1]
-            here = nearer[(src + dst) % len(nearer)]
+            here = nearer[dst % len(nearer)]
             path.append(here)
         return path
 

@@ -128,7 +128,7 @@ def graph_dims(graph: LinkNetwork) -> NetworkConfig:
     every NPU in rank order): its messages then take the graph's own routes. Its bandwidth and
     latency, the slowest link out of an NPU, price only the phases that have no message-by-message
     model (a double binary tree), as the replay then says."""
-    first = [l for l in graph.links.values() if l.src < graph.npus]
+    first = [l for l in graph.links.values() if l.src < graph.npus and not l.refused]
     slowest = min(first, key=lambda l: l.bytes_per_ns) if first else None
     gbps = slowest.bytes_per_ns * 1e9 / (1 << 30) if slowest else 1.0
     return NetworkConfig((Dim("Switch", graph.npus, gbps, slowest.latency_ns if slowest else 0.0),), graph.source)
