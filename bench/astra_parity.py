@@ -5,6 +5,7 @@ congestion-unaware) on the same files and configs: skewed collectives per algori
     python bench/astra_parity.py --astra /tmp/astra/astra-sim/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
     python bench/astra_parity.py --astra BIN --scaled   # trace-convert scale's outputs (check_scaled)
     python bench/astra_parity.py --astra BIN --rankset RUN-et --calibration NET   # a capture, its fitted network
+    python bench/astra_parity.py --astra .../AstraSim_Analytical_Congestion_Aware --model congestion-aware --random 200
 
 Needs the ASTRA-sim binary (REFERENCE §4 says how to build one at 518bd51); nothing in
 chakra-tools or its tests depends on it. Each case writes its rank files and configs into a
@@ -233,7 +234,7 @@ def random_partition(rng: random.Random, n: int) -> dict[str, list[int]]:
     return {str(k + 1): ranks[k * size:(k + 1) * size] for k in range(n // size)}
 
 
-def random_case(rng: random.Random) -> tuple:
+def random_case(rng: random.Random, max_dims: int = 3) -> tuple:
     """A case nobody wrote: a random network of 1-3 dimensions (Ring, Switch or FullyConnected,
     2-8 NPUs each, random bandwidth and latency), a random system (algorithm per dimension and per
     collective, chunks, active chunks, endpoint delay, optimisation, local memory bandwidth), and
@@ -243,7 +244,7 @@ def random_case(rng: random.Random) -> tuple:
     expansion), chained or side by side. Communication keeps one order on every rank, as a real
     program's does. Left out because ASTRA-sim 518bd51 aborts on them: an endpoint delay or link
     latency of 0 (EventQueue assertion), halvingDoubling or doubleBinaryTree all-to-all."""
-    ndims = rng.choice((1, 1, 2, 2, 3))
+    ndims = min(max_dims, rng.choice((1, 1, 2, 2, 3)))
     dims = []
     for _ in range(ndims):
         dims.append((rng.choice(("Ring", "Switch", "FullyConnected")), rng.choice((2, 4, 4, 8)),
@@ -381,9 +382,9 @@ def run_astra(binary: str, work: Path, ranks: int | None = None) -> dict[int, in
     return got
 
 
-def run_ours(work: Path) -> dict[int, int]:
+def run_ours(work: Path, model: str = "congestion-unaware") -> dict[int, int]:
     feeders, groups = open_rankset(work / "w")
-    spec = SystemSpec(work / "network.yml", work / "system.json", work / "memory.json")
+    spec = SystemSpec(work / "network.yml", work / "system.json", work / "memory.json", network_model=model)
     result = run_replay(work / "w", feeders, spec.backend(max(feeders) + 1), groups=groups)
     return {x["rank"]: x["finish_ns"] for x in result.ranks}
 
@@ -453,7 +454,10 @@ def check_scaled(binary: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--astra", required=True, help="AstraSim_Analytical_Congestion_Unaware")
+    ap.add_argument("--astra", required=True, help="AstraSim_Analytical_Congestion_Unaware (or _Aware, with --model)")
+    ap.add_argument("--model", default="congestion-unaware", choices=("congestion-unaware", "congestion-aware"),
+                    help="our network model, against the binary of the same name (congestion-aware: cases of one "
+                         "dimension, all ASTRA-sim's congestion_aware backend runs)")
     ap.add_argument("--only", help="run the cases whose name contains this")
     ap.add_argument("--random", type=int, metavar="N", help="N random cases instead (random_case)")
     ap.add_argument("--seed", type=int, default=0, help="the first random case's seed (case k: seed + k)")
@@ -476,10 +480,13 @@ def main() -> None:
             ap.error("--rankset needs --calibration NET (trace-convert calibrate's folder)")
         return check_rankset(args.astra, args.rankset, args.calibration)
     worst, worst_ns, compared, refused, ties = 0.0, 0, 0, 0, 0
+    aware = args.model == "congestion-aware"
     cases = [(name, {}, *rest) for name, *rest in CASES] + GROUP_CASES
+    if aware:  # ASTRA-sim's congestion_aware backend runs one dimension only
+        cases = [c for c in cases if isinstance(c[3], str) or len(c[3]) == 1]
     if args.random:
         make = (lambda k: shipped_case(random.Random(args.seed + k), args.configs, args.seed + k)) \
-            if args.configs else (lambda k: random_case(random.Random(args.seed + k)))
+            if args.configs else (lambda k: random_case(random.Random(args.seed + k), 1 if aware else 3))
         cases = [(f"seed {args.seed + k}: {c[0]}", *c[1:]) for k in range(args.random) for c in [make(k)]]
     for name, groups, ranks, dims, sysc, memc in cases:
         if args.only and args.only not in name:
@@ -498,7 +505,7 @@ def main() -> None:
                 print(f"\n{name}: ASTRA-sim failed: {str(e).splitlines()[0]}")
                 refused += 1
                 continue
-            ours = run_ours(work)
+            ours = run_ours(work, args.model)
             diffs = [(ours[r] - ref[r]) / ref[r] * 100 for r in sorted(ref)]
             if args.keep and max(abs(d) for d in diffs) > 0.1:
                 shutil.copytree(work, args.keep / name.split(":")[0].replace(" ", "_"), dirs_exist_ok=True)

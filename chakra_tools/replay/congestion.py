@@ -18,6 +18,7 @@ last member's arrival, and the replay says so once (`notes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from chakra_tools.feed.info import NodeInfo
@@ -40,6 +41,9 @@ class _Phase:
     dim: int
     rings: tuple[tuple[int, ...], ...]
     steps: tuple[C.Step, ...]
+    #: a double binary tree (steps empty): the chunk's data, its context, and how many phases on
+    #: the same dimension come before it in a chunk and in all (the tree counter's steps)
+    tree: tuple[int, C.PhaseContext, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,10 @@ class CongestionAware(Staggered):
             ranks = tuple(group)
             involved = self.backend.spanned(comm_type, ranks, info.involved_dim)
             plan = self._plan(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
-            run = self._runs[key] = _Run(self, comm_type, info.comm_size, ranks, involved, plan)
+            turn = None
+            if plan is not None and any(ph.tree for ph in plan.phases):  # the trees each dimension is at
+                turn = self.backend._tree_turn(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
+            run = self._runs[key] = _Run(self, comm_type, info.comm_size, ranks, involved, plan, turn or {})
         if run.join(rank, now, done):
             del self._runs[key]
 
@@ -114,11 +121,18 @@ class CongestionAware(Staggered):
                     rings = {d: b._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
                     phase_plan = b.phase_plan(coll, dims)
                 phases, data = [], chunk
-                for kind, d, n in phase_plan:
+                per_dim = {d: sum(1 for _, e, _ in phase_plan if e == d) for d, _ in dims}
+                for p, (kind, d, n) in enumerate(phase_plan):
                     ctx = b._context(d, group_ring=local)
                     algo = b._algorithm(coll, d, len(ranks))
+                    if b._tree_phase(coll, d, n, len(ranks)):
+                        before = sum(1 for _, e, _ in phase_plan[:p] if e == d)
+                        tree_ctx = b._context(d)
+                        phases.append(_Phase(d, tuple(tuple(r) for r in rings[d]), (),
+                                             (data, tree_ctx, before, per_dim[d])))
+                        continue
                     step_fn = None if ctx.dim.in_network_offload else C.steps_fn(kind, algo)
-                    if b._tree_phase(coll, d, n, len(ranks)) or step_fn is None:
+                    if step_fn is None:
                         self._unmodelled.add(f"{algo} {kind}")
                         plan = None
                         break
@@ -156,8 +170,9 @@ class _Run:
     phases on its own, their messages on the network."""
 
     def __init__(self, policy: CongestionAware, comm_type: int, size: int, ranks: tuple[int, ...],
-                 involved, plan: _Plan | None):
+                 involved, plan: _Plan | None, turn: dict[int, int]):
         self.policy = policy
+        self.turn = turn
         self.comm_type, self.size, self.ranks, self.involved, self.plan = comm_type, size, ranks, involved, plan
         self.index = {r: k for k, r in enumerate(ranks)}
         self.done: dict[int, Done] = {}
@@ -171,12 +186,9 @@ class _Run:
             self.queued: list[dict[int, list[int]]] = [{d: [] for d in plan.dims} for _ in range(n)]
             self.chunks_left = [plan.chunks] * n
             self.end = [0] * n
-            # (chunk, phase, member) -> step -> [arrivals, latest arrival]; -> step -> own send time
-            self.got: dict[tuple[int, int, int], dict[int, list[int]]] = {}
-            self.sent: dict[tuple[int, int, int], dict[int, int]] = {}
             # phase -> member -> (its ring, its place in it)
             self.place = [{k: (ring, i) for ring in ph.rings for i, k in enumerate(ring)} for ph in plan.phases]
-            self.per_packet: dict[tuple, _PerPacket] = {}
+            self.shared: dict[tuple, object] = {}  # (chunk, phase, ring) -> its _Steps, _PerPacket or _Tree
 
     def join(self, rank: int, now: int, done: Done) -> bool:
         """A member arrives; True once every member has finished (the run can be forgotten)."""
@@ -213,19 +225,20 @@ class _Run:
             self.queued[k][d].append((c, p))
 
     def _begin(self, k: int, c: int, p: int, t: int) -> None:
-        steps = self.plan.phases[p].steps
-        if steps[0].per_packet:
-            self._packets(c, p, k).begin(k, t)
+        phase = self.plan.phases[p]
+        if phase.tree is not None:
+            self._shared(c, p, k, _Tree).begin(k, t)
             return
-        self.policy._at(t + steps[0].pre_ns, lambda now: self._send(k, c, p, 0, now))
+        self._shared(c, p, k, _PerPacket if phase.steps[0].per_packet else _Steps).begin(k, t)
 
-    def _packets(self, c: int, p: int, k: int) -> "_PerPacket":
-        """The packet-by-packet phase of chunk c on member k's ring (made by its first member)."""
+    def _shared(self, c: int, p: int, k: int, kind: type):
+        """The state of chunk c's phase p on member k's ring that its members share (a
+        packet-by-packet phase, a tree), made when the first of them begins it."""
         ring, _ = self.place[p][k]
         key = (c, p, ring)
-        got = self.per_packet.get(key)
+        got = self.shared.get(key)
         if got is None:
-            got = self.per_packet[key] = _PerPacket(self, c, p, ring)
+            got = self.shared[key] = kind(self, c, p, ring)
         return got
 
     def _phase_done(self, k: int, c: int, p: int, t: int) -> None:
@@ -245,45 +258,66 @@ class _Run:
             self.done[k](self.end[k])
             self.finished += 1
 
-    # -- a phase's steps, message by message -----------------------------------------------------
-    def _send(self, k: int, c: int, p: int, s: int, now: int) -> None:
-        phase = self.plan.phases[p]
-        ring, i = self.place[p][k]
-        n = len(ring)
-        step = phase.steps[s]
-        net, at = self.policy.network, self.policy._at
-        for hop in range(1, n):  # the nearest receiver first
-            j = (i + hop) % n
-            if i in C.step_peers(step.peers, j, n):
-                dst = ring[j]
-                net.send(at, now, self.ranks[ring[i]], self.ranks[dst], step.msg,
-                         lambda t, dst=dst: self._arrive(dst, c, p, s, t))
-        self.sent.setdefault((c, p, k), {})[s] = now
-        self._progress(k, c, p, s)
 
-    def _arrive(self, k: int, c: int, p: int, s: int, t: int) -> None:
-        got = self.got.setdefault((c, p, k), {}).setdefault(s, [0, 0])
-        got[0] += 1
-        got[1] = max(got[1], t)
-        self._progress(k, c, p, s)
 
-    def _progress(self, k: int, c: int, p: int, s: int) -> None:
-        sent = self.sent.get((c, p, k), {}).get(s)
-        if sent is None:
+@lru_cache(maxsize=4096)
+def _receivers(step: C.Step, n: int) -> tuple[tuple[int, ...], ...]:
+    """Per position of a ring of n, the positions its message of `step` goes to, nearest first."""
+    return tuple(tuple((i + h) % n for h in range(1, n) if i in C.step_peers(step.peers, (i + h) % n, n))
+                 for i in range(n))
+
+
+@lru_cache(maxsize=4096)
+def _expected(step: C.Step, n: int) -> tuple[int, ...]:
+    """Per position, how many messages of `step` it waits for."""
+    return tuple(len(C.step_peers(step.peers, i, n)) for i in range(n))
+
+
+class _Steps:
+    """A chunk's phase on one ring, step by step: a position sends the step's messages, then
+    waits for its peers' of the same step (a receive completes at the later of its own send and
+    the message's arrival), then spends the step's delay before the next one."""
+
+    __slots__ = ("run", "c", "p", "ring", "ranks", "steps", "to", "expected", "sent", "got", "came")
+
+    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
+        self.run, self.c, self.p, self.ring = run, c, p, ring
+        self.ranks = [run.ranks[k] for k in ring]
+        self.steps = run.plan.phases[p].steps
+        n, count = len(ring), len(self.steps)
+        self.to = [_receivers(step, n) for step in self.steps]
+        self.expected = [_expected(step, n) for step in self.steps]
+        self.sent = [[-1] * count for _ in range(n)]  # when position i sent step s (-1: not yet)
+        self.got = [[0] * count for _ in range(n)]  # messages of step s that reached i
+        self.came = [[0] * count for _ in range(n)]  # the latest of them
+
+    def begin(self, k: int, t: int) -> None:
+        i = self.ring.index(k)
+        self.run.policy._at(t + self.steps[0].pre_ns, lambda now: self._send(i, 0, now))
+
+    def _send(self, i: int, s: int, now: int) -> None:
+        policy = self.run.policy
+        net, at, msg, src = policy.network, policy._at, self.steps[s].msg, self.ranks[i]
+        for j in self.to[s][i]:
+            net.send(at, now, src, self.ranks[j], msg, lambda t, j=j: self._arrive(j, s, t))
+        self.sent[i][s] = now
+        self._progress(i, s)
+
+    def _arrive(self, i: int, s: int, t: int) -> None:
+        self.got[i][s] += 1
+        if t > self.came[i][s]:
+            self.came[i][s] = t
+        self._progress(i, s)
+
+    def _progress(self, i: int, s: int) -> None:
+        sent = self.sent[i][s]
+        if sent < 0 or self.got[i][s] < self.expected[s][i]:
             return
-        phase = self.plan.phases[p]
-        ring, i = self.place[p][k]
-        expected = len(C.step_peers(phase.steps[s].peers, i, len(ring)))
-        got = self.got.get((c, p, k), {}).get(s, (0, 0))
-        if got[0] < expected:
-            return
-        ready = max(sent, got[1]) + phase.steps[s].post_ns
-        if s + 1 < len(phase.steps):
-            self.policy._at(ready + phase.steps[s + 1].pre_ns, lambda now: self._send(k, c, p, s + 1, now))
+        ready = (sent if sent > self.came[i][s] else self.came[i][s]) + self.steps[s].post_ns
+        if s + 1 < len(self.steps):
+            self.run.policy._at(ready + self.steps[s + 1].pre_ns, lambda now: self._send(i, s + 1, now))
         else:
-            self.sent.pop((c, p, k), None)
-            self.got.pop((c, p, k), None)
-            self.policy._at(ready, lambda now: self._phase_done(k, c, p, now))
+            self.run.policy._at(ready, lambda now: self.run._phase_done(self.ring[i], self.c, self.p, now))
 
 
 class _PerPacket:
@@ -357,3 +391,75 @@ class _PerPacket:
         self.arrived[i][k] = t
         if self.posted[i][k] is not None:
             self._received(i, max(t, self.posted[i][k]), self.second.post_ns)
+
+
+class _Tree:
+    """A chunk through ASTRA-sim's double binary tree on one ring's positions, message by message
+    (collectives.dbt_staggered's account): a leaf sends up one endpoint delay after it begins; an
+    inner position sends up one delay and one reduction after its later child's message has come
+    (and it has begun); the top turns the data back down; each position, once its parent's data
+    has come (no earlier than its own send up), sends it on to its children one delay (and, if
+    inner, one reduction) later, and ends then. Chunks alternate RootMax and RootMin by the
+    dimension's tree counter."""
+
+    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
+        self.run, self.c, self.p, self.ring = run, c, p, ring
+        phase = run.plan.phases[p]
+        data, self.ctx, before, per_chunk = phase.tree
+        self.data = data
+        self.red = self.ctx.reduce(data)
+        counter = run.turn.get(phase.dim, 0) + before + c * per_chunk
+        n = len(ring)
+        self.tree = C.binary_tree(n, root_max=counter % 2 == 0)
+        self.top = n - 1 if counter % 2 == 0 else 0
+        self.started: list[int | None] = [None] * n
+        self.up_sent: list[int | None] = [None] * n
+        self.from_children: list[list[int]] = [[] for _ in range(n)]
+        self.down_came: list[int | None] = [None] * n
+
+    def _send(self, i: int, j: int, now: int, arrived) -> None:
+        run = self.run
+        run.policy.network.send(run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[j]], self.data, arrived)
+
+    def begin(self, k: int, t: int) -> None:
+        i = self.ring.index(k)
+        self.started[i] = t
+        self._try_up(i)
+
+    def _try_up(self, i: int) -> None:
+        """Position i sends up (the top: down) once it has begun and its children's data came."""
+        if self.started[i] is None or self.up_sent[i] is not None:
+            return
+        parent, children = self.tree[i]
+        if len(self.from_children[i]) < len(children):
+            return
+        d = self.ctx.delay_ns
+        t = self.started[i] + d if not children else max(self.started[i], *self.from_children[i]) + d + self.red
+        self.up_sent[i] = t
+        if parent is None:  # the top: its data goes back down
+            self.run.policy._at(t, lambda now: self._down(i, now))
+        else:
+            self.run.policy._at(t, lambda now: self._send(i, parent, now, lambda came: self._child_came(parent, came)))
+        if self.down_came[i] is not None:
+            self._came_down(i)
+
+    def _child_came(self, i: int, t: int) -> None:
+        self.from_children[i].append(t)
+        self._try_up(i)
+
+    def _down(self, i: int, t: int) -> None:
+        for c in self.tree[i][1]:
+            self._send(i, c, t, lambda came, c=c: self._parent_came(c, came))
+        self.run._phase_done(self.ring[i], self.c, self.p, t)
+
+    def _parent_came(self, i: int, t: int) -> None:
+        self.down_came[i] = t
+        if self.up_sent[i] is not None:
+            self._came_down(i)
+
+    def _came_down(self, i: int) -> None:
+        children = self.tree[i][1]
+        t = max(self.up_sent[i], self.down_came[i]) + self.ctx.delay_ns + (self.red if children else 0)
+        self.down_came[i] = None  # handled
+        self.up_sent[i] = -1
+        self.run.policy._at(t, lambda now: self._down(i, now))

@@ -111,9 +111,11 @@ class LinkNetwork:
     def send(self, at: Scheduler, now: int, src: int, dst: int, size: int,
              arrived: Callable[[int], None]) -> None:
         """Put a `size`-byte message from NPU `src` to `dst` on the network at `now`; `arrived(t)`
-        is called (through the scheduler `at(time, callback)`, in time order with everything
-        else) when its last byte reaches `dst`. Must be called in nondecreasing `now`, as a
-        discrete-event loop does: a link then serves messages in the order they reach it."""
+        learns when its last byte reaches `dst`. Must be called in nondecreasing `now`, as a
+        discrete-event loop does (each hop after the first is an event of `at(time, callback)`),
+        so a link serves messages in the order they reach it. `arrived` is told as the message
+        starts its last hop, before `t`: whatever it starts must be scheduled no earlier than `t`
+        (one event fewer per message)."""
         hops = self.path(src, dst) if src != dst else ()
         if not hops or size <= 0:
             at(now + sum(int(link.latency_ns) for link in hops), arrived)
@@ -122,23 +124,24 @@ class LinkNetwork:
             for link in hops:
                 link.busy_ns += link.serialization_ns(size)
                 link.messages += 1
-            at(now + sum(link.delivery_ns(size) for link in hops), arrived)
+            arrived(now + sum(link.delivery_ns(size) for link in hops))
             return
+        self._hop(at, hops, 0, size, now, arrived)
 
-        def hop(i: int, t: int) -> None:
-            link = hops[i]
-            start = max(t, link.free_ns)
-            ser = link.serialization_ns(size)
-            link.free_ns = start + ser
-            link.busy_ns += ser
-            link.messages += 1
-            end = start + link.delivery_ns(size)
-            if i + 1 == len(hops):
-                at(end, arrived)
-            else:
-                at(end, lambda t2: hop(i + 1, t2))
-
-        hop(0, now)
+    def _hop(self, at: Scheduler, hops: tuple[Link, ...], i: int, size: int, t: int,
+             arrived: Callable[[int], None]) -> None:
+        link = hops[i]
+        start = t if t > link.free_ns else link.free_ns
+        per_ns = link.bytes_per_ns
+        ser = int(size / per_ns)
+        link.free_ns = start + ser
+        link.busy_ns += ser
+        link.messages += 1
+        end = start + int(link.latency_ns + size / per_ns)
+        if i + 1 == len(hops):
+            arrived(end)
+        else:
+            at(end, lambda t2: self._hop(at, hops, i + 1, size, t2, arrived))
 
     def reset(self) -> None:
         for link in self.links.values():
