@@ -124,14 +124,43 @@ NETWORK_MODELS = ("congestion-unaware", "congestion-aware")
 
 
 def graph_dims(graph: LinkNetwork) -> NetworkConfig:
-    """The one dimension a collective over a graph's NPUs is planned on (its chunks, its ring of
-    every NPU in rank order): its messages then take the graph's own routes. Its bandwidth and
-    latency, the slowest link out of an NPU, price only the phases that have no message-by-message
-    model (a double binary tree), as the replay then says."""
-    first = [l for l in graph.links.values() if l.src < graph.npus and not l.refused]
-    slowest = min(first, key=lambda l: l.bytes_per_ns) if first else None
-    gbps = slowest.bytes_per_ns * 1e9 / (1 << 30) if slowest else 1.0
-    return NetworkConfig((Dim("Switch", graph.npus, gbps, slowest.latency_ns if slowest else 0.0),), graph.source)
+    """The dimensions a collective over a graph's NPUs is planned on (its chunks and phases; its
+    messages then take the graph's own routes): where the NPUs come in equal consecutive groups
+    of one device instance each (InfraGraph's `dgx.3.xpu.5`: 8 GPUs of each DGX), two, the
+    devices' NPUs within and the devices across, as ASTRA-sim's service derives a DGX cluster;
+    else one dimension of every NPU. Each dimension's bandwidth and latency (the slowest link and
+    the whole latency of the route between its first two members) price only phases that have no
+    message-by-message model (in-network reduction), as the replay then says."""
+    n = graph.npus
+    devices = [".".join(graph.names[r].split(".")[:2]) for r in range(n)]
+    runs = [1]
+    for a, b in zip(devices, devices[1:]):
+        if b == a:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    within = runs[0]
+    if len(runs) > 1 and within > 1 and len(set(runs)) == 1 and len(set(devices)) == len(runs):
+        return NetworkConfig((_dim(graph, _kind_within(graph, within), within, 0, 1),
+                              _dim(graph, "Switch", len(runs), 0, within)), graph.source)
+    return NetworkConfig((_dim(graph, "Switch", n, 0, 1 if n > 1 else 0),), graph.source)
+
+
+def _kind_within(graph: LinkNetwork, k: int) -> str:
+    """FullyConnected or Ring where a device's NPUs are linked directly so, else Switch."""
+    direct = {(a, b) for (a, b) in graph.links if a < k and b < k}
+    if len(direct) == k * (k - 1):
+        return "FullyConnected"
+    if k > 2 and len(direct) == 2 * k and all(sum(1 for a, _ in direct if a == i) == 2 for i in range(k)):
+        return "Ring"
+    return "Switch"
+
+
+def _dim(graph: LinkNetwork, kind: str, npus: int, a: int, b: int) -> Dim:
+    path = graph.path(a, b) if a != b else ()
+    slowest = min((link.bytes_per_ns for link in path), default=1.0)
+    hops = 2 if kind == "Switch" else 1
+    return Dim(kind, npus, slowest * 1e9 / (1 << 30), sum(link.latency_ns for link in path) / hops)
 
 
 def with_offload(net: NetworkConfig, dims: Sequence[int]) -> NetworkConfig:

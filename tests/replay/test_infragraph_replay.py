@@ -72,3 +72,15 @@ def test_an_8_rank_gpu_capture_replays_on_dgx_h100s_in_a_clos(tmp_path, shared_f
         assert busy and all("tier" not in row["from"] and "tier" not in row["to"] for row in busy)
         assert any("nvsw" in row["to"] for row in busy)  # GPU to NVSwitch: NVLink
     assert out["congestion-aware"].makespan_ns >= out["congestion-unaware"].makespan_ns
+
+
+def test_dgxs_in_a_clos_are_planned_as_two_dimensions(tmp_path):
+    """A collective over every GPU is planned as ASTRA-sim's service derives a DGX cluster: the 8
+    GPUs of each DGX (NVSwitches: a Switch) within, the 16 DGXs across (the Clos: a Switch)."""
+    from chakra_tools.replay.infragraph import read_infragraph, to_network
+    from chakra_tools.replay.spec import graph_dims
+
+    dims = graph_dims(to_network(read_infragraph(dgx_clos(tmp_path / "clos.json", (400, 100))))).dims
+    assert [(d.topology, d.npus) for d in dims] == [("Switch", 8), ("Switch", 16)]
+    # the slowest link between DGXs is a 100 Gbit/s uplink (12.5e9 B/s in GB/s of 2**30 bytes)
+    assert dims[1].bandwidth_gbps == pytest.approx(12.5e9 / (1 << 30))
