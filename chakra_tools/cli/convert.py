@@ -168,7 +168,7 @@ def calibrate(
         print_json(cal.to_dict())
     else:
         typer.echo(format_calibration(cal))
-        typer.echo(f"wrote {cal.files['network']}, {cal.files['system']}, {cal.files['report']}")
+        typer.echo("wrote " + ", ".join(cal.files.values()))
 
 
 @app.command(short_help="Rewrite a converted capture to another data-parallel degree (--dp N).")

@@ -546,11 +546,16 @@ def system_json(fit: NetworkFit) -> dict:
 
 
 def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
-    """Write OUT/network.yml, OUT/system.json and OUT/fit.json; the paths go into `cal.files`."""
+    """Write OUT/network.yml, OUT/system.json and OUT/fit.json, and for a probed cluster
+    OUT/cluster.infragraph.yaml where the infragraph package is installed (the fitted fabric as an
+    InfraGraph, for `trace-replay --network` and other tools); the paths go into `cal.files`."""
     out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"{out}: output folder does not exist")
     names = {"network": "network.yml", "system": "system.json", "report": "fit.json"}
+    infra = _cluster_infragraph(cal)
+    if infra is not None:
+        names["infragraph"] = "cluster.infragraph.yaml"
     cal.files = {k: str(out / n) for k, n in names.items()}
     with Staged(out, "calibration") as staged:  # the three replaced together: one fit, never two halves
         with atomic_output(staged.path(names["network"]), "w") as f:
@@ -559,8 +564,25 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
             json.dump(system_json(cal.fit), f, indent=1)
         with atomic_output(staged.path(names["report"]), "w") as f:
             json.dump(cal.to_dict(), f, indent=1)
+        if infra is not None:
+            from .infragraph import write_infragraph
+
+            write_infragraph(infra, staged.path(names["infragraph"]))
         staged.commit(names.values())
     return cal
+
+
+def _cluster_infragraph(cal: Calibration):
+    """The probed cluster's fabric, sized to the calibration's ranks, as an InfraGraph (None
+    without a probe or without the package)."""
+    if cal.cluster is None:
+        return None
+    try:
+        from .infragraph import fabric_infragraph
+        import infragraph  # noqa: F401
+    except ImportError:
+        return None
+    return fabric_infragraph(cal.cluster.fabric.sized(cal.npus), "calibrated-cluster")
 
 
 #: what each bucket row of fit.json holds, and its type (int also takes a whole float)

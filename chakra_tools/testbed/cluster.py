@@ -29,9 +29,11 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
+
+from chakra_tools.replay.fabric import Fabric, Level
 
 SUBNET = "10.77.0"
 #: interface names inside the namespaces (each namespace has its own, so they never collide)
@@ -115,6 +117,18 @@ class Cluster:
 
     def hostname(self, node: int) -> str:
         return f"{self.name}-node{node}"
+
+    def fabric(self, ranks_per_node: int, within: Level) -> Fabric:
+        """This cluster as the replay's fabric: `within` for a node's ranks (its loopback, which
+        no shaping sets: what a probe measured) and, across nodes, each node's shaped uplink,
+        shared by its ranks, at the tbf rate with its bucket (as time at that rate) and no added
+        latency (tbf adds none). Written as an InfraGraph with
+        `replay.infragraph.fabric_infragraph(cluster.fabric(...))`."""
+        if self.uplink is None:
+            raise ValueError("an unshaped cluster's uplinks have no rate to describe: give it a Shaping")
+        burst = float(self.uplink.tbf_args()[4]) / self.uplink.bytes_per_s * 1e9
+        across = Level("inter-node", self.nodes, 0.0, 1e9 / self.uplink.bytes_per_s, shared=True, burst_ns=burst)
+        return Fabric((replace(within, npus=ranks_per_node), across))
 
     # -- making and removing ---------------------------------------------------------------------
     def __enter__(self) -> "Cluster":

@@ -287,6 +287,17 @@ def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
     assert res.exit_code == 0, res.output
     assert "network measured by the probe" in res.output
     assert "FullyConnected, Switch" in (tmp_path / "net" / "network.yml").read_text()
+    graph = tmp_path / "net" / "cluster.infragraph.yaml"
+    if __import__("importlib").util.find_spec("infragraph") is not None:
+        # the probed cluster as an InfraGraph, which trace-replay takes as a network too
+        assert str(graph) in res.output
+        from chakra_tools.replay.infragraph import read_infragraph
+
+        assert len(read_infragraph(graph).npus) == 4
+        ig = run.invoke(replay_app, [str(prefix), "--network", str(graph), "--network-model", "congestion-aware",
+                                     "--json"])
+        assert ig.exit_code == 0, ig.output
+        assert json.loads(ig.output)["config"]["network_model"] == "congestion-aware"
 
     def makespan(*extra):
         r = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net"), "--json", *extra])
