@@ -217,7 +217,6 @@ class Replayer:
         self._rendezvous: dict[tuple, list] = {}
         self._sends: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched sends
         self._recvs: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched receives
-        self._calls: dict[int, Callable[[int], None]] = {}  # heap key -> a policy's callback
         #: a policy that runs communication as events of this loop (congestion.CongestionAware):
         #: members join a collective as they arrive, messages report their own arrival
         self._async = bool(getattr(self.timing, "asynchronous", False))
@@ -245,8 +244,7 @@ class Replayer:
         """Call `fn(time_ns)` at `time_ns`, in order with every other event (a timing policy's
         network events: a message reaching the next device, a collective's next step)."""
         self._seq += 1
-        self._calls[self._seq] = fn
-        heapq.heappush(self._heap, (time_ns, self._seq, self._seq, _CALL))
+        heapq.heappush(self._heap, (time_ns, self._seq, fn, _CALL))  # (time, seq) is unique: fn is never compared
 
     def run(self) -> ReplayResult:
         begins = {r: self.timing.begin_ns(r) for r in self.ranks}
@@ -264,7 +262,7 @@ class Replayer:
                     if nid == _BEGIN:
                         self._issue(self.ranks[rank])
                     else:
-                        self._calls.pop(rank)(t)
+                        rank(t)  # a policy's callback (call_at)
                 else:
                     self._finish(self.ranks[rank], nid, t)
             if not self._unstick():

@@ -46,7 +46,7 @@ class Edge:
     source: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class Link:
     """One direction of a link: its rate, latency, when its queue is next free, and how long it
     has been busy (serializing) in all."""
@@ -131,17 +131,19 @@ class LinkNetwork:
     def _hop(self, at: Scheduler, hops: tuple[Link, ...], i: int, size: int, t: int,
              arrived: Callable[[int], None]) -> None:
         link = hops[i]
-        start = t if t > link.free_ns else link.free_ns
+        free = link.free_ns
+        start = t if t > free else free
         per_ns = link.bytes_per_ns
         ser = int(size / per_ns)
         link.free_ns = start + ser
         link.busy_ns += ser
         link.messages += 1
         end = start + int(link.latency_ns + size / per_ns)
-        if i + 1 == len(hops):
+        i += 1
+        if i == len(hops):
             arrived(end)
         else:
-            at(end, lambda t2: self._hop(at, hops, i + 1, size, t2, arrived))
+            at(end, lambda t2: self._hop(at, hops, i, size, t2, arrived))
 
     def reset(self) -> None:
         for link in self.links.values():
