@@ -12,9 +12,12 @@ says where the earliest event starts so that drawings can start at zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from chakra_tools.core.errors import InputError
+
+if TYPE_CHECKING:
+    from .links import LinkUsage
 
 #: which dependency arrows a drawing keeps (`EventSet.narrow`)
 FLOWS = ("all", "cross-rank", "none")
@@ -105,6 +108,7 @@ class EventSet:
     flows: list[tuple[Event, Event, str]] = field(default_factory=list)
     shift_ns: int = 0  # subtracted from the source's times (epoch-based captures)
     fidelity: dict | None = None  # a replay's error against measured steps (replay result `fidelity`)
+    links: LinkUsage | None = None  # a replay's busiest links, when it routed messages over links
 
     @property
     def ranks(self) -> list[int]:
@@ -138,7 +142,7 @@ class EventSet:
             None if self.breakdown is None else {r: v for r, v in self.breakdown.items() if r in keep},
             self.makespan_ns, list(self.notes),
             [f for f in self.flows if f[0].rank in keep and f[1].rank in keep], self.shift_ns,
-            self.fidelity)
+            self.fidelity, self.links)
 
     def narrow(self, ranks: Iterable[int] | None = None, flows: str = "all") -> "EventSet":
         """Only `ranks` (None: all), with the dependency arrows `flows` says: all, cross-rank

@@ -3,7 +3,8 @@
 The page embeds everything (CSS, inline SVG charts, a few lines of JavaScript that only count
 what was drawn and fill the page's summary line), so it opens from a file with no network.
 Sections: per-rank breakdown (compute, overlap, exposed communication, idle), top operators by
-time, communication volume by kind and group, the critical path, and, when a measured source
+time, communication volume by kind and group, the network's busiest links (links.py, when a
+replay routed its messages over links), the critical path, and, when a measured source
 (a captured run or a converted rank set) and a simulated one (a replay result) are both given,
 measured against simulated side by side; with `whatif` (whatif.whatif_data: `--fit`,
 `--measured`) a prediction's step against a real run's at that scale and the calibrated
@@ -49,6 +50,7 @@ def source_data(es: EventSet) -> dict:
         "critical_path": [{"rank": e.rank, "node_id": e.node_id, "name": e.name, "kind": e.kind,
                            "start_ns": e.start_ns - origin, "dur_ns": e.dur_ns} for e in path],
         "notes": es.notes,
+        **({"links": es.links.to_dict()} if es.links is not None else {}),
     }
 
 
@@ -240,6 +242,7 @@ def _cards(sources: list[dict], head: dict | None = None) -> str:
 
 
 def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", whatif: dict | None = None) -> str:
+    from .links import section_html as links_html
     from .whatif import headline_html, whatif_html
 
     data = report_data(sets, whatif)
@@ -258,6 +261,7 @@ def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", wha
         + "".join(_top_section(s) for s in sources) + "</div>",
         '<h2 id="comm-volume">Communication volume by kind and group</h2><div class="cols">'
         + "".join(_comm_section(s) for s in sources) + "</div>",
+        links_html(sources),
         '<h2 id="critical-path">Critical path</h2><div class="cols">'
         + "".join(_path_section(s) for s in sources) + "</div>",
     ]

@@ -29,6 +29,7 @@ from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 from .captured import from_capture, kineto_files
 from .drawing import graph_edges
 from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet, group_label, rank_ranges
+from .links import link_usage
 
 NS_PER_US = 1000
 #: a class of work (core.lanes.WORK) as drawn: memory traffic with communication, metadata with
@@ -246,6 +247,7 @@ def from_replay(path: str | Path) -> EventSet:
                              "idle_ns": r.idle_ns} for r in doc.ranks}
     es.makespan_ns = doc.makespan_ns
     es.fidelity = doc.fidelity
+    es.links = link_usage(doc.config, doc.makespan_ns, str(path))
     if (doc.config.get("modes") or {}).get("host_time") == "timeline":
         es.notes.append("host ops re-timed from the recorded timeline (--host-time timeline): each holds "
                         "the untraced time that followed it, so its time is more than its measured self time")

@@ -101,3 +101,77 @@ def legend(parts: Sequence[str]) -> str:
     items = "".join(f'<span class="key"><i style="background:{COLORS.get(p, "#999")}"></i>'
                     f'{escape(p.replace("_", " "))}</span>' for p in parts)
     return f'<div class="legend">{items}</div>'
+
+
+#: the heat scale of `heat`: pale yellow (idle; still seen on white) through orange to dark brown
+#: (always busy)
+HEAT = ("#fee391", "#fec44f", "#fe9929", "#ec7014", "#cc4c02", "#8c2d04", "#4a1a02")
+DEVICE_FILL = {"npu": "#3182bd", "switch": "#636363"}
+DOT_R = 7
+ARC_MAX = 90  # px: how far a link between two devices of one row bends up, at most
+
+
+def heat(share: float) -> str:
+    """The colour of a share in [0, 1] (clamped) on the HEAT scale, interpolated.
+
+    >>> heat(0.0), heat(1.0), heat(7.0)
+    ('#fee391', '#4a1a02', '#4a1a02')
+    """
+    x = min(max(share, 0.0), 1.0) * (len(HEAT) - 1)
+    i = min(int(x), len(HEAT) - 2)
+    a, b = (tuple(int(c[k:k + 2], 16) for k in (1, 3, 5)) for c in HEAT[i:i + 2])
+    return "#" + "".join(f"{round(p + (q - p) * (x - i)):02x}" for p, q in zip(a, b))
+
+
+def heat_legend(title: str, *, width: int = 360, steps: int = 10) -> str:
+    """The HEAT scale as a bar from 0% to 100%, under `title`."""
+    bar_w = (width - 40) / steps
+    body = [f'<text x="20" y="12">{escape(title)}</text>']
+    for k in range(steps):
+        body.append(f'<rect x="{20 + k * bar_w:.1f}" y="18" width="{bar_w + 0.5:.1f}" height="10" '
+                    f'fill="{heat((k + 0.5) / steps)}"/>')
+    for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
+        body.append(f'<text x="{20 + frac * (width - 40):.1f}" y="40" text-anchor="{anchor}">{100 * frac:.0f}%</text>')
+    return _svg(width, 46, body, "heat-legend")
+
+
+def network(devices: Sequence[tuple[str, float, float, str, str]],
+            links: Sequence[tuple[str, str, str, float, str, dict]], *, width: int, height: int,
+            slant: bool = False, cls: str = "network") -> str:
+    """Devices and the links between them. A device: (name, x, y, kind, label side "above" or
+    "below"), drawn as a dot (an "npu" round, anything else square, coloured by DEVICE_FILL). A
+    link: (from, to, colour, stroke width, tooltip, data attributes), one direction of a link,
+    drawn to the right of its direction of travel so that a pair linked both ways shows both;
+    between two devices of one row, an arc bending up (at most ARC_MAX).
+    `slant`: labels at an angle, for rows too tight for them level."""
+    at = {d[0]: (d[1], d[2]) for d in devices}
+    body = [_link_line(at[a], at[b], color, w, tip, data) for a, b, color, w, tip, data in links]
+    body += [_device(*d, slant=slant) for d in devices]
+    return _svg(width, height, body, cls)
+
+
+def _link_line(a: tuple[float, float], b: tuple[float, float], color: str, w: float, tip: str,
+               data: dict) -> str:
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    norm = (dx * dx + dy * dy) ** 0.5 or 1.0
+    off = w / 2 + 0.75  # right of travel, by half a line and a gap
+    ox, oy = -dy / norm * off, dx / norm * off
+    attrs = " ".join(f'data-{k}="{escape(str(v))}"' for k, v in data.items())
+    (x1, y1), (x2, y2) = (a[0] + ox, a[1] + oy), (b[0] + ox, b[1] + oy)
+    bend = f" Q {(x1 + x2) / 2:.1f} {y1 - min(ARC_MAX, 0.3 * abs(dx)):.1f}" if abs(dy) < 1 else ""  # one row: an arc up
+    return (f'<path class="link" {attrs} d="M {x1:.1f} {y1:.1f}{bend} {x2:.1f} {y2:.1f}" fill="none" '
+            f'stroke="{color}" stroke-width="{w:.2f}" stroke-linecap="round"><title>{escape(tip)}</title></path>')
+
+
+def _device(name: str, x: float, y: float, kind: str, side: str, *, slant: bool) -> str:
+    fill = DEVICE_FILL.get(kind, DEVICE_FILL["switch"])
+    dot = (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{DOT_R}" fill="{fill}"/>' if kind == "npu" else
+           f'<rect x="{x - DOT_R:.1f}" y="{y - DOT_R:.1f}" width="{2 * DOT_R}" height="{2 * DOT_R}" rx="2" fill="{fill}"/>')
+    ty = y + DOT_R + 12 if side == "below" else y - DOT_R - 5
+    if slant:  # below: ending at the dot, down to the left; above: from the dot, up to the right
+        anchor = "end" if side == "below" else "start"
+        label = (f'<text x="{x:.1f}" y="{ty:.1f}" text-anchor="{anchor}" '
+                 f'transform="rotate(-35 {x:.1f} {ty:.1f})">{escape(name)}</text>')
+    else:
+        label = f'<text x="{x:.1f}" y="{ty:.1f}" text-anchor="middle">{escape(name)}</text>'
+    return f'<g class="device" data-name="{escape(name)}" data-kind="{kind}">{dot}{label}<title>{escape(name)}</title></g>'
