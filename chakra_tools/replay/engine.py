@@ -27,90 +27,24 @@ every rank is blocked on.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
-from chakra_tools.core.lanes import COMM, COMPUTE, HOST, LANES, MEM, OTHER
-from chakra_tools.core.lanes import lane_of as core_lane_of
 from chakra_tools.core.model import CommType, NodeType
 from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
+from .resources import DEFAULT_LIMITS, LANE_SPLITS, RankState, Resources, lane_of, parse_limits  # noqa: F401
 from .result import ReplayResult
 from .timing import Modelled, Staggered
-
-#: ASTRA-sim's per-rank limits; 0 = unlimited
-DEFAULT_LIMITS = {"host": 1, "compute": 1, "comm": 1, "recv": 0, "mem": 0, "other": 0}
 
 _COMP, _COLL, _SEND, _RECV = (int(NodeType.COMP_NODE), int(NodeType.COMM_COLL_NODE),
                               int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE))
 _MEMS = (int(NodeType.MEM_LOAD_NODE), int(NodeType.MEM_STORE_NODE))
-_NLANES = len(LANES)
-_UNLIMITED = 1 << 62
 _ROOT = (-1, 0)
 _BEGIN = -1  # heap entry: the rank begins issuing
 _CALL = -2  # heap entry: a timing policy's callback (its key in place of the rank)
-#: core.lanes' lane by (node type, is_cpu_op), as a table: this runs once per replayed node
-_LANE_OF = {(int(t), cpu): core_lane_of(t, cpu) for t in NodeType for cpu in (False, True)}
-#: the same with memory nodes on the communication slot, as ASTRA-sim issues them
-_SLOT_OF = {key: COMM if lane == MEM else lane for key, lane in _LANE_OF.items()}
-
-
-def lane_of(info: NodeInfo) -> int:
-    return _LANE_OF.get((info.type, info.is_cpu_op), OTHER)
-
-
-def _slot_of(info: NodeInfo) -> int:
-    return _SLOT_OF.get((info.type, info.is_cpu_op), OTHER)
-
-
-def parse_limits(text: str | None) -> dict[str, int]:
-    """`"compute=2,comm=0"` over the defaults (0 = unlimited)."""
-    limits = dict(DEFAULT_LIMITS)
-    for part in filter(None, (text or "").split(",")):
-        k, _, v = part.partition("=")
-        limits[k.strip()] = int(v)
-    Resources(limits)  # refuses a lane it does not know
-    return limits
-
-
-#: Resources.per values: one lane per kind (ASTRA-sim), or per recorded thread and stream
-LANE_SPLITS = ("kind", "stream")
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What each rank runs its nodes on, and how many at once.
-
-    `limits`: nodes in flight per lane (0 = unlimited; `DEFAULT_LIMITS` are ASTRA-sim's).
-    `per`: "kind" gives each rank one lane of each kind (ASTRA-sim's model: one host thread, one
-    GPU compute queue, one comm queue); "stream" gives it one host lane per recorded thread (the
-    `tid` attribute) and one compute or comm lane per device stream (`stream`), each with the
-    kind's limit, as a GPU program runs: two streams' kernels overlap, the main thread and
-    autograd's run side by side. Nodes without the attribute share their kind's lane.
-    `memory_on_comm`: memory loads and stores take the communication slot (ASTRA-sim issues them
-    as communication: they wait for each other and for collectives under `comm`'s limit; their
-    events still say `mem`); False gives them the `mem` lane of their own.
-    """
-
-    limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
-    per: str = "kind"
-    memory_on_comm: bool = True
-
-    def __post_init__(self) -> None:
-        if self.per not in LANE_SPLITS:
-            raise InputError(f"--lanes {self.per!r}: use " + " or ".join(LANE_SPLITS))
-        unknown = set(self.limits) - set(LANES)
-        if unknown:
-            raise InputError(f"unknown lane {sorted(unknown)[0]!r} in --limits; lanes: {', '.join(LANES)}")
-
-    def caps(self) -> list[int]:
-        """Per lane kind, its capacity (unlimited as a large number)."""
-        lim = {**DEFAULT_LIMITS, **self.limits}
-        return [lim[name] or _UNLIMITED for name in LANES]
-
 
 _COMM_TYPES = frozenset(int(t) for t in CommType)
 _IN_FLIGHT = -1  # _Posted.arrival_ns of an asynchronous send whose data has not arrived yet
@@ -119,55 +53,6 @@ _MAX_NS = (1 << 63) - 1
 
 #: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
 _PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
-
-
-@dataclass
-class _Rank:
-    """Per-rank state: its feeder, its resources (a lane kind and occupancy each), deferred nodes,
-    collective counters. Resources 0..5 are the lane kinds; "stream" adds one per (kind, key)."""
-
-    rank: int
-    feeder: ETFeeder
-    kind_caps: list[int]
-    split: bool = False  # one resource per recorded thread / stream
-    memory_on_comm: bool = True
-    caps: list[int] = field(default_factory=list)
-    busy: list[int] = field(default_factory=list)
-    deferred: list[list[int]] = field(default_factory=list)
-    lane_freed_by: list[int] = field(default_factory=list)
-    keyed: dict[tuple, int] = field(default_factory=dict)  # (lane, tid or stream) -> resource
-    coll_seq: dict[str, int] = field(default_factory=dict)
-    #: collective node -> its place among the rank's calls on its group, given as it leaves the
-    #: feeder (program order), not as it starts: a call waiting for its lane must not swap places
-    #: with a later one that found a lane free (gloo and NCCL match calls in the order they are made)
-    seq_of: dict[int, int] = field(default_factory=dict)
-    freed_by: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, time) that freed it
-    live: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (event, resource) in flight
-    n_deferred: int = 0
-
-    def __post_init__(self) -> None:
-        for lane in range(_NLANES):
-            self._add(lane)
-        if not self.split:  # resources 0..5 are the lanes: no lookup on the hot path
-            self.resource = _slot_of if self.memory_on_comm else lane_of
-
-    def _add(self, lane: int) -> int:
-        self.caps.append(self.kind_caps[lane])
-        self.busy.append(0)
-        self.deferred.append([])
-        self.lane_freed_by.append(-1)
-        return len(self.caps) - 1
-
-    def resource(self, info: NodeInfo) -> int:
-        """The resource `info` runs on (with `split`: its thread's or stream's lane)."""
-        lane = _slot_of(info) if self.memory_on_comm else lane_of(info)
-        key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
-        if key is None:
-            return lane
-        res = self.keyed.get((lane, key))
-        if res is None:
-            res = self.keyed[(lane, key)] = self._add(lane)
-        return res
 
 
 class _Posted(NamedTuple):
@@ -200,7 +85,7 @@ class Replayer:
         self.timing = timing if isinstance(timing, Modelled) else Staggered(timing)
         res = resources or Resources()
         caps = res.caps()
-        self.ranks = {r: _Rank(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
+        self.ranks = {r: RankState(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
                       for r, f in sorted(feeders.items())}
         # members in the file's order: ASTRA-sim's ring over a communicator group follows it
         self.groups = {str(k): tuple(v) for k, v in (groups or {}).items()}
@@ -220,6 +105,7 @@ class Replayer:
         #: a policy that runs communication as events of this loop (congestion.CongestionAware):
         #: members join a collective as they arrive, messages report their own arrival
         self._async = bool(getattr(self.timing, "asynchronous", False))
+        self._async_sends = self._async and bool(getattr(self.timing, "asynchronous_sends", True))
         if self._async:
             self.timing.bind(self.call_at)
         self._finishing: dict[tuple, list] = {}  # (pg, k) -> [members, group, info, size, start, ends]
@@ -294,7 +180,7 @@ class Replayer:
                 return False
 
     # -- issue and finish -----------------------------------------------------------------------
-    def _issue(self, r: _Rank) -> None:
+    def _issue(self, r: RankState) -> None:
         """Issue every issuable node whose resource has room, in ascending id across resources."""
         feeder, deferred = r.feeder, r.deferred
         nid = feeder.next_issuable()
@@ -331,7 +217,7 @@ class Replayer:
             busy[best] += 1
             self._start(r, best_id, best)
 
-    def _start(self, r: _Rank, nid: int, res: int, info: NodeInfo | None = None) -> None:
+    def _start(self, r: RankState, nid: int, res: int, info: NodeInfo | None = None) -> None:
         if info is None:
             info = r.feeder.info(nid)
         now = self._now
@@ -342,7 +228,7 @@ class Replayer:
         r.live[nid] = (ev, res)
         self._handlers.get(info.type, self.on_meta)(r, nid, info, ev)
 
-    def _finish(self, r: _Rank, nid: int, t: int) -> None:
+    def _finish(self, r: RankState, nid: int, t: int) -> None:
         ev, res = r.live.pop(nid)
         self.result.end(ev, t)
         r.busy[res] -= 1
@@ -353,16 +239,16 @@ class Replayer:
         self._issue(r)
 
     # -- handlers, one per node kind -----------------------------------------------------------
-    def on_comp(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_comp(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         self._at(self._now + self.timing.compute_ns(r.rank, nid, info), r.rank, nid)
 
-    def on_mem(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_mem(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         self._at(self.timing.memory_finish_ns(r.rank, info, self._now), r.rank, nid)
 
-    def on_meta(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_meta(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         self._at(self._now, r.rank, nid)
 
-    def on_coll(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_coll(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         if info.comm_type not in _COMM_TYPES:
             raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): comm_type "
                              f"{info.comm_type} is no collective kind (0..{max(_COMM_TYPES)})")
@@ -434,7 +320,7 @@ class Replayer:
             n = self._present[pg] = sum(1 for g in group if g in self.ranks)
         return n
 
-    def _group(self, r: _Rank, nid: int, info: NodeInfo) -> tuple[int, ...]:
+    def _group(self, r: RankState, nid: int, info: NodeInfo) -> tuple[int, ...]:
         pg = info.pg_name
         group = self.groups.get(pg)
         if group is None:
@@ -450,9 +336,9 @@ class Replayer:
                              f"process group {pg!r} {list(group)}")
         return group
 
-    def on_send(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_send(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self._peer(r, nid, info, info.comm_dst, "comm_dst")
-        if self._async:  # the message reports its arrival; until then the send is in flight
+        if self._async_sends:  # the message reports its arrival; until then the send is in flight
             self.timing.start_send(r.rank, dst, info.comm_size, self._now,
                                    lambda t, rank=r.rank, nid=nid: self._landed_at(rank, nid, t))
             arrival = _IN_FLIGHT
@@ -474,7 +360,7 @@ class Replayer:
         else:
             self._sends.setdefault(key, []).append(send)
 
-    def on_recv(self, r: _Rank, nid: int, info: NodeInfo, ev: int) -> None:
+    def on_recv(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         src = self._peer(r, nid, info, info.comm_src, "comm_src")
         key = (src, r.rank, info.comm_tag)
         sent = self._sends.get(key)
@@ -526,7 +412,7 @@ class Replayer:
         self._at(self._now + send_ns, send.rank, send.nid)
         self._at(self._now + recv_ns, recv.rank, recv.nid)
 
-    def _peer(self, r: _Rank, nid: int, info: NodeInfo, peer: int | None, attr: str) -> int:
+    def _peer(self, r: RankState, nid: int, info: NodeInfo, peer: int | None, attr: str) -> int:
         if peer is None:
             raise InputError(f"{r.feeder.path}: rank {r.rank}: node {nid} ({info.name!r}): point-to-point node "
                              f"without {attr}; the replayer cannot pair it")
@@ -548,7 +434,7 @@ class Replayer:
                 "--absent-peers assume replays it as if they arrived with the ranks given)") if absent else ""
         raise DeadlockError(f"{stuck[0].feeder.path}: deadlock: " + " | ".join(lines) + hint)
 
-    def _blocked_text(self, r: _Rank) -> str:
+    def _blocked_text(self, r: RankState) -> str:
         waits = []
         for (pg, k), members in sorted(self._rendezvous.items(), key=lambda kv: str(kv[0])):
             mine = [m for m in members if m[0] == r.rank]
@@ -573,7 +459,7 @@ class Replayer:
         self.diagnostics.add(Diagnostic("warning", code, message, rank=rank, node_id=nid))
 
 
-def _sequence(r: _Rank, nid: int, info: NodeInfo) -> None:
+def _sequence(r: RankState, nid: int, info: NodeInfo) -> None:
     pg = info.pg_name
     k = r.coll_seq.get(pg, 0)
     r.coll_seq[pg] = k + 1
