@@ -22,6 +22,8 @@ from .backend import AnalyticalBackend
 from .calibrate import COMM_MODES
 from .config import default_network
 from .congestion import CongestionAware
+from .library import LibraryBackend
+from .sharing import SharedUplinks
 from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
 from .fidelity import compare_with_manifest, measured_of
 from .netfit import Calibration
@@ -121,6 +123,8 @@ class CaptureModes:
                                  "from its own arrival: drop --as-captured, --comm, --host-time, --align and "
                                  "--collective-start last")
             return CongestionAware(backend, links)
+        if self.modelled and isinstance(backend, LibraryBackend):
+            return SharedUplinks(backend)  # gloo's calls start together: the start mode is moot
         if self.modelled:
             return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)
         retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"

@@ -574,8 +574,9 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
 
 def _cluster_infragraph(cal: Calibration):
     """The probed cluster's fabric, sized to the calibration's ranks, as an InfraGraph (None
-    without a probe or without the package)."""
-    if cal.cluster is None:
+    without a probe, without the package, or where the probe found a level's rate too fast to
+    measure: an InfraGraph link needs one)."""
+    if cal.cluster is None or any(lv.ns_per_byte <= 0 for lv in cal.cluster.fabric.levels):
         return None
     try:
         from .infragraph import fabric_infragraph

@@ -298,6 +298,17 @@ def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
                                      "--json"])
         assert ig.exit_code == 0, ig.output
         assert json.loads(ig.output)["config"]["network_model"] == "congestion-aware"
+        # a level whose rate the probe could not measure (too fast) has no InfraGraph link to
+        # write: the calibration's other files are written all the same
+        from dataclasses import replace
+
+        from chakra_tools.replay.netfit import read_calibration, write_calibration
+
+        cal = read_calibration(tmp_path / "net")
+        fast = replace(cal.cluster, fabric=cal.cluster.fabric.with_level(0, ns_per_byte=0.0))
+        (tmp_path / "net0").mkdir()
+        written = write_calibration(replace(cal, cluster=fast), tmp_path / "net0")
+        assert "infragraph" not in written.files and (tmp_path / "net0" / "fit.json").exists()
 
     def makespan(*extra):
         r = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net"), "--json", *extra])
