@@ -946,7 +946,8 @@ static int parse(Ptr p, Py_ssize_t size, const Spec *sp, Parsed *d)
 
 /* ---- scan_frames: the validator's common case on the raw frames (core/validate.py) -------------
  *
- *     scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type) -> (pos, n, last)
+ *     scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds])
+ *         -> (pos, n, last)
  *         (twin: hotloops._scan_frames_twin claims no frame; the validator decodes every node with
  *         protobuf and checks it). From `pos` on, the frames of `buf` whose nodes the validator has
  *         nothing to say about, one after another: each parses as `parse` reads a node, its id is
@@ -956,7 +957,9 @@ static int parse(Ptr p, Py_ssize_t size, const Spec *sp, Parsed *d)
  *         enum (0..max_comm_type), no is_cpu_op true, a pg_name that is "", "0" or an ASCII decimal
  *         in `pgs` (a set of names; None: only "" and "0") and, on a collective, no group_size. Each
  *         communication node appends to `sink` what the cross-rank checks keep of it:
- *         (7, id, name, pg, comm_type, comm_size) or (5|6, id, name, peer, tag, size). Stops at
+ *         (7, id, name, pg, comm_type, comm_size) or (5|6, id, name, peer, tag, size); given
+ *         `colls` (a dict) and `kinds` (the CommType members by value), a collective's
+ *         (id, name, kind, comm_size) goes to colls[pg] instead (`comm_record`). Stops at
  *         the first frame that is not such a node or not whole in `buf`; returns the position after
  *         the last frame it took, how many it took and where that last one starts (-1: none; a
  *         reader names the last good node of a broken file by it).
@@ -1035,8 +1038,12 @@ static int pg_plain(const Parsed *d, PyObject *pgs, PyObject **pg)
     return PUNT;
 }
 
-/* The sink's record of a plain communication node, or PUNT / -2 (an exception set). */
-static int comm_record(const Parsed *d, PyObject *pgs, long max_comm_type, int has_group_size, PyObject *sink)
+/* The record of a plain communication node, or PUNT / -2 (an exception set): a collective's
+ * (id, name, kinds[comm_type], size) appended straight to colls[pg] (a dict of lists, a list made
+ * where the pg has none) where `colls` is a dict, else (7, id, name, pg, comm_type, size) to
+ * `sink`; a send's or receive's (5|6, id, name, peer, tag, size) to `sink`. */
+static int comm_record(const Parsed *d, PyObject *pgs, long max_comm_type, int has_group_size, PyObject *sink,
+                       PyObject *colls, PyObject *kinds)
 {
     /* slots: comm_type 2, comm_size 3, comm_src 4, comm_dst 5, comm_tag 6 */
     int coll = d->type == 7, send = d->type == 5;
@@ -1062,6 +1069,31 @@ static int comm_record(const Parsed *d, PyObject *pgs, long max_comm_type, int h
             Py_DECREF(name);
             Py_DECREF(pg);
             return PUNT;
+        }
+        if (colls != Py_None) {
+            if (size == NULL || v >= PyTuple_GET_SIZE(kinds)) {
+                Py_DECREF(ct);
+                Py_XDECREF(size);
+                Py_DECREF(name);
+                Py_DECREF(pg);
+                return size == NULL ? -2 : PUNT;
+            }
+            Py_DECREF(ct);
+            PyObject *fresh = PyList_New(0);
+            PyObject *list = fresh == NULL ? NULL : PyDict_SetDefault(colls, pg, fresh);
+            Py_XDECREF(fresh);
+            Py_DECREF(pg);
+            if (list == NULL) {
+                Py_DECREF(size);
+                Py_DECREF(name);
+                return -2;
+            }
+            rec = Py_BuildValue("(KNON)", (unsigned long long)d->id, name, PyTuple_GET_ITEM(kinds, v), size);
+            if (rec == NULL)
+                return -2;
+            int bad = PyList_Append(list, rec);
+            Py_DECREF(rec);
+            return bad ? -2 : 0;
         }
         rec = Py_BuildValue("(iKNNNN)", 7, (unsigned long long)d->id, name, pg, ct, size);
     } else {
@@ -1098,9 +1130,12 @@ static PyObject *node_parses(PyObject *self, PyObject *msg)
 
 static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[4]) || !PyList_Check(args[6])
-        || (args[5] != Py_None && !PyAnySet_Check(args[5]))) {
-        PyErr_SetString(PyExc_TypeError, "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type)");
+    PyObject *colls = nargs == 10 ? args[8] : Py_None, *kinds = nargs == 10 ? args[9] : Py_None;
+    if ((nargs != 8 && nargs != 10) || !PyBytes_Check(args[0]) || !PyDict_Check(args[4]) || !PyList_Check(args[6])
+        || (args[5] != Py_None && !PyAnySet_Check(args[5]))
+        || (colls != Py_None && (!PyDict_Check(colls) || !PyTuple_Check(kinds)))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds])");
         return NULL;
     }
     Py_ssize_t size = PyBytes_GET_SIZE(args[0]), pos = PyLong_AsSsize_t(args[1]);
@@ -1137,7 +1172,7 @@ static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (attrs_plain(p, p + len, table, nt, &has_group_size))
             break;
         if (d.type >= 5 && d.type <= 7) {
-            int got = comm_record(&d, args[5], max_comm_type, has_group_size, args[6]);
+            int got = comm_record(&d, args[5], max_comm_type, has_group_size, args[6], colls, kinds);
             if (got == -2)
                 return NULL;
             if (got)
@@ -2616,7 +2651,7 @@ static PyMethodDef methods[] = {
     {"node_parses", node_parses, METH_O,
      "node_parses(msg) -> whether the Node message reads as today's schema (False: ask the reference)."},
     {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL,
-     "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type) -> (pos, n, last): the\n"
+     "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds]) -> (pos, n, last): the\n"
      "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},
     {"decode_node", (PyCFunction)(void (*)(void))decode_node, METH_FASTCALL,
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"

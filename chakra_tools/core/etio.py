@@ -362,7 +362,9 @@ class TraceReader:
         self._read_metadata()
 
     def _skip(self, buf: bytes, pos: int) -> int:
-        if self.skip is None or self._sniff_left:
+        # while the first nodes are sniffed for the legacy layout too: a frame the skip takes
+        # parses as today's schema (`hotloops.node_parses`), which is what the sniff accepts
+        if self.skip is None:
             return pos
         pos, last = self.skip(buf, pos)
         if last >= 0:

@@ -55,11 +55,15 @@ _MAX_COMM_TYPE = max(CommType)
 assert list(CommType) == list(range(_MAX_COMM_TYPE + 1))  # what the compiled scan's range check takes
 
 
-def _scan_frames_compiled(buf: bytes, pos: int, first: int, count: int, pgs, sink: list) -> tuple[int, int, int]:
-    return COMPILED.scan_frames(buf, pos, first, count, _CONTRACT_FIELDS, pgs, sink, _MAX_COMM_TYPE)
+def _scan_frames_compiled(buf: bytes, pos: int, first: int, count: int, pgs, sink: list,
+                          colls: dict | None = None, kinds: tuple = ()) -> tuple[int, int, int]:
+    if colls is None:
+        return COMPILED.scan_frames(buf, pos, first, count, _CONTRACT_FIELDS, pgs, sink, _MAX_COMM_TYPE)
+    return COMPILED.scan_frames(buf, pos, first, count, _CONTRACT_FIELDS, pgs, sink, _MAX_COMM_TYPE, colls, kinds)
 
 
-def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: list) -> tuple[int, int, int]:
+def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: list,
+                      colls: dict | None = None, kinds: tuple = ()) -> tuple[int, int, int]:
     """Claims no frame: then the validator decodes every node (protobuf) and checks it, the reference."""
     return pos, 0, -1
 
@@ -94,9 +98,11 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: plain_run(nodes, start, first, count) -> how many nodes from nodes[start] on have ids
 #: first + count, first + count + 1, ... and nothing the validator would report (the run of
 #: consecutive ids then simply grows); 0 means "check nodes[start] yourself"
-#: scan_frames(buf, pos, first, count, pgs, sink) -> (pos, n, last): plain_run on the raw frames of
-#: buf from pos on (the validator's common case without decoding: see _hotloops.c), the
-#: communication nodes' records appended to sink, `last` where the last frame taken starts;
+#: scan_frames(buf, pos, first, count, pgs, sink[, colls, kinds]) -> (pos, n, last): plain_run on
+#: the raw frames of buf from pos on (the validator's common case without decoding: see
+#: _hotloops.c), the communication nodes' records appended to sink (with colls, a dict of lists
+#: by pg, the collectives' (id, name, kinds[comm_type], size) there), `last` where the last frame
+#: taken starts;
 #: (pos, 0, -1) means "decode and check the frame at pos yourself"
 #: node_parses(msg) -> True where the Node message reads as today's schema (so has no legacy
 #: layout); False: "look yourself"

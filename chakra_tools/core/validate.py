@@ -231,15 +231,13 @@ def _plain_frames(scan: RankScan, index: IdIndex, comm_groups) -> Callable[[byte
     def skip(buf: bytes, pos: int) -> tuple[int, int]:
         if index.table is not None or index.first is None:
             return pos, -1
-        sink: list = []
-        pos, taken, last = scan_frames(buf, pos, index.first, index.count, pgs, sink)
+        sink: list = []  # sends and receives; the collectives go straight to their pg's list
+        pos, taken, last = scan_frames(buf, pos, index.first, index.count, pgs, sink, collectives, kinds)
         if taken:
             index.count += taken
             scan.nodes += taken
             for rec in sink:
-                if rec[0] == 7:  # COMM_COLL_NODE
-                    collectives[rec[3]].append((rec[1], rec[2], kinds[rec[4]], rec[5]))
-                elif rec[0] == 5:  # COMM_SEND_NODE
+                if rec[0] == 5:  # COMM_SEND_NODE
                     sends.append(rec[1:])
                     note_peer(peers, rec[3], rec[1], rec[2], "sends to")
                 else:
