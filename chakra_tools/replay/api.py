@@ -209,10 +209,13 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     backend = (spec or SystemSpec()).backend(npus + 1, str(path))
     for note in backend.notes() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "implementation-dims", note, file=backend.system.source))
+    links = getattr(backend, "links", None)
+    for note in links.notes if links is not None and on_warning is not None else ():
+        on_warning(Diagnostic("warning", "link-rates", note, file=links.source))
     if on_warning is not None:
         _warn_recorded_on_scaled(path, feeders, modes, on_warning)
         _warn_nothing_recorded(feeders, modes, on_warning)
-        if spec is not None and spec.network is not None and not absent_peers:
+        if spec is not None and spec.network is not None and not absent_peers and not spec.network_is_graph():
             _warn_network_larger(path, feeders, backend, on_warning)
     result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
                         record_events=record_events, memory_on_comm=memory_on_comm,

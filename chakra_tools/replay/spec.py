@@ -94,6 +94,13 @@ class SystemSpec:
             return cal.cluster.backend(npus, base, self.links)
         return cal.kind_priced(npus, base)
 
+    def network_is_graph(self) -> bool:
+        """Whether `--network` names an InfraGraph (a job may use some of its NPUs, unlike an
+        ASTRA-sim network file, whose every NPU runs a rank file)."""
+        from .infragraph import is_infragraph
+
+        return self.network is not None and is_infragraph(self.network)
+
     def _graph(self) -> LinkNetwork | None:
         """The InfraGraph `--network` names, as links (None: an ASTRA-sim network file or none)."""
         if self.network is None:
