@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from chakra_tools.core.linkusage import LINKS_KEPT
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C

@@ -19,13 +19,6 @@ order; every other device (switches, NICs, ports) on a row above, by the hops of
 device's components together, each under the mean position of its neighbours below (one
 barycentre pass), so that lines cross little. Only the listed links' devices are drawn; links
 between devices of one row (a Ring, a FullyConnected) bend up as arcs.
-
->>> u = link_usage({"network_model": "congestion-aware", "links_busy": [
-...     {"from": "npu 0", "to": "switch 0", "messages": 2, "busy_ns": 500}]}, 1000, "r.json")
->>> u.links[0].src, u.share(u.links[0])
-('npu 0', 0.5)
->>> link_usage({"network": "inline"}, 1000, "old.json") is None
-True
 """
 
 from __future__ import annotations
@@ -36,14 +29,10 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from chakra_tools.core.errors import InputError
-from chakra_tools.core.fields import array, integer, obj
+from chakra_tools.core.linkusage import LINKS_KEPT, LinkUsage, link_usage  # noqa: F401
 
 from . import svg
 
-#: the busiest link directions a replay result keeps (replay.congestion.LINKS_KEPT; a test
-#: checks that the two agree)
-LINKS_KEPT = 64
 #: an NPU: ASTRA-sim's linknet names ("npu 3"), an InfraGraph xpu component ("dgx_h100.0.xpu.3")
 NPU_NAME = re.compile(r"^npu \d+$|(^|\.)(xpu|gpu|npu)\.\d+$")
 #: a class of devices that looks like switches (the bottom row is not theirs when no NPU is listed)
@@ -51,64 +40,6 @@ SWITCH_LIKE = re.compile(r"switch|tier|spine|leaf|core|agg|nvs|sw\b|port", re.I)
 ROW_GAP = 120  # px between rows of devices
 CHAR_W = 6.2  # px per character of a label at the drawing's 11 px font
 MS = 1e6
-
-
-@dataclass(frozen=True)
-class LinkBusy:
-    """One direction of a link, `src` to `dst`: the messages it carried and its ns serializing."""
-
-    src: str
-    dst: str
-    messages: int
-    busy_ns: int
-
-
-@dataclass(frozen=True)
-class LinkUsage:
-    """The links a replay kept (`links`, busiest first) and what they are measured against."""
-
-    model: str
-    source: str
-    notes: tuple[str, ...]
-    links: tuple[LinkBusy, ...]
-    makespan_ns: int
-
-    def share(self, link: LinkBusy) -> float:
-        """`link`'s busy share: its ns serializing over the makespan."""
-        return link.busy_ns / self.makespan_ns if self.makespan_ns > 0 else 0.0
-
-    @property
-    def truncated(self) -> bool:
-        """Whether the replay may have left links out (it listed as many as it keeps)."""
-        return len(self.links) >= LINKS_KEPT
-
-    def to_dict(self) -> dict:
-        return {"network_model": self.model, "links_source": self.source, "notes": list(self.notes),
-                "makespan_ns": self.makespan_ns, "kept": LINKS_KEPT, "truncated": self.truncated,
-                "links": [{"from": k.src, "to": k.dst, "messages": k.messages, "busy_ns": k.busy_ns,
-                           "share": self.share(k)} for k in self.links]}
-
-
-def link_usage(config: dict, makespan_ns: int, source: str) -> LinkUsage | None:
-    """The links of a replay result's `config`, or None when it kept none (an older result, a
-    congestion-unaware replay of an ASTRA-sim file). InputError names `source` and the field."""
-    if "links_busy" not in config:
-        return None
-    rows = array(config["links_busy"], source, "config.links_busy")
-    notes = array(config.get("link_notes", []), source, "config.link_notes")
-    return LinkUsage(str(config.get("network_model") or "unknown"), str(config.get("links_source") or ""),
-                     tuple(str(n) for n in notes),
-                     tuple(_link(r, source, f"config.links_busy[{i}]") for i, r in enumerate(rows)), makespan_ns)
-
-
-def _link(v: Any, source: str, where: str) -> LinkBusy:
-    row = obj(v, source, where)
-    ends = [row.get(k) for k in ("from", "to")]
-    for k, end in zip(("from", "to"), ends):
-        if not isinstance(end, str):
-            raise InputError(f"{source}: {where}.{k} is {end!r}, not a device name")
-    return LinkBusy(ends[0], ends[1], integer(row.get("messages"), source, f"{where}.messages"),
-                    integer(row.get("busy_ns"), source, f"{where}.busy_ns"))
 
 
 # --------------------------------------------------------------------------------------------

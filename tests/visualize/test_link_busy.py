@@ -276,12 +276,9 @@ def test_a_ring_is_one_row_of_npus_drawn_with_arcs():
     assert [d[0] for d in shape.devices] == ["npu 0", "npu 1", "npu 2"]
 
 
-def test_the_kept_count_is_the_replays():
-    from chakra_tools.replay.congestion import LINKS_KEPT
-
-    assert links.LINKS_KEPT == LINKS_KEPT
-
-
 def test_docstring_examples():
-    result = doctest.testmod(links, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
+    from chakra_tools.core import linkusage
+
+    for module in (links, linkusage):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0
