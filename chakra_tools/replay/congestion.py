@@ -149,6 +149,16 @@ class CongestionAware(Staggered):
                     data = data_out
                 else:
                     plan = _Plan(chunks, tuple(phases), tuple(sorted({p.dim for p in phases})))
+                    if len(plan.dims) > 1 and chunks > b.system.active_chunks:
+                        # chunks queue for each dimension's slots; each member grants its own in
+                        # the order chunks reach it, and over several dimensions two members can
+                        # grant theirs to different chunks that then wait for each other (found by
+                        # a random case: a localBWAware all-reduce's reduce-scatter and
+                        # all-gather on one dimension). The congestion-unaware model orders them
+                        # over the whole collective, which only its all-at-once account can.
+                        self._unmodelled.add(f"{len(plan.dims)}-dimension {coll} of {chunks} chunks, "
+                                             f"{b.system.active_chunks} active")
+                        plan = None
         self._plans[key] = plan
         return plan
 
@@ -157,8 +167,8 @@ class CongestionAware(Staggered):
         by message."""
         if not self._unmodelled:
             return []
-        return [f"congestion-aware: {', '.join(sorted(self._unmodelled))} phases have no message-by-message "
-                "model here: those collectives are timed congestion-unaware, from their last member's arrival"]
+        return [f"congestion-aware: {', '.join(sorted(self._unmodelled))}: no message-by-message model here, "
+                "those collectives are timed congestion-unaware, from their last member's arrival"]
 
     def describe(self) -> dict:
         model = "congestion-aware" if self.network.queues else "congestion-unaware"

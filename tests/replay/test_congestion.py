@@ -212,3 +212,16 @@ def test_congestion_aware_refuses_the_capture_modes(tmp_path):
 
     with pytest.raises(InputError, match="congestion-aware runs on the model"):
         replay_rankset(prefix, SystemSpec(network_model="congestion-aware"), modes=AS_CAPTURED)
+
+
+def test_several_dimensions_with_queued_chunks_fall_back_and_say_so(tmp_path):
+    """Chunks waiting for slots on several dimensions: each member grants its slots in the order
+    chunks reach it, which can make two chunks wait for each other (a random 3-dimension case
+    deadlocked so); such a collective is timed congestion-unaware, and the replay says so."""
+    net = NetworkConfig((Dim("Switch", 4, 200.0, 2500.0), Dim("Ring", 2, 100.0, 100.0)))
+    system = SystemConfig(splits=4, active_chunks=1, collective_optimization="localBWAware")
+    ranks = {r: [comp(1, us=r % 3), coll(2, MIB, deps=(1,))] for r in range(8)}
+    aware, result = finishes(tmp_path / "a", ranks, net, system)
+    unaware, _ = finishes(tmp_path / "u", ranks, net, system, aware=False)
+    assert aware == unaware
+    assert any(d.code == "congestion-unaware-phase" and "2-dimension" in d.message for d in result.diagnostics)
