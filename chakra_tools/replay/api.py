@@ -21,7 +21,7 @@ from chakra_tools.feed.protocol import Backend
 from .backend import AnalyticalBackend
 from .calibrate import COMM_MODES
 from .config import default_network
-from .congestion import CongestionAware
+from .congestion import CapturedCongestionAware, CongestionAware
 from .library import LibraryBackend
 from .sharing import SharedUplinks
 from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
@@ -113,28 +113,34 @@ class CaptureModes:
     def timing(self, path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend) -> Modelled:
         """The timing policy these modes describe for the rank set at `path` (its files are read
         once more for the recorded timeline when a mode needs it)."""
-        from .recorded import read_rankset
-
         self.check()
         links = getattr(backend, "links", None)
         if links is not None:
-            if not self.modelled or self.coll_start != "arrival":
-                raise InputError("--network-model congestion-aware runs on the model, each member of a collective "
-                                 "from its own arrival: drop --as-captured, --comm, --host-time, --align and "
+            if self.comm != "model" or self.coll_start != "arrival":
+                raise InputError("--network-model congestion-aware prices communication on the links, each member of "
+                                 "a collective from its own arrival: with --as-captured add --comm model; drop "
                                  "--collective-start last")
-            return CongestionAware(backend, links)
+            if self.modelled:
+                return CongestionAware(backend, links)
+            return CapturedCongestionAware(backend, links, **self._captured(path, feeders))
         if self.modelled and isinstance(backend, LibraryBackend):
             return SharedUplinks(backend)  # gloo's calls start together: the start mode is moot
         if self.modelled:
             return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)
+        return Captured(backend, comm=self.comm, **self._captured(path, feeders))
+
+    def _captured(self, path: str | Path, feeders: Mapping[int, ETFeeder]) -> dict:
+        """What `timing.Captured` takes from the capture's record under these modes."""
+        from .recorded import read_rankset
+
         retimed, calibrated = self.host_time == "timeline", self.comm == "calibrated"
         timelines = read_rankset(path) if retimed or calibrated else {}
-        return Captured(backend, comm=self.comm, host_gaps=self.host_time == "gaps",
-                        host_ns={r: t.host_ns for r, t in timelines.items()} if retimed else None,
-                        device_wait_ns={r: t.device_wait_ns for r, t in timelines.items()} if retimed else None,
-                        comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
-                        comm_start_ns={r: t.comm_start_ns for r, t in timelines.items()},
-                        start_ns=recorded_starts(feeders) if self.align == "recorded" else None)
+        return dict(host_gaps=self.host_time == "gaps",
+                    host_ns={r: t.host_ns for r, t in timelines.items()} if retimed else None,
+                    device_wait_ns={r: t.device_wait_ns for r, t in timelines.items()} if retimed else None,
+                    comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
+                    comm_start_ns={r: t.comm_start_ns for r, t in timelines.items()},
+                    start_ns=recorded_starts(feeders) if self.align == "recorded" else None)
 
 
 HOST_TIMES = ("ops", "gaps", "timeline")

@@ -27,7 +27,7 @@ from chakra_tools.feed.info import NodeInfo
 from . import collectives as C
 from .backend import AnalyticalBackend, collective_of
 from .linknet import LinkNetwork, Scheduler
-from .timing import Staggered
+from .timing import Captured, Staggered
 
 Done = Callable[[int], None]
 #: the busiest links a replay result keeps (with how long each was busy)
@@ -61,8 +61,8 @@ class CongestionAware(Staggered):
 
     asynchronous = True
 
-    def __init__(self, backend: AnalyticalBackend, network: LinkNetwork):
-        super().__init__(backend)
+    def __init__(self, backend: AnalyticalBackend, network: LinkNetwork, **captured):
+        super().__init__(backend, **captured)  # `captured`: CapturedCongestionAware's, for timing.Captured
         self.network = network
         self._at: Scheduler | None = None
         self._plans: dict[tuple, _Plan | None] = {}
@@ -174,6 +174,15 @@ class CongestionAware(Staggered):
         model = "congestion-aware" if self.network.queues else "congestion-unaware"
         return {**super().describe(), "network_model": model, "links_source": self.network.source,
                 "link_notes": list(self.network.notes), "links_busy": self.network.busy()[:LINKS_KEPT]}
+
+
+class CapturedCongestionAware(CongestionAware, Captured):
+    """A capture's own host timeline, streams and skew (`timing.Captured` with communication from
+    the model: `--as-captured --comm model`), its communication over the links: the modelled
+    baseline of a capture, on a network with queues."""
+
+    def __init__(self, backend: AnalyticalBackend, network: LinkNetwork, **captured):
+        super().__init__(backend, network, comm="model", **captured)
 
 
 class _Run:

@@ -205,13 +205,23 @@ def test_trace_replay_network_model_congestion_aware(tmp_path):
     assert bad.exit_code != 0 and "congestion-aware" in bad.output
 
 
-def test_congestion_aware_refuses_the_capture_modes(tmp_path):
-    prefix = write_rankset(tmp_path, {r: [coll(1, MIB)] for r in range(2)})
+def test_congestion_aware_takes_a_captures_timeline_with_communication_from_the_links(tmp_path):
+    """`--as-captured --comm model`: the capture's skew and host timeline, communication on the
+    links; the record's communication (--comm calibrated) cannot be re-timed on them: refused."""
     from chakra_tools.core.errors import InputError
     from chakra_tools.replay import AS_CAPTURED
 
-    with pytest.raises(InputError, match="congestion-aware runs on the model"):
-        replay_rankset(prefix, SystemSpec(network_model="congestion-aware"), modes=AS_CAPTURED)
+    # rank 1 began its traced step 40 us after rank 0, as recorded
+    ranks = {r: [comp(1, us=10, start=100 + 40 * r), coll(2, MIB, deps=(1,), start=110 + 40 * r, us=60)]
+             for r in range(2)}
+    prefix = write_rankset(tmp_path, ranks)
+    spec = SystemSpec(network_model="congestion-aware")
+    with pytest.raises(InputError, match="add --comm model"):
+        replay_rankset(prefix, spec, modes=AS_CAPTURED)
+    modelled = replay_rankset(prefix, spec)
+    captured = replay_rankset(prefix, spec, modes=AS_CAPTURED.merged_with(comm="model"))
+    assert captured.config["network_model"] == "congestion-aware"
+    assert captured.makespan_ns == modelled.makespan_ns + 40_000  # the all-reduce waits for rank 1's start
 
 
 def test_several_dimensions_with_queued_chunks_fall_back_and_say_so(tmp_path):
