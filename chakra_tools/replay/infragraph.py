@@ -162,7 +162,9 @@ def _graph(path, doc: dict) -> tuple[Any, list[str]]:
     """The package's service holding the expanded graph, with the annotations applied; and the
     package's warnings (components joined to nothing), as notes."""
     ig, svc = _infragraph()
-    errors = _PACKAGE_ERRORS + (svc.InfrastructureError, svc.GraphError)
+    from networkx import NetworkXException  # the package's graph checks raise these too (an empty graph)
+
+    errors = _PACKAGE_ERRORS + (svc.InfrastructureError, svc.GraphError, NetworkXException)
     service = svc.InfraGraphService()
     try:
         with warnings.catch_warnings(record=True) as caught:

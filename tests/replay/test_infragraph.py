@@ -236,3 +236,10 @@ def test_write_refuses_an_unknown_suffix_and_deep_fabrics(tmp_path):
 def test_doctests():
     result = doctest.testmod(ig)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_an_empty_infrastructure_is_refused_by_name(tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps({"devices": [], "instances": [], "edges": [], "links": []}))
+    with pytest.raises(InputError, match=r"empty\.json: not a valid InfraGraph document"):
+        read_infragraph(path)
