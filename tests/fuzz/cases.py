@@ -82,6 +82,7 @@ class Seeds:
     jsondocs: list[tuple[str, dict]] = field(default_factory=list)  # `json dump` of each rank set, parsed
     legacy: list[RankSetSeed] = field(default_factory=list)  # legacy (2023) .et sets and single files
     decoded: dict = field(default_factory=dict)  # name -> parsed JSON (host/kineto), parsed once
+    infragraphs: list[tuple[str, dict]] = field(default_factory=list)  # InfraGraph documents, parsed
 
 
 def _read_set(folder: Path, name: str, prefix: str) -> RankSetSeed:
@@ -150,7 +151,34 @@ def load_seeds(work: Path, *, quick: bool) -> Seeds:
         _cli("json", ["dump", str(folder), "-o", str(folder / "rankset.json")])
         s.jsondocs.append((f"{rs.name} as JSON", json.loads((folder / "rankset.json").read_bytes())))
     s.legacy = _legacy_seeds(made / "legacy")
+    s.infragraphs = _infragraph_seeds()
     return s
+
+
+def _infragraph_seeds() -> list[tuple[str, dict]]:
+    """A fitted cluster of 2 hosts x 2 ranks written as an InfraGraph (the replay base's 4 ranks),
+    plain and with its links' rates as annotations; none without the infragraph package."""
+    try:
+        from chakra_tools.replay.fabric import Fabric, Level
+        from chakra_tools.replay.infragraph import fabric_infragraph
+    except ImportError:
+        return []
+    try:
+        infra = fabric_infragraph(Fabric((Level("intra-node", 2, 1000.0, 0.01),
+                                          Level("inter-node", 2, 20000.0, 80.0, shared=True))), "fuzz")
+    except Exception:  # the package missing: InputError from fabric_infragraph
+        return []
+    doc = infra.serialize("dict")
+    bare = json.loads(json.dumps(doc))
+    annotations = {"links": []}
+    for link in bare.get("links", []):
+        gbps = link.get("physical", {}).get("bandwidth", {}).get("gigabits_per_second")
+        link.pop("physical", None)
+        if gbps is not None:
+            annotations["links"].append({"name": link["name"], "attributes": [
+                {"attribute": "bandwidth", "value": f"{gbps} Gbps"}]})
+    return [("cluster.infragraph.json", doc),
+            ("annotated.infragraph.json", {"infrastructure": bare, "annotations": annotations})]
 
 
 def _legacy_builder():
@@ -497,6 +525,21 @@ def _case_jsondoc(rng, seeds, inp, out) -> Case:
     return Case("jsondoc", f"{name}: {what}", "json", argv, [out / "rs"], ["rankset.json"])
 
 
+def _case_infragraph(rng, seeds, inp, out) -> Case:
+    """An InfraGraph document, damaged, as trace-replay's --network, either network model."""
+    if not seeds.infragraphs:
+        return _config_case("network", rng, seeds, inp, out)  # no infragraph package: a network case
+    name, doc = rng.choice(seeds.infragraphs)
+    data, what = mu.mutate_json_bytes(rng, doc)
+    (inp / name).write_bytes(data)
+    _write_set(seeds.replay_base, inp / "et")
+    model = rng.choice(("congestion-aware", "congestion-unaware"))
+    argv = [str(inp / "et"), "--network", str(inp / name), "--network-model", model, "--no-validate"]
+    if rng.random() < 0.5:
+        argv += ["--out", str(out / "r.json")]
+    return Case("infragraph", f"{name}: {what} ({model})", "replay", argv, [out / "r.json"], [name])
+
+
 def _case_legacy(rng, seeds, inp, out, ordinal) -> Case:
     """A legacy set or file through `chakra-tools upgrade`: every 4th case of the kind cut at the
     next byte offset (`_cut_point`), the others damaged by mu.mutate_legacy."""
@@ -551,6 +594,7 @@ CASE_MAKERS: dict[str, Callable] = {
     "et": _case_et, "comm_group": _case_comm_group, "host_et": _case_host_et, "kineto": _case_kineto,
     "manifest": _case_manifest, "network": _case_network, "system": _case_system, "memory": _case_memory,
     "text": _case_text, "onnx": _case_onnx, "result": _case_result, "jsondoc": _case_jsondoc,
+    "infragraph": _case_infragraph,
 }
 #: makers that also take the case's ordinal within its kind (the cutting modes)
 ORDINAL_MAKERS: dict[str, Callable] = {"legacy": _case_legacy, "api": _case_api}

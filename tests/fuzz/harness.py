@@ -52,12 +52,12 @@ from .cases import CASE_MAKERS, OUTSIDE, Case, Seeds, _cli, load_seeds, make_cas
 
 #: input kinds, in the order cases are dealt to them
 KINDS = ("et", "comm_group", "host_et", "kineto", "manifest", "network", "system", "memory", "text", "onnx",
-         "result", "jsondoc", "legacy", "api")
+         "result", "jsondoc", "legacy", "api", "infragraph")
 
 #: kinds whose failures are all fixed: the short run in `make test` asserts none fail. A kind
 #: joins this list once `bench/fuzz.py --kinds KIND --count 2000` reports no failure for it.
 FIXED_KINDS = ("network", "system", "memory", "text", "onnx", "result", "comm_group", "et", "host_et",
-               "kineto", "manifest", "jsondoc", "legacy", "api")
+               "kineto", "manifest", "jsondoc", "legacy", "api", "infragraph")
 
 
 # --------------------------------------------------------------------------------------------
