@@ -116,7 +116,7 @@ class LinkNetwork:
         so a link serves messages in the order they reach it. `arrived` is told as the message
         starts its last hop, before `t`: whatever it starts must be scheduled no earlier than `t`
         (one event fewer per message)."""
-        hops = self.path(src, dst) if src != dst else ()
+        hops = self._routes.get((src, dst)) or (self.path(src, dst) if src != dst else ())
         if not hops or size <= 0:
             at(now + sum(int(link.latency_ns) for link in hops), arrived)
             return
@@ -130,6 +130,8 @@ class LinkNetwork:
 
     def _hop(self, at: Scheduler, hops: tuple[Link, ...], i: int, size: int, t: int,
              arrived: Callable[[int], None]) -> None:
+        """The message reaches hop i's link at `t`: it waits for the link, then takes it (each
+        further hop an event at its arrival there; the last one tells `arrived` at once)."""
         link = hops[i]
         free = link.free_ns
         start = t if t > free else free
@@ -139,11 +141,10 @@ class LinkNetwork:
         link.busy_ns += ser
         link.messages += 1
         end = start + int(link.latency_ns + size / per_ns)
-        i += 1
-        if i == len(hops):
+        if i + 1 == len(hops):
             arrived(end)
         else:
-            at(end, lambda t2: self._hop(at, hops, i, size, t2, arrived))
+            at(end, lambda t2: self._hop(at, hops, i + 1, size, t2, arrived))
 
     def reset(self) -> None:
         for link in self.links.values():
