@@ -10,9 +10,11 @@ step (a receive completes at the later of its own send and the message's arrival
 step's delay before the next. On idle links this is the congestion-unaware model's arithmetic with
 each message's time the sum of its hops; where messages meet, they queue.
 
-Phases with no step model here — a double binary tree, the direct all-reduce's packet-by-packet
-second half, in-network reduction — are timed as the congestion-unaware model times them, from the
-last member's arrival, and the replay says so once (`notes`).
+Double binary trees (`_Tree`) and the direct all-reduce's packet-by-packet second half
+(`_PerPacket`) run message by message too. What has no such model here — in-network reduction, a
+scaled communication time (`--scale comm`), chunks queued for slots on several dimensions — is
+timed as the congestion-unaware model times it, from the last member's arrival, and the replay
+says so once (`run_notes`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from .linknet import LinkNetwork, Scheduler
 from .timing import Captured, Staggered
 
 Done = Callable[[int], None]
-#: the busiest links a replay result keeps (with how long each was busy)
-LINKS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,8 @@ class CongestionAware(Staggered):
         b = self.backend
         plan: _Plan | None = None
         coll, div = collective_of(comm_type)
+        if b.scales.comm != 1.0 and len(ranks) > 1:
+            self._unmodelled.add(f"--scale comm={b.scales.comm:g}")
         if len(ranks) > 1 and b.scales.comm == 1.0:
             if div == 0:
                 size //= len(ranks)
