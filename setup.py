@@ -9,4 +9,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("chakra_tools.core._hotloops", ["chakra_tools/core/_hotloops.c"], optional=True),
     Extension("chakra_tools.convert._hotloops", ["chakra_tools/convert/_hotloops.c"], optional=True),
+    Extension("chakra_tools.replay._linkloop", ["chakra_tools/replay/_linkloop.c"], optional=True),
 ])

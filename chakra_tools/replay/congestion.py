@@ -28,7 +28,7 @@ from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
 from .backend import AnalyticalBackend, collective_of
-from .linknet import LinkNetwork, Scheduler
+from .linknet import COMPILED, LinkNetwork, LinkStateTwin, Scheduler
 from .timing import Captured, Staggered
 
 Done = Callable[[int], None]
@@ -68,6 +68,7 @@ class CongestionAware(Staggered):
         self._plans: dict[tuple, _Plan | None] = {}
         self._runs: dict[tuple, _Run] = {}
         self._unmodelled: set[str] = set()
+        self._static: dict[tuple, tuple] = {}  # (steps, ring's ranks) -> _compiled_static
 
     def bind(self, at: Scheduler) -> None:
         self._at = at
@@ -164,6 +165,32 @@ class CongestionAware(Staggered):
         self._plans[key] = plan
         return plan
 
+    def _compiled_static(self, steps: tuple[C.Step, ...], ranks: tuple[int, ...]) -> tuple:
+        """What `_linkloop.Steps` takes of a phase on a ring of `ranks`, besides its state: per step
+        whom each position sends to (as indices into its peers), its peers, their routes (link
+        indices), how many messages it waits for, and the steps' delays and sizes (cached)."""
+        key = (steps, ranks)
+        got = self._static.get(key)
+        if got is None:
+            n = len(ranks)
+            receivers = [_receivers(step, n) for step in steps]
+            peers = []
+            for i in range(n):
+                seen: dict[int, int] = {}
+                for rec in receivers:
+                    for j in rec[i]:
+                        seen.setdefault(j, len(seen))
+                peers.append(seen)
+            to = tuple(tuple(tuple(peers[i][j] for j in rec[i]) for i in range(n)) for rec in receivers)
+            net = self.network
+            routes = tuple(tuple(tuple(link.index for link in net.path(ranks[i], ranks[j])) if ranks[i] != ranks[j]
+                                 else () for j in peers[i]) for i in range(n))
+            got = self._static[key] = (to, tuple(tuple(p) for p in peers), routes,
+                                       tuple(_expected(step, n) for step in steps),
+                                       tuple(st.pre_ns for st in steps), tuple(st.msg for st in steps),
+                                       tuple(st.post_ns for st in steps))
+        return got
+
     def run_notes(self) -> list[str]:
         """What a user should know once the replay ran: the collectives it could not run message
         by message."""
@@ -251,7 +278,12 @@ class _Run:
         if phase.tree is not None:
             self._shared(c, p, k, _Tree).begin(k, t)
             return
-        self._shared(c, p, k, _PerPacket if phase.steps[0].per_packet else _Steps).begin(k, t)
+        if phase.steps[0].per_packet:
+            self._shared(c, p, k, _PerPacket).begin(k, t)
+        elif COMPILED is not None and not isinstance(self.policy.network.state, LinkStateTwin):
+            self._shared(c, p, k, _CompiledSteps).begin(k, t)
+        else:
+            self._shared(c, p, k, _Steps).begin(k, t)
 
     def _shared(self, c: int, p: int, k: int, kind: type):
         """The state of chunk c's phase p on member k's ring that its members share (a
@@ -340,6 +372,24 @@ class _Steps:
             self.run.policy._at(ready + self.steps[s + 1].pre_ns, lambda now: self._send(i, s + 1, now))
         else:
             self.run.policy._at(ready, lambda now: self.run._phase_done(self.ring[i], self.c, self.p, now))
+
+
+class _CompiledSteps:
+    """`_Steps` in C (`_linkloop.Steps`): the same events in the same order, its messages on the
+    network's compiled `LinkState`."""
+
+    __slots__ = ("ring", "steps")
+
+    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
+        self.ring = ring
+        ranks = tuple(run.ranks[k] for k in ring)
+        policy = run.policy
+        static = policy._compiled_static(run.plan.phases[p].steps, ranks)
+        self.steps = COMPILED.Steps(policy.network.state, policy._at, *static, policy.network.queues,
+                                    lambda i, t: run._phase_done(ring[i], c, p, t))
+
+    def begin(self, k: int, t: int) -> None:
+        self.steps.begin(self.ring.index(k), t)
 
 
 class _PerPacket:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Callable, Iterable, Sequence
 
+from chakra_tools.core import native
 from chakra_tools.core.errors import InputError
 
 from .config import Dim, NetworkConfig
@@ -48,18 +49,17 @@ class Edge:
 
 @dataclass(slots=True)
 class Link:
-    """One direction of a link: its rate, latency, when its queue is next free, and how long it
-    has been busy (serializing) in all."""
+    """One direction of a link: its ends, rate and latency, and its place (`index`) in the
+    network's `LinkState`, which holds when its queue is next free and how long it has been busy
+    serializing messages."""
 
     src: int
     dst: int
     bytes_per_ns: float
     latency_ns: float
-    free_ns: int = 0
-    busy_ns: int = 0
-    messages: int = 0
     #: why the link has no rate (a document that gives none): a message that crosses it is refused
     refused: str = ""
+    index: int = -1
 
     def serialization_ns(self, size: int) -> int:
         return int(size / self.bytes_per_ns)
@@ -86,6 +86,12 @@ class LinkNetwork:
     #: the same graph and routes)
     queues: bool = True
     _routes: dict[tuple[int, int], tuple[Link, ...]] = field(default_factory=dict, repr=False)
+    state: object = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        for i, link in enumerate(self.links.values()):
+            link.index = i
+        self.reset()
 
     def name(self, device: int) -> str:
         return self.names[device]
@@ -122,8 +128,7 @@ class LinkNetwork:
             return
         if not self.queues:
             for link in hops:
-                link.busy_ns += link.serialization_ns(size)
-                link.messages += 1
+                self.state.idle(link.index, size)
             arrived(now + sum(link.delivery_ns(size) for link in hops))
             return
         self._hop(at, hops, 0, size, now, arrived)
@@ -132,29 +137,64 @@ class LinkNetwork:
              arrived: Callable[[int], None]) -> None:
         """The message reaches hop i's link at `t`: it waits for the link, then takes it (each
         further hop an event at its arrival there; the last one tells `arrived` at once)."""
-        link = hops[i]
-        free = link.free_ns
-        start = t if t > free else free
-        per_ns = link.bytes_per_ns
-        ser = int(size / per_ns)
-        link.free_ns = start + ser
-        link.busy_ns += ser
-        link.messages += 1
-        end = start + int(link.latency_ns + size / per_ns)
+        end = self.state.hop(hops[i].index, t, size)
         if i + 1 == len(hops):
             arrived(end)
         else:
             at(end, lambda t2: self._hop(at, hops, i + 1, size, t2, arrived))
 
     def reset(self) -> None:
-        for link in self.links.values():
-            link.free_ns = link.busy_ns = link.messages = 0
+        """Every link idle and unused (a new replay)."""
+        links = list(self.links.values())
+        self.state = make_state([l.bytes_per_ns for l in links], [l.latency_ns for l in links])
 
     def busy(self) -> list[dict]:
         """Each link that carried something: its ends, messages and ns busy, busiest first."""
-        rows = [{"from": self.names[l.src], "to": self.names[l.dst], "messages": l.messages, "busy_ns": l.busy_ns}
-                for l in self.links.values() if l.messages]
+        rows = []
+        for link in self.links.values():
+            busy_ns, messages = self.state.usage(link.index)
+            if messages:
+                rows.append({"from": self.names[link.src], "to": self.names[link.dst], "messages": messages,
+                             "busy_ns": busy_ns})
         return sorted(rows, key=lambda r: (-r["busy_ns"], r["from"], r["to"]))
+
+
+class LinkStateTwin:
+    """The links' queues in Python: the reference `_linkloop.LinkState` (compiled) is tested
+    against, and what runs where it is not built (or CHAKRA_TOOLS_PURE_PYTHON is set)."""
+
+    def __init__(self, bytes_per_ns: Sequence[float], latency_ns: Sequence[float]):
+        self.bytes_per_ns, self.latency_ns = list(bytes_per_ns), list(latency_ns)
+        n = len(self.bytes_per_ns)
+        self.free_ns, self.busy_ns, self.messages = [0] * n, [0] * n, [0] * n
+
+    def hop(self, k: int, t: int, size: int) -> int:
+        """A message takes link k from t, or when its queue is free: when it reaches the far end."""
+        free = self.free_ns[k]
+        start = t if t > free else free
+        per_ns = self.bytes_per_ns[k]
+        ser = int(size / per_ns)
+        self.free_ns[k] = start + ser
+        self.busy_ns[k] += ser
+        self.messages[k] += 1
+        return start + int(self.latency_ns[k] + size / per_ns)
+
+    def idle(self, k: int, size: int) -> None:
+        """A message counted on link k as if it had the link to itself (congestion-unaware)."""
+        self.busy_ns[k] += int(size / self.bytes_per_ns[k])
+        self.messages[k] += 1
+
+    def usage(self, k: int) -> tuple[int, int]:
+        return self.busy_ns[k], self.messages[k]
+
+
+#: the compiled loop (`_linkloop.c`: LinkState, and congestion's step phases), None where not built
+COMPILED = native.load("chakra_tools.replay._linkloop")
+
+
+def make_state(bytes_per_ns: Sequence[float], latency_ns: Sequence[float]):
+    """The links' queues: compiled where built, else the Python twin."""
+    return (COMPILED.LinkState if COMPILED is not None else LinkStateTwin)(bytes_per_ns, latency_ns)
 
 
 # -- ASTRA-sim's topologies ---------------------------------------------------------------------------

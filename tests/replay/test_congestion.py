@@ -235,3 +235,29 @@ def test_several_dimensions_with_queued_chunks_fall_back_and_say_so(tmp_path):
     unaware, _ = finishes(tmp_path / "u", ranks, net, system, aware=False)
     assert aware == unaware
     assert any(d.code == "congestion-unaware-phase" and "2-dimension" in d.message for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("topo", ["Switch", "Ring", "FullyConnected"])
+@pytest.mark.parametrize("algorithm", ["ring", "halvingDoubling", "direct"])
+def test_the_compiled_loop_equals_the_python_reference(tmp_path, monkeypatch, topo, algorithm):
+    """`_linkloop` (C) against `_Steps` and `LinkStateTwin` (Python) on the same inputs: skewed
+    members, two groups sharing links, four chunks two at a time, sends: every rank's finish and
+    every link's use equal."""
+    from chakra_tools.replay import congestion, linknet
+
+    if linknet.COMPILED is None:
+        pytest.skip("the compiled loop is not built (no C compiler, or CHAKRA_TOOLS_PURE_PYTHON)")
+    system = SystemConfig(splits=4, active_chunks=2, endpoint_delay_ns=10, local_mem_bw_gbps=1600,
+                          implementations={c: (algorithm,) for c in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                     "all-to-all")})
+    groups = {"1": [0, 2, 4, 6], "2": [1, 3, 5, 7]}
+    ranks = {r: [comp(1, us=(3 * r) % 7), coll(2, MIB, deps=(1,), kind=CommType.ALL_GATHER),
+                 coll(3, MIB // 2, deps=(2,), pg="1" if r % 2 == 0 else "2"),
+                 send(4, (r + 1) % 8, 1 << 16, tag=r, deps=(3,)), recv(5, (r - 1) % 8, 1 << 16, tag=(r - 1) % 8),
+                 coll(6, MIB, deps=(4, 5), kind=CommType.REDUCE_SCATTER)] for r in range(8)}
+    compiled, result_c = finishes(tmp_path / "c", ranks, ring_net(8, topo=topo), system, groups=groups)
+    monkeypatch.setattr(linknet, "COMPILED", None)
+    monkeypatch.setattr(congestion, "COMPILED", None)
+    python, result_p = finishes(tmp_path / "p", ranks, ring_net(8, topo=topo), system, groups=groups)
+    assert compiled == python
+    assert result_c.config["links_busy"] == result_p.config["links_busy"]
