@@ -193,7 +193,14 @@ static int schedule(Steps *run, int64_t t, int op, int i, int s, int j, int hop)
     ev->s = s;
     ev->j = j;
     ev->hop = hop;
-    PyObject *r = PyObject_CallFunction(run->at, "LO", (long long)t, (PyObject *)ev);
+    PyObject *when = PyLong_FromLongLong(t);
+    if (when == NULL) {
+        Py_DECREF(ev);
+        return -1;
+    }
+    PyObject *argv[2] = {when, (PyObject *)ev};
+    PyObject *r = PyObject_Vectorcall(run->at, argv, 2, NULL);
+    Py_DECREF(when);
     Py_DECREF(ev);
     if (r == NULL)
         return -1;
@@ -276,8 +283,12 @@ static int send_step(Steps *run, int i, int s, int64_t now)
 
 static PyObject *Ev_call(Ev *self, PyObject *args, PyObject *kw)
 {
-    long long t;
-    if (!PyArg_ParseTuple(args, "L", &t))
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1) {
+        PyErr_SetString(PyExc_TypeError, "an event is called with its time");
+        return NULL;
+    }
+    long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 0));
+    if (t == -1 && PyErr_Occurred())
         return NULL;
     Steps *run = self->run;
     int bad = 0;
