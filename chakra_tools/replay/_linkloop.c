@@ -7,9 +7,11 @@
  *     LinkState(bytes_per_ns, latency_ns)   per link: its rate (bytes/ns) and latency (ns)
  *         .hop(link, t, size) -> end        one message takes the link from t (or when it is free)
  *         .usage(link) -> (busy_ns, messages); .reset()
- *     Steps(state, at, to, peers, routes, expected, pre, msg, post, queues, on_done)
+ *     Steps(state, heap, counter, tag, to, peers, routes, expected, pre, msg, post, queues, on_done)
  *         .begin(i, t)                      position i of the ring begins the phase at t
  *
+ * `heap`, `counter`, `tag`: the replay's event heap, where an event at t is pushed as
+ * (t, next(counter), callback, tag), the entry the engine's `call_at` pushes;
  * `peers[i]`: every position i sends to in some step, `routes[i][k]` the link indices to
  * `peers[i][k]`; `to[s][i]`: the k (into peers[i]) position i sends step s to, nearest first;
  * `expected[s][i]`: how many messages of step s it waits for; `pre`, `msg`, `post`: per step;
@@ -162,7 +164,7 @@ static PyTypeObject LinkStateType = {
 typedef struct {
     PyObject_HEAD
     LinkState *state;
-    PyObject *at, *on_done, *routes, *peers;  /* per position: link-index tuples / positions */
+    PyObject *heap, *counter, *tag, *on_done, *routes, *peers;  /* per position: link-index tuples / positions */
     int n, steps, queues;
     PyObject *to;                     /* to[s][i]: tuple of indices into peers[i] */
     int *expected;                    /* [s * n + i] */
@@ -180,6 +182,7 @@ typedef struct {
 enum { EV_SEND, EV_HOP, EV_ARRIVE, EV_DONE };
 
 static PyTypeObject EvType;
+static PyObject *heappush;  /* heapq.heappush */
 
 static int schedule(Steps *run, int64_t t, int op, int i, int s, int j, int hop)
 {
@@ -193,15 +196,16 @@ static int schedule(Steps *run, int64_t t, int op, int i, int s, int j, int hop)
     ev->s = s;
     ev->j = j;
     ev->hop = hop;
-    PyObject *when = PyLong_FromLongLong(t);
-    if (when == NULL) {
-        Py_DECREF(ev);
-        return -1;
-    }
-    PyObject *argv[2] = {when, (PyObject *)ev};
-    PyObject *r = PyObject_Vectorcall(run->at, argv, 2, NULL);
-    Py_DECREF(when);
+    PyObject *when = PyLong_FromLongLong(t), *seq = PyIter_Next(run->counter);
+    PyObject *item = when && seq ? PyTuple_Pack(4, when, seq, (PyObject *)ev, run->tag) : NULL;
+    Py_XDECREF(when);
+    Py_XDECREF(seq);
     Py_DECREF(ev);
+    if (item == NULL)
+        return -1;
+    PyObject *argv[2] = {run->heap, item};
+    PyObject *r = PyObject_Vectorcall(heappush, argv, 2, NULL);
+    Py_DECREF(item);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -332,7 +336,9 @@ static PyTypeObject EvType = {
 static void Steps_dealloc(Steps *self)
 {
     Py_XDECREF(self->state);
-    Py_XDECREF(self->at);
+    Py_XDECREF(self->heap);
+    Py_XDECREF(self->counter);
+    Py_XDECREF(self->tag);
     Py_XDECREF(self->on_done);
     Py_XDECREF(self->routes);
     Py_XDECREF(self->peers);
@@ -360,11 +366,15 @@ static int ints(PyObject *seq, int64_t *out, Py_ssize_t n, const char *what)
 
 static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
 {
-    PyObject *state, *at, *to, *peers, *routes, *expected, *pre, *msg, *post, *on_done;
+    PyObject *state, *heap, *counter, *tag, *to, *peers, *routes, *expected, *pre, *msg, *post, *on_done;
     int queues;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOOpO", &LinkStateType, &state, &at, &to, &peers, &routes, &expected, &pre,
-                          &msg, &post, &queues, &on_done))
+    if (!PyArg_ParseTuple(args, "O!O!OOOOOOOOOpO", &LinkStateType, &state, &PyList_Type, &heap, &counter, &tag, &to,
+                          &peers, &routes, &expected, &pre, &msg, &post, &queues, &on_done))
         return -1;
+    if (!PyIter_Check(counter)) {
+        PyErr_SetString(PyExc_TypeError, "Steps: counter must be an iterator (itertools.count)");
+        return -1;
+    }
     if (!PyTuple_Check(to) || !PyTuple_Check(expected) || !PyTuple_Check(routes) || !PyTuple_Check(peers)
         || PyTuple_GET_SIZE(to) < 1 || PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(to)
         || !PyTuple_Check(PyTuple_GET_ITEM(to, 0))) {
@@ -406,8 +416,12 @@ static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
         return -1;
     Py_INCREF(state);
     self->state = (LinkState *)state;
-    Py_INCREF(at);
-    self->at = at;
+    Py_INCREF(heap);
+    self->heap = heap;
+    Py_INCREF(counter);
+    self->counter = counter;
+    Py_INCREF(tag);
+    self->tag = tag;
     Py_INCREF(to);
     self->to = to;
     Py_INCREF(routes);
@@ -455,6 +469,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_linkloop", "The con
 PyMODINIT_FUNC PyInit__linkloop(void)
 {
     if (PyType_Ready(&LinkStateType) < 0 || PyType_Ready(&StepsType) < 0 || PyType_Ready(&EvType) < 0)
+        return NULL;
+    PyObject *heapq = PyImport_ImportModule("heapq");
+    if (heapq == NULL)
+        return NULL;
+    heappush = PyObject_GetAttrString(heapq, "heappush");
+    Py_DECREF(heapq);
+    if (heappush == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

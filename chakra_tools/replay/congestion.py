@@ -74,6 +74,11 @@ class CongestionAware(Staggered):
         self._at = at
         self.network.reset()
 
+    def bind_heap(self, heap: list, counter, tag: int) -> None:
+        """The engine's heap, its sequence counter and the tag of a callback entry: the compiled
+        loop pushes `(time, next(counter), callback, tag)` as `at` would."""
+        self._heap = (heap, counter, tag)
+
     # -- point to point ------------------------------------------------------------------------
     def start_send(self, src: int, dst: int, size: int, now: int, arrived: Done) -> None:
         self.network.send(self._at, now, src, dst, size, arrived)
@@ -385,7 +390,7 @@ class _CompiledSteps:
         ranks = tuple(run.ranks[k] for k in ring)
         policy = run.policy
         static = policy._compiled_static(run.plan.phases[p].steps, ranks)
-        self.steps = COMPILED.Steps(policy.network.state, policy._at, *static, policy.network.queues,
+        self.steps = COMPILED.Steps(policy.network.state, *policy._heap, *static, policy.network.queues,
                                     lambda i, t: run._phase_done(ring[i], c, p, t))
 
     def begin(self, k: int, t: int) -> None:

@@ -27,6 +27,7 @@ every rank is blocked on.
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
@@ -97,7 +98,7 @@ class Replayer:
         self.diagnostics = Diagnostics()
         self.result = ReplayResult(record_events=record_events)
         self._heap: list = []
-        self._seq = 0
+        self._count = itertools.count(1)  # each heap entry's sequence number: ties in insertion order
         self._now = 0
         self._rendezvous: dict[tuple, list] = {}
         self._sends: dict[tuple, list[_Posted]] = {}  # (src, dst, tag) -> unmatched sends
@@ -108,6 +109,8 @@ class Replayer:
         self._async_sends = self._async and bool(getattr(self.timing, "asynchronous_sends", True))
         if self._async:
             self.timing.bind(self.call_at)
+            # a compiled policy pushes its events itself: the same entries call_at pushes
+            getattr(self.timing, "bind_heap", lambda *a: None)(self._heap, self._count, _CALL)
         self._finishing: dict[tuple, list] = {}  # (pg, k) -> [members, group, info, size, start, ends]
         self._landed: dict[tuple[int, int], int] = {}  # (rank, send id) -> its data's arrival (async)
         self._waiting: dict[tuple[int, int], _Posted] = {}  # (rank, send id) -> a receive it has not reached
@@ -123,14 +126,12 @@ class Replayer:
             r = self.ranks[rank]
             raise InputError(f"{r.feeder.path}: rank {rank}: node {nid}: finishes at {time_ns} ns, past "
                              "the replay's 64-bit clock (292 years): a duration or size out of range")
-        self._seq += 1
-        heapq.heappush(self._heap, (time_ns, self._seq, rank, nid))
+        heapq.heappush(self._heap, (time_ns, next(self._count), rank, nid))
 
     def call_at(self, time_ns: int, fn: Callable[[int], None]) -> None:
         """Call `fn(time_ns)` at `time_ns`, in order with every other event (a timing policy's
         network events: a message reaching the next device, a collective's next step)."""
-        self._seq += 1
-        heapq.heappush(self._heap, (time_ns, self._seq, fn, _CALL))  # (time, seq) is unique: fn is never compared
+        heapq.heappush(self._heap, (time_ns, next(self._count), fn, _CALL))  # (time, seq) is unique
 
     def run(self) -> ReplayResult:
         begins = {r: self.timing.begin_ns(r) for r in self.ranks}
