@@ -10,8 +10,8 @@ step (a receive completes at the later of its own send and the message's arrival
 step's delay before the next. On idle links this is the congestion-unaware model's arithmetic with
 each message's time the sum of its hops; where messages meet, they queue.
 
-Double binary trees (`_Tree`) and the direct all-reduce's packet-by-packet second half
-(`_PerPacket`) run message by message too. What has no such model here — in-network reduction, a
+Each phase runs as phases.py says: steps (in C where built), double binary trees, and the direct
+all-reduce's packet-by-packet second half. What has no such model here — in-network reduction, a
 scaled communication time (`--scale comm`), chunks queued for slots on several dimensions — is
 timed as the congestion-unaware model times it, from the last member's arrival, and the replay
 says so once (`run_notes`).
@@ -20,7 +20,6 @@ says so once (`run_notes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Sequence
 
 from chakra_tools.core.linkusage import LINKS_KEPT
@@ -29,6 +28,7 @@ from chakra_tools.feed.info import NodeInfo
 from . import collectives as C
 from .backend import AnalyticalBackend, collective_of
 from .linknet import COMPILED, LinkNetwork, LinkStateTwin, Scheduler
+from .phases import CompiledSteps, PerPacket, Steps, Tree, expected, receivers
 from .timing import Captured, Staggered
 
 Done = Callable[[int], None]
@@ -178,20 +178,20 @@ class CongestionAware(Staggered):
         got = self._static.get(key)
         if got is None:
             n = len(ranks)
-            receivers = [_receivers(step, n) for step in steps]
+            receivers_of = [receivers(step, n) for step in steps]
             peers = []
             for i in range(n):
                 seen: dict[int, int] = {}
-                for rec in receivers:
+                for rec in receivers_of:
                     for j in rec[i]:
                         seen.setdefault(j, len(seen))
                 peers.append(seen)
-            to = tuple(tuple(tuple(peers[i][j] for j in rec[i]) for i in range(n)) for rec in receivers)
+            to = tuple(tuple(tuple(peers[i][j] for j in rec[i]) for i in range(n)) for rec in receivers_of)
             net = self.network
             routes = tuple(tuple(tuple(link.index for link in net.path(ranks[i], ranks[j])) if ranks[i] != ranks[j]
                                  else () for j in peers[i]) for i in range(n))
             got = self._static[key] = (to, tuple(tuple(p) for p in peers), routes,
-                                       tuple(_expected(step, n) for step in steps),
+                                       tuple(expected(step, n) for step in steps),
                                        tuple(st.pre_ns for st in steps), tuple(st.msg for st in steps),
                                        tuple(st.post_ns for st in steps))
         return got
@@ -242,7 +242,7 @@ class _Run:
             self.end = [0] * n
             # phase -> member -> (its ring, its place in it)
             self.place = [{k: (ring, i) for ring in ph.rings for i, k in enumerate(ring)} for ph in plan.phases]
-            self.shared: dict[tuple, object] = {}  # (chunk, phase, ring) -> its _Steps, _PerPacket or _Tree
+            self.shared: dict[tuple, object] = {}  # (chunk, phase, ring) -> its Steps, PerPacket or Tree
 
     def join(self, rank: int, now: int, done: Done) -> bool:
         """A member arrives; True once every member has finished (the run can be forgotten)."""
@@ -281,14 +281,14 @@ class _Run:
     def _begin(self, k: int, c: int, p: int, t: int) -> None:
         phase = self.plan.phases[p]
         if phase.tree is not None:
-            self._shared(c, p, k, _Tree).begin(k, t)
+            self._shared(c, p, k, Tree).begin(k, t)
             return
         if phase.steps[0].per_packet:
-            self._shared(c, p, k, _PerPacket).begin(k, t)
+            self._shared(c, p, k, PerPacket).begin(k, t)
         elif COMPILED is not None and not isinstance(self.policy.network.state, LinkStateTwin):
-            self._shared(c, p, k, _CompiledSteps).begin(k, t)
+            self._shared(c, p, k, CompiledSteps).begin(k, t)
         else:
-            self._shared(c, p, k, _Steps).begin(k, t)
+            self._shared(c, p, k, Steps).begin(k, t)
 
     def _shared(self, c: int, p: int, k: int, kind: type):
         """The state of chunk c's phase p on member k's ring that its members share (a
@@ -316,227 +316,3 @@ class _Run:
         if not self.chunks_left[k]:
             self.done[k](self.end[k])
             self.finished += 1
-
-
-
-@lru_cache(maxsize=4096)
-def _receivers(step: C.Step, n: int) -> tuple[tuple[int, ...], ...]:
-    """Per position of a ring of n, the positions its message of `step` goes to, nearest first."""
-    return tuple(tuple((i + h) % n for h in range(1, n) if i in C.step_peers(step.peers, (i + h) % n, n))
-                 for i in range(n))
-
-
-@lru_cache(maxsize=4096)
-def _expected(step: C.Step, n: int) -> tuple[int, ...]:
-    """Per position, how many messages of `step` it waits for."""
-    return tuple(len(C.step_peers(step.peers, i, n)) for i in range(n))
-
-
-class _Steps:
-    """A chunk's phase on one ring, step by step: a position sends the step's messages, then
-    waits for its peers' of the same step (a receive completes at the later of its own send and
-    the message's arrival), then spends the step's delay before the next one."""
-
-    __slots__ = ("run", "c", "p", "ring", "ranks", "steps", "to", "expected", "sent", "got", "came")
-
-    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
-        self.run, self.c, self.p, self.ring = run, c, p, ring
-        self.ranks = [run.ranks[k] for k in ring]
-        self.steps = run.plan.phases[p].steps
-        n, count = len(ring), len(self.steps)
-        self.to = [_receivers(step, n) for step in self.steps]
-        self.expected = [_expected(step, n) for step in self.steps]
-        self.sent = [[-1] * count for _ in range(n)]  # when position i sent step s (-1: not yet)
-        self.got = [[0] * count for _ in range(n)]  # messages of step s that reached i
-        self.came = [[0] * count for _ in range(n)]  # the latest of them
-
-    def begin(self, k: int, t: int) -> None:
-        i = self.ring.index(k)
-        self.run.policy._at(t + self.steps[0].pre_ns, lambda now: self._send(i, 0, now))
-
-    def _send(self, i: int, s: int, now: int) -> None:
-        policy = self.run.policy
-        net, at, msg, src = policy.network, policy._at, self.steps[s].msg, self.ranks[i]
-        for j in self.to[s][i]:
-            net.send(at, now, src, self.ranks[j], msg, lambda t, j=j: self._arrive(j, s, t))
-        self.sent[i][s] = now
-        self._progress(i, s)
-
-    def _arrive(self, i: int, s: int, t: int) -> None:
-        self.got[i][s] += 1
-        if t > self.came[i][s]:
-            self.came[i][s] = t
-        self._progress(i, s)
-
-    def _progress(self, i: int, s: int) -> None:
-        sent = self.sent[i][s]
-        if sent < 0 or self.got[i][s] < self.expected[s][i]:
-            return
-        ready = (sent if sent > self.came[i][s] else self.came[i][s]) + self.steps[s].post_ns
-        if s + 1 < len(self.steps):
-            self.run.policy._at(ready + self.steps[s + 1].pre_ns, lambda now: self._send(i, s + 1, now))
-        else:
-            self.run.policy._at(ready, lambda now: self.run._phase_done(self.ring[i], self.c, self.p, now))
-
-
-class _CompiledSteps:
-    """`_Steps` in C (`_linkloop.Steps`): the same events in the same order, its messages on the
-    network's compiled `LinkState`."""
-
-    __slots__ = ("ring", "steps")
-
-    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
-        self.ring = ring
-        ranks = tuple(run.ranks[k] for k in ring)
-        policy = run.policy
-        static = policy._compiled_static(run.plan.phases[p].steps, ranks)
-        self.steps = COMPILED.Steps(policy.network.state, *policy._heap, *static, policy.network.queues,
-                                    lambda i, t: run._phase_done(ring[i], c, p, t))
-
-    def begin(self, k: int, t: int) -> None:
-        self.steps.begin(self.ring.index(k), t)
-
-
-class _PerPacket:
-    """A direct all-reduce's phase on one ring as ASTRA-sim's AllToAll runs it (the event-by-event
-    account of collectives._per_packet_phase, here with its messages on the network): every member
-    sends its first-half message to every other at once; each packet it handles (a received
-    message once reduced) frees a slot; once all first-half messages have come, each free slot
-    sends the next second-half message, the k-th to the member k ahead, and the receive from the
-    member k behind is posted then. A member's phase ends at its last handled packet."""
-
-    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
-        self.run, self.c, self.p, self.ring = run, c, p, ring
-        self.first, self.second = run.plan.phases[p].steps
-        n = self.n = len(ring)
-        self.out_at: list[int | None] = [None] * n  # a member's first-half sends
-        self.early: list[list[int]] = [[] for _ in range(n)]  # first-half arrivals before the member began
-        self.posted = [[None] * n for _ in range(n)]
-        self.arrived = [[None] * n for _ in range(n)]
-        self.received, self.slots, self.sent, self.handled = [0] * n, [0] * n, [0] * n, [0] * n
-        self.end = [0] * n
-
-    def begin(self, k: int, t: int) -> None:
-        i = self.ring.index(k)
-        self.end[i] = t
-        at = self.run.policy._at
-        at(t + self.first.pre_ns, lambda now: self._first_half(i, now))
-
-    def _first_half(self, i: int, now: int) -> None:
-        run, n = self.run, self.n
-        self.out_at[i] = now
-        for hop in range(1, n):
-            j = (i + hop) % n
-            run.policy.network.send(run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[j]],
-                                    self.first.msg, lambda t, j=j: self._first_came(j, t))
-        for t in self.early[i]:
-            self._first_came(i, t)
-        self.early[i] = []
-
-    def _first_came(self, i: int, t: int) -> None:
-        if self.out_at[i] is None:
-            self.early[i].append(t)
-            return
-        self._received(i, max(t, self.out_at[i]), self.first.post_ns)
-
-    def _received(self, i: int, t: int, post: int) -> None:
-        at = self.run.policy._at
-        at(t, lambda now: self.received.__setitem__(i, self.received[i] + 1))
-        at(t + post, lambda now: self._handled(i, now))
-
-    def _handled(self, i: int, t: int) -> None:
-        n, run = self.n, self.run
-        self.slots[i] += 1
-        self.handled[i] += 1
-        self.end[i] = max(self.end[i], t)
-        while self.received[i] >= n - 1 and self.slots[i] and self.sent[i] < n - 1:
-            self.slots[i] -= 1
-            self.sent[i] += 1
-            k = self.sent[i]
-            dst = (i + k) % n
-            leave = t + self.second.pre_ns
-            run.policy._at(leave, lambda now, i=i, dst=dst, k=k: run.policy.network.send(
-                run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[dst]], self.second.msg,
-                lambda came, dst=dst, k=k: self._second_came(dst, k, came)))
-            self.posted[i][k] = leave
-            if self.arrived[i][k] is not None:
-                self._received(i, max(leave, self.arrived[i][k]), self.second.post_ns)
-        if self.handled[i] == 2 * (n - 1):
-            run._phase_done(self.ring[i], self.c, self.p, self.end[i])
-
-    def _second_came(self, i: int, k: int, t: int) -> None:
-        self.arrived[i][k] = t
-        if self.posted[i][k] is not None:
-            self._received(i, max(t, self.posted[i][k]), self.second.post_ns)
-
-
-class _Tree:
-    """A chunk through ASTRA-sim's double binary tree on one ring's positions, message by message
-    (collectives.dbt_staggered's account): a leaf sends up one endpoint delay after it begins; an
-    inner position sends up one delay and one reduction after its later child's message has come
-    (and it has begun); the top turns the data back down; each position, once its parent's data
-    has come (no earlier than its own send up), sends it on to its children one delay (and, if
-    inner, one reduction) later, and ends then. Chunks alternate RootMax and RootMin by the
-    dimension's tree counter."""
-
-    def __init__(self, run: _Run, c: int, p: int, ring: tuple[int, ...]):
-        self.run, self.c, self.p, self.ring = run, c, p, ring
-        phase = run.plan.phases[p]
-        data, self.ctx, before, per_chunk = phase.tree
-        self.data = data
-        self.red = self.ctx.reduce(data)
-        counter = run.turn.get(phase.dim, 0) + before + c * per_chunk
-        n = len(ring)
-        self.tree = C.binary_tree(n, root_max=counter % 2 == 0)
-        self.top = n - 1 if counter % 2 == 0 else 0
-        self.started: list[int | None] = [None] * n
-        self.up_sent: list[int | None] = [None] * n
-        self.from_children: list[list[int]] = [[] for _ in range(n)]
-        self.down_came: list[int | None] = [None] * n
-
-    def _send(self, i: int, j: int, now: int, arrived) -> None:
-        run = self.run
-        run.policy.network.send(run.policy._at, now, run.ranks[self.ring[i]], run.ranks[self.ring[j]], self.data, arrived)
-
-    def begin(self, k: int, t: int) -> None:
-        i = self.ring.index(k)
-        self.started[i] = t
-        self._try_up(i)
-
-    def _try_up(self, i: int) -> None:
-        """Position i sends up (the top: down) once it has begun and its children's data came."""
-        if self.started[i] is None or self.up_sent[i] is not None:
-            return
-        parent, children = self.tree[i]
-        if len(self.from_children[i]) < len(children):
-            return
-        d = self.ctx.delay_ns
-        t = self.started[i] + d if not children else max(self.started[i], *self.from_children[i]) + d + self.red
-        self.up_sent[i] = t
-        if parent is None:  # the top: its data goes back down
-            self.run.policy._at(t, lambda now: self._down(i, now))
-        else:
-            self.run.policy._at(t, lambda now: self._send(i, parent, now, lambda came: self._child_came(parent, came)))
-        if self.down_came[i] is not None:
-            self._came_down(i)
-
-    def _child_came(self, i: int, t: int) -> None:
-        self.from_children[i].append(t)
-        self._try_up(i)
-
-    def _down(self, i: int, t: int) -> None:
-        for c in self.tree[i][1]:
-            self._send(i, c, t, lambda came, c=c: self._parent_came(c, came))
-        self.run._phase_done(self.ring[i], self.c, self.p, t)
-
-    def _parent_came(self, i: int, t: int) -> None:
-        self.down_came[i] = t
-        if self.up_sent[i] is not None:
-            self._came_down(i)
-
-    def _came_down(self, i: int) -> None:
-        children = self.tree[i][1]
-        t = max(self.up_sent[i], self.down_came[i]) + self.ctx.delay_ns + (self.red if children else 0)
-        self.down_came[i] = None  # handled
-        self.up_sent[i] = -1
-        self.run.policy._at(t, lambda now: self._down(i, now))
