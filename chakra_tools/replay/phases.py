@@ -15,6 +15,7 @@ when each member is done (`_Run._phase_done`).
 
 from __future__ import annotations
 
+import heapq
 from functools import lru_cache
 
 from . import collectives as C
@@ -117,6 +118,9 @@ class PerPacket:
         self.arrived = [[None] * n for _ in range(n)]
         self.received, self.slots, self.sent, self.handled = [0] * n, [0] * n, [0] * n, [0] * n
         self.end = [0] * n
+        #: per member, when the receives not yet counted complete: a receive at the instant a
+        #: packet is handled counts first (collectives._per_packet_phase orders them so)
+        self.pending: list[list[int]] = [[] for _ in range(n)]
 
     def begin(self, k: int, t: int) -> None:
         i = self.ring.index(k)
@@ -142,15 +146,18 @@ class PerPacket:
         self._received(i, max(t, self.out_at[i]), self.first.post_ns)
 
     def _received(self, i: int, t: int, post: int) -> None:
-        at = self.run.policy._at
-        at(t, lambda now: self.received.__setitem__(i, self.received[i] + 1))
-        at(t + post, lambda now: self._handled(i, now))
+        heapq.heappush(self.pending[i], t)
+        self.run.policy._at(t + post, lambda now: self._handled(i, now))
 
     def _handled(self, i: int, t: int) -> None:
         n, run = self.n, self.run
         self.slots[i] += 1
         self.handled[i] += 1
         self.end[i] = max(self.end[i], t)
+        pending = self.pending[i]
+        while pending and pending[0] <= t:
+            heapq.heappop(pending)
+            self.received[i] += 1
         while self.received[i] >= n - 1 and self.slots[i] and self.sent[i] < n - 1:
             self.slots[i] -= 1
             self.sent[i] += 1

@@ -261,3 +261,18 @@ def test_the_compiled_loop_equals_the_python_reference(tmp_path, monkeypatch, to
     python, result_p = finishes(tmp_path / "p", ranks, ring_net(8, topo=topo), system, groups=groups)
     assert compiled == python
     assert result_c.config["links_busy"] == result_p.config["links_busy"]
+
+
+def test_a_receive_at_the_instant_a_packet_is_handled_counts_first(tmp_path):
+    """A direct all-reduce of 4 KiB on an 8-NPU Switch (100 GB/s, 500 ns; endpoint delay 1,
+    4 chunks): its 128-byte messages and 1 ns delays make receives and handled packets meet at
+    the same ns, where ASTRA-sim counts the receive first (collectives._per_packet_phase's order).
+    ASTRA-sim 518bd51 congestion_aware on the files this test writes: 8,072 ns on every rank
+    (a random case of bench/astra_parity.py, seed 5096, where this was 8,076 before)."""
+    system = SystemConfig(splits=4, active_chunks=1, endpoint_delay_ns=1, local_mem_bw_gbps=1600,
+                          collective_optimization="localBWAware",
+                          implementations={c: ("direct",) for c in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                    "all-to-all")})
+    ends, _ = finishes(tmp_path, {r: [coll(1, 4096)] for r in range(8)},
+                       NetworkConfig((Dim("Switch", 8, 100.0, 500.0),)), system)
+    assert ends == [8072] * 8
