@@ -101,6 +101,7 @@ class CongestionAware(Staggered):
             if plan is not None and any(ph.tree for ph in plan.phases):  # the trees each dimension is at
                 turn = self.backend._tree_turn(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
             run = self._runs[key] = _Run(self, comm_type, info.comm_size, ranks, involved, plan, turn or {})
+            run.key = key
         if run.join(rank, now, done):
             del self._runs[key]
 
@@ -232,6 +233,7 @@ class _Run:
         self.done: dict[int, Done] = {}
         self.arrived: dict[int, int] = {}
         self.finished = 0
+        self.key: tuple | None = None  # its key in the policy's runs (CongestionAware.join_collective)
         if plan is not None and plan.chunks:
             active = policy.backend.system.active_chunks
             n = len(ranks)
@@ -316,3 +318,5 @@ class _Run:
         if not self.chunks_left[k]:
             self.done[k](self.end[k])
             self.finished += 1
+            if self.finished == len(self.ranks):  # every member done: the run and its phases can go
+                self.policy._runs.pop(self.key, None)
