@@ -95,13 +95,13 @@ class CongestionAware(Staggered):
         if run is None:
             comm_type = info.comm_type or 0
             ranks = tuple(group)
-            involved = self.backend.spanned(comm_type, ranks, info.involved_dim)
-            plan = self._plan(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
+            spanned = self.backend.spanned(comm_type, ranks, info.involved_dim)
+            involved = tuple(spanned) if spanned else None
+            plan = self._plan(comm_type, info.comm_size, ranks, involved)
             turn = None
             if plan is not None and any(ph.tree for ph in plan.phases):  # the trees each dimension is at
-                turn = self.backend._tree_turn(comm_type, info.comm_size, ranks, tuple(involved) if involved else None)
-            run = self._runs[key] = _Run(self, comm_type, info.comm_size, ranks, involved, plan, turn or {})
-            run.key = key
+                turn = self.backend._tree_turn(comm_type, info.comm_size, ranks, involved)
+            run = self._runs[key] = _Run(self, key, comm_type, info.comm_size, ranks, involved, plan, turn or {})
         if run.join(rank, now, done):
             del self._runs[key]
 
@@ -197,13 +197,14 @@ class CongestionAware(Staggered):
                                        tuple(st.post_ns for st in steps))
         return got
 
-    def run_notes(self) -> list[str]:
-        """What a user should know once the replay ran: the collectives it could not run message
-        by message."""
+    def run_notes(self) -> list[tuple[str, str]]:
+        """What a user should know once the replay ran, as (code, message): the collectives it
+        could not run message by message."""
         if not self._unmodelled:
             return []
-        return [f"congestion-aware: {', '.join(sorted(self._unmodelled))}: no message-by-message model here, "
-                "those collectives are timed congestion-unaware, from their last member's arrival"]
+        return [("congestion-unaware-phase",
+                 f"congestion-aware: {', '.join(sorted(self._unmodelled))}: no message-by-message model here, "
+                 "those collectives are timed congestion-unaware, from their last member's arrival")]
 
     def describe(self) -> dict:
         model = "congestion-aware" if self.network.queues else "congestion-unaware"
@@ -224,16 +225,15 @@ class _Run:
     """One collective in flight: its members as they arrive, each going through every chunk's
     phases on its own, their messages on the network."""
 
-    def __init__(self, policy: CongestionAware, comm_type: int, size: int, ranks: tuple[int, ...],
+    def __init__(self, policy: CongestionAware, key: tuple, comm_type: int, size: int, ranks: tuple[int, ...],
                  involved, plan: _Plan | None, turn: dict[int, int]):
-        self.policy = policy
+        self.policy, self.key = policy, key
         self.turn = turn
         self.comm_type, self.size, self.ranks, self.involved, self.plan = comm_type, size, ranks, involved, plan
         self.index = {r: k for k, r in enumerate(ranks)}
         self.done: dict[int, Done] = {}
         self.arrived: dict[int, int] = {}
         self.finished = 0
-        self.key: tuple | None = None  # its key in the policy's runs (CongestionAware.join_collective)
         if plan is not None and plan.chunks:
             active = policy.backend.system.active_chunks
             n = len(ranks)

@@ -45,7 +45,7 @@ _COMP, _COLL, _SEND, _RECV = (int(NodeType.COMP_NODE), int(NodeType.COMM_COLL_NO
 _MEMS = (int(NodeType.MEM_LOAD_NODE), int(NodeType.MEM_STORE_NODE))
 _ROOT = (-1, 0)
 _BEGIN = -1  # heap entry: the rank begins issuing
-_CALL = -2  # heap entry: a timing policy's callback (its key in place of the rank)
+_CALL = -2  # heap entry: a timing policy's callback (the callable in place of the rank)
 
 _COMM_TYPES = frozenset(int(t) for t in CommType)
 _IN_FLIGHT = -1  # _Posted.arrival_ns of an asynchronous send whose data has not arrived yet
@@ -111,9 +111,13 @@ class Replayer:
             self.timing.bind(self.call_at)
             # a compiled policy pushes its events itself: the same entries call_at pushes
             getattr(self.timing, "bind_heap", lambda *a: None)(self._heap, self._count, _CALL)
-        self._finishing: dict[tuple, list] = {}  # (pg, k) -> [members, group, info, size, start, ends]
+        # an asynchronous collective, (pg, k) -> its members once all joined (members, group, size,
+        # start), and the ends of the members done so far (which may come before all have joined)
+        self._joined: dict[tuple, tuple[list, tuple[int, ...], int, int]] = {}
+        self._ended: dict[tuple, list[int]] = {}
         self._landed: dict[tuple[int, int], int] = {}  # (rank, send id) -> its data's arrival (async)
-        self._waiting: dict[tuple[int, int], _Posted] = {}  # (rank, send id) -> a receive it has not reached
+        # (rank, send id) -> the send and the receive posted before its data arrived (async)
+        self._waiting: dict[tuple[int, int], tuple[_Posted, _Posted]] = {}
         self._handlers: dict[int, Callable] = {
             _COMP: self.on_comp, _COLL: self.on_coll, _SEND: self.on_send, _RECV: self.on_recv,
             _MEMS[0]: self.on_mem, _MEMS[1]: self.on_mem,
@@ -155,8 +159,8 @@ class Replayer:
             if not self._unstick():
                 break
         self._check_done()
-        for note in getattr(self.timing, "run_notes", list)():
-            self.diagnostics.add(Diagnostic("warning", "congestion-unaware-phase", note))
+        for code, note in getattr(self.timing, "run_notes", list)():
+            self.diagnostics.add(Diagnostic("warning", code, note))
         if self._assumed_world:
             pg, rank, nid = self._assumed_world[0]
             names = ", ".join(repr(p) for p, _, _ in self._assumed_world)
@@ -275,8 +279,7 @@ class Replayer:
         last_ev = members[-1][3]
         for m in members[:-1]:
             self.result.set_pred(m[3], last_ev, cross=True)
-        ends = self._finishing.get(key, (None, None, None, 0, 0, []))[5]  # members that ended already
-        self._finishing[key] = [members, group, members[0][2], size, self._now, ends]
+        self._joined[key] = (members, group, size, self._now)
         for g in group:
             if g not in self.ranks:
                 self.timing.join_collective(key, group, g, members[0][2], self._now, lambda t: None)
@@ -284,14 +287,15 @@ class Replayer:
 
     def _member_done(self, key: tuple, rank: int, nid: int, t: int) -> None:
         self._at(t, rank, nid)
-        self._finishing.setdefault(key, [None, None, None, 0, 0, []])[5].append(t)
+        self._ended.setdefault(key, []).append(t)
         self._record_if_done(key)
 
     def _record_if_done(self, key: tuple) -> None:
-        members, group, info, size, start, ends = self._finishing[key]
-        if members is not None and len(ends) == len(members):
-            del self._finishing[key]
-            self.result.collective(members, group, info, size, start, max(ends))
+        joined, ends = self._joined.get(key), self._ended.get(key, ())
+        if joined is not None and len(ends) == len(joined[0]):
+            members, group, size, start = self._joined.pop(key)
+            del self._ended[key]
+            self.result.collective(members, group, members[0][2], size, start, max(ends))
 
     def _check_sizes(self, members: list, costed: str) -> int:
         """Warn of members whose collective differs from the first's; the largest size."""
@@ -381,28 +385,29 @@ class Replayer:
         if send.arrival_ns is None:
             self._meet_rendezvous(send, recv)
             return
-        if send.arrival_ns == _IN_FLIGHT:
-            landed = self._landed.pop((send.rank, send.nid), None)
-            if landed is None:
-                self._waiting[(send.rank, send.nid)] = recv
+        arrival = send.arrival_ns
+        if arrival == _IN_FLIGHT:
+            arrival = self._landed.pop((send.rank, send.nid), None)
+            if arrival is None:
+                self._waiting[(send.rank, send.nid)] = (send, recv)
                 return
-            send = send._replace(arrival_ns=landed)
-        if send.arrival_ns > recv.issued_ns:
+        self._deliver(send, recv, arrival)
+
+    def _deliver(self, send: _Posted, recv: _Posted, arrival: int) -> None:
+        """The receive completes at the later of its posting and the data's arrival."""
+        if arrival > recv.issued_ns:
             self.result.set_pred(recv.ev, send.ev, cross=False)
-        self._at(max(send.arrival_ns, recv.issued_ns, self._now), recv.rank, recv.nid)
+        self._at(max(arrival, recv.issued_ns, self._now), recv.rank, recv.nid)
 
     def _landed_at(self, rank: int, nid: int, t: int) -> None:
         """An asynchronous send's data arrived at `t`: the send is done, and so is the receive
         that was waiting for it (or the arrival is kept until its receive is posted)."""
         self._at(t, rank, nid)
-        recv = self._waiting.pop((rank, nid), None)
-        if recv is None:
+        pair = self._waiting.pop((rank, nid), None)
+        if pair is None:
             self._landed[(rank, nid)] = t
-            return
-        ev = self.ranks[rank].live[nid][0]
-        if t > recv.issued_ns:
-            self.result.set_pred(recv.ev, ev, cross=False)
-        self._at(max(t, recv.issued_ns), recv.rank, recv.nid)
+        else:
+            self._deliver(*pair, t)
 
     def _meet_rendezvous(self, send: _Posted, recv: _Posted) -> None:
         """A rendezvous send/receive: the later half arrives now, then each takes its time."""
