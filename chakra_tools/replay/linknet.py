@@ -61,9 +61,6 @@ class Link:
     refused: str = ""
     index: int = -1
 
-    def serialization_ns(self, size: int) -> int:
-        return int(size / self.bytes_per_ns)
-
     def delivery_ns(self, size: int) -> int:
         return int(self.latency_ns + size / self.bytes_per_ns)
 
@@ -103,11 +100,12 @@ class LinkNetwork:
         got = self._routes.get((src, dst))
         if got is None:
             devices = self.router(src, dst)
-            got = self._routes[(src, dst)] = tuple(self.links[(a, b)] for a, b in zip(devices, devices[1:]))
+            got = tuple(self.links[(a, b)] for a, b in zip(devices, devices[1:]))
             for link in got:
-                if link.refused:
+                if link.refused:  # refused every time it is asked for: never cached
                     raise InputError(f"{link.refused} (rank {src} to rank {dst} crosses it: "
                                      f"{self.names[link.src]} -> {self.names[link.dst]})")
+            self._routes[(src, dst)] = got
         return got
 
     def alone_ns(self, src: int, dst: int, size: int) -> int:
