@@ -82,23 +82,35 @@ class Fabric:
         level and above (rank 5 of 4 per machine, across level 1: machine (1,))."""
         return self.address(rank)[level:]
 
+    def uplinks(self, src: int, dst: int) -> tuple[tuple, ...]:
+        """The shared links a message from `src` to `dst` crosses, as keys: its level's link out
+        of src's unit and into dst's (none within one rank, or on a level of per-rank links).
+
+        >>> Fabric((Level("intra-node", 2, 0, 1.0), Level("inter-node", 2, 0, 8.0, shared=True))).uplinks(1, 2)
+        (('out', 1, (0,)), ('in', 1, (1,)))
+        """
+        if src == dst:
+            return ()
+        lv = self.level_between(src, dst)
+        if not self.levels[lv].shared:
+            return ()
+        return ("out", lv, self.unit(src, lv)), ("in", lv, self.unit(dst, lv))
+
     def message_ns(self, src: int, dst: int, size: int) -> int:
         """One message alone."""
         return self.round_ns([(src, dst, size)])
 
     def round_ns(self, messages: Iterable[tuple[int, int, int]]) -> int:
         """The time of a round of simultaneous (src, dst, bytes) messages."""
-        msgs = [(s, d, b, self.level_between(s, d)) for s, d, b in messages if s != d]
+        msgs = [(s, d, b, self.level_between(s, d), self.uplinks(s, d)) for s, d, b in messages if s != d]
         loads: dict[tuple, int] = defaultdict(int)
-        for s, d, b, lv in msgs:
-            if self.levels[lv].shared:
-                loads[("out", lv, self.unit(s, lv))] += b
-                loads[("in", lv, self.unit(d, lv))] += b
+        for _, _, b, _, links in msgs:
+            for link in links:
+                loads[link] += b
         end = 0.0
-        for s, d, b, lv in msgs:
+        for s, d, b, lv, links in msgs:
             level = self.levels[lv]
-            carried = (max(loads[("out", lv, self.unit(s, lv))], loads[("in", lv, self.unit(d, lv))])
-                       if level.shared else b)
+            carried = max(loads[link] for link in links) if links else b
             end = max(end, level.latency_ns + carried * level.ns_per_byte)
         return int(end)
 

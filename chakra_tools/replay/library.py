@@ -242,7 +242,7 @@ class LibraryBackend:
         level = self.fabric.levels[lv]
         if not level.shared:
             return now_ns + self.p2p_ns(src, dst, size)
-        out, into = ("out", lv, self.fabric.unit(src, lv)), ("in", lv, self.fabric.unit(dst, lv))
+        out, into = self.fabric.uplinks(src, dst)
         bytes_ns = self._scaled(size * self._fabric(P2P, size).levels[lv].ns_per_byte)
         through = max(self._share(out, now_ns, bytes_ns)[0], self._share(into, now_ns, bytes_ns)[0])
         floor = self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])
@@ -316,10 +316,8 @@ class LibraryBackend:
             priced: dict = {}
             for msgs, reduced in self._rounds_of(kind, size, ranks):
                 for s, d, b in msgs:
-                    lv = fab.level_between(s, d) if s != d else -1
-                    if lv >= 0 and fab.levels[lv].shared:
-                        for link in (("out", lv, fab.unit(s, lv)), ("in", lv, fab.unit(d, lv))):
-                            carried[link] = carried.get(link, 0) + b
+                    for link in fab.uplinks(s, d):
+                        carried[link] = carried.get(link, 0) + b
                 if msgs not in priced:
                     priced[msgs] = (cost.floor_of(fab, msgs), fab.round_ns(msgs))
                 floor, bytes_ns = priced[msgs]

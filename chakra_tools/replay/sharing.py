@@ -47,7 +47,6 @@ class _Flow:
     version: int = 0
     fixed_end: float | None = None  # a send: its end is its own, not re-timed
     finish: Callable[[int], None] | None = None
-    ends_at: float = 0.0
 
 
 @dataclass
@@ -115,21 +114,12 @@ class SharedUplinks(Staggered):
     # -- sends: their own time, traffic on the links while they last ------------------------------
     def _p2p_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
         ns = super()._p2p_ns(src, dst, size, now_ns)
-        links = self._send_links(src, dst)
+        links = self.backend.fabric.uplinks(src, dst)
         if ns > 0 and links:
             busy = size * self.backend._fabric("SEND_RECV", size).levels[links[0][1]].ns_per_byte
             self._add(_Flow(0.0, {link: min(1.0, busy / ns) for link in links}, fixed_end=float(now_ns + ns)),
                       now_ns)
         return ns
-
-    def _send_links(self, src: int, dst: int) -> list[tuple]:
-        fabric = self.backend.fabric
-        if src == dst:
-            return []
-        lv = fabric.level_between(src, dst)
-        if not fabric.levels[lv].shared:
-            return []
-        return [("out", lv, fabric.unit(src, lv)), ("in", lv, fabric.unit(dst, lv))]
 
     # -- the shared links -------------------------------------------------------------------------
     def _spend(self, link: tuple, now: int, busy: int) -> int:
@@ -183,7 +173,6 @@ class SharedUplinks(Staggered):
             flow.rate = 1.0 / max(1.0, max(load[link] for link in flow.shares))
             flow.version += 1
             end = now + max(0.0, flow.remaining) / flow.rate
-            flow.ends_at = end
             version = flow.version
             self._at(int(round(end)), lambda t, fid=fid, version=version: self._due(fid, version, t))
 
