@@ -6,7 +6,8 @@
  *
  *     LinkState(bytes_per_ns, latency_ns)   per link: its rate (bytes/ns) and latency (ns)
  *         .hop(link, t, size) -> end        one message takes the link from t (or when it is free)
- *         .usage(link) -> (busy_ns, messages); .reset()
+ *         .idle(link, size)                 counted, not queued (congestion-unaware on the links)
+ *         .usage(link) -> (busy_ns, messages)
  *     Steps(state, heap, counter, tag, to, peers, routes, expected, pre, msg, post, queues, on_done)
  *         .begin(i, t)                      position i of the ring begins the phase at t
  *
@@ -93,16 +94,31 @@ static inline int64_t take(LinkState *st, Py_ssize_t k, int64_t t, int64_t size)
     return start + (int64_t)(st->lat[k] + (double)size / per);
 }
 
+/* One message counted on link k as if it had the link to itself; when it would reach the far end
+ * from t. */
+static inline int64_t alone(LinkState *st, Py_ssize_t k, int64_t t, int64_t size)
+{
+    st->busy_ns[k] += (int64_t)((double)size / st->bpn[k]);
+    st->msgs[k] += 1;
+    return t + (int64_t)(st->lat[k] + (double)size / st->bpn[k]);
+}
+
+/* Whether k names a link of st (else IndexError, naming the method). */
+static int is_link(LinkState *st, Py_ssize_t k, const char *method)
+{
+    if (k >= 0 && k < st->n)
+        return 1;
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_IndexError, "LinkState.%s: no link %zd", method, k);
+    return 0;
+}
+
 static PyObject *LinkState_hop(LinkState *self, PyObject *args)
 {
     Py_ssize_t k;
     long long t, size;
-    if (!PyArg_ParseTuple(args, "nLL", &k, &t, &size))
+    if (!PyArg_ParseTuple(args, "nLL", &k, &t, &size) || !is_link(self, k, "hop"))
         return NULL;
-    if (k < 0 || k >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "LinkState.hop: no such link");
-        return NULL;
-    }
     return PyLong_FromLongLong(take(self, k, t, size));
 }
 
@@ -110,41 +126,24 @@ static PyObject *LinkState_idle(LinkState *self, PyObject *args)
 {
     Py_ssize_t k;
     long long size;
-    if (!PyArg_ParseTuple(args, "nL", &k, &size))
+    if (!PyArg_ParseTuple(args, "nL", &k, &size) || !is_link(self, k, "idle"))
         return NULL;
-    if (k < 0 || k >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "LinkState.idle: no such link");
-        return NULL;
-    }
-    self->busy_ns[k] += (int64_t)((double)size / self->bpn[k]);
-    self->msgs[k] += 1;
+    alone(self, k, 0, size);
     Py_RETURN_NONE;
 }
 
 static PyObject *LinkState_usage(LinkState *self, PyObject *arg)
 {
     Py_ssize_t k = PyLong_AsSsize_t(arg);
-    if (k == -1 && PyErr_Occurred())
+    if (!is_link(self, k, "usage"))
         return NULL;
-    if (k < 0 || k >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "LinkState.usage: no such link");
-        return NULL;
-    }
     return Py_BuildValue("(LL)", (long long)self->busy_ns[k], (long long)self->msgs[k]);
-}
-
-static PyObject *LinkState_reset(LinkState *self, PyObject *unused)
-{
-    for (Py_ssize_t i = 0; i < self->n; i++)
-        self->free_ns[i] = self->busy_ns[i] = self->msgs[i] = 0;
-    Py_RETURN_NONE;
 }
 
 static PyMethodDef LinkState_methods[] = {
     {"hop", (PyCFunction)LinkState_hop, METH_VARARGS, "hop(link, t, size) -> end"},
     {"idle", (PyCFunction)LinkState_idle, METH_VARARGS, "idle(link, size): counted, not queued"},
     {"usage", (PyCFunction)LinkState_usage, METH_O, "usage(link) -> (busy_ns, messages)"},
-    {"reset", (PyCFunction)LinkState_reset, METH_NOARGS, "reset()"},
     {NULL},
 };
 
@@ -263,17 +262,10 @@ static int send_step(Steps *run, int i, int s, int64_t now)
                 return -1;
             continue;
         }
-        if (!run->queues) {
+        if (!run->queues) {  /* each hop as if alone: the hops' sum, as LinkNetwork.send */
             int64_t end = now;
-            for (Py_ssize_t h = 0; h < hops; h++) {
-                Py_ssize_t link = PyLong_AsSsize_t(PyTuple_GET_ITEM(route, h));
-                run->state->busy_ns[link] += (int64_t)((double)size / run->state->bpn[link]);
-                run->state->msgs[link] += 1;
-            }
-            for (Py_ssize_t h = 0; h < hops; h++) {
-                Py_ssize_t link = PyLong_AsSsize_t(PyTuple_GET_ITEM(route, h));
-                end += (int64_t)(run->state->lat[link] + (double)size / run->state->bpn[link]);
-            }
+            for (Py_ssize_t h = 0; h < hops; h++)
+                end = alone(run->state, PyLong_AsSsize_t(PyTuple_GET_ITEM(route, h)), end, size);
             if (arrive(run, j, s, end))
                 return -1;
             continue;
