@@ -97,7 +97,7 @@ def step_validate(path: str, n: int) -> int:
 
 def step_decode(path: str, n: int) -> int:
     """The reference's work done our way: our framing, each message parsed into a protobuf Node."""
-    from chakra_tools.core.etio import iter_frames, open_binary
+    from chakra_tools.core.framing import iter_frames, open_binary
     from chakra_tools.core.schema.et_def_pb2 import Node
 
     count = -1  # the first frame is the GlobalMetadata

@@ -62,7 +62,7 @@ def _nodes(lo: int, hi: int):
 
 
 def _child(mode: str, path: str, limit: int) -> None:
-    from chakra_tools.core.etio import iter_frames, open_binary
+    from chakra_tools.core.framing import iter_frames, open_binary
     from chakra_tools.core.schema import et_def_pb2 as pb
     from chakra_tools.feed import ETFeeder
 

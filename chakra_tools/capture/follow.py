@@ -24,13 +24,15 @@ from typing import Callable
 C10D = "torch.distributed.distributed_c10d"
 
 
-def follow(config_text: str) -> None:
-    """Start capturing in this spawned (or forked) process once it joins a process group."""
+def follow(on_join: Callable[[int, int], None]) -> None:
+    """Call `on_join(rank, world)` once this spawned (or forked) process joins a process group:
+    the caller starts the capture there (`runtime.join`), so this module needs neither torch
+    nor the capture runtime until then."""
     c10d = sys.modules.get(C10D)
     if c10d is not None:  # forked: torch.distributed is loaded already
-        _wrap_init(c10d, config_text)
+        _wrap_init(c10d, on_join)
     else:
-        sys.meta_path.insert(0, _AfterImport(C10D, lambda module: _wrap_init(module, config_text)))
+        sys.meta_path.insert(0, _AfterImport(C10D, lambda module: _wrap_init(module, on_join)))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -57,17 +59,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _wrap_init(c10d, config_text: str) -> None:
+def _wrap_init(c10d, on_join: Callable[[int, int], None]) -> None:
     original = getattr(c10d.init_process_group, "__wrapped_for_capture__", c10d.init_process_group)
 
     def init_process_group(*args, **kwargs):
         result = original(*args, **kwargs)
         try:
-            from . import protocol, runtime
-
-            if runtime.SESSION is None:
-                cfg = protocol.CaptureConfig.from_env(config_text)
-                runtime.activate(cfg, rank=c10d.get_rank(), world=c10d.get_world_size())
+            on_join(c10d.get_rank(), c10d.get_world_size())
         except Exception as e:  # the worker must still train, uncaptured, and say why
             print(f"trace-capture: capture not started in a spawned worker: {type(e).__name__}: {e}",
                   file=sys.stderr)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import ExecutionTraceObserver, ProfilerAction, ProfilerActivity
 
-from . import comm, ddp, protocol
+from . import comm, ddp, follow, protocol
 
 RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 SESSION: "Session | None" = None
@@ -445,9 +445,14 @@ def _after_fork_in_child() -> None:
     comm.STATE.recording = False
     text = os.environ.get(protocol.ENV_CONFIG)
     if text:
-        from . import follow
+        follow.follow(functools.partial(join, text))
 
-        follow.follow(text)
+
+def join(config_text: str, rank: int, world: int) -> None:
+    """Start capturing in a process that has just joined a process group as `rank` of `world`
+    (follow.py calls it in a spawned or forked worker), unless it captures already."""
+    if SESSION is None:
+        activate(protocol.CaptureConfig.from_env(config_text), rank=rank, world=world)
 
 
 def activate(cfg: protocol.CaptureConfig, env=os.environ, *, rank: int | None = None,

@@ -39,7 +39,7 @@ from .devcomm import LIBRARIES, LIBRARY_PREFIXES, group_name, input_index, kerne
 from .hostet import HostOp
 from .schema import KINETO_COMM_ARGS
 from .hotloops import tensor_bytes
-from .tensors import arg_bytes, dtype_name, elem_bytes_of, iter_tensors
+from .tensors import dtype_name, elem_bytes_of, is_tensor, iter_tensors, shapes_bytes
 
 COMM_TYPES = {
     "all_reduce": CommType.ALL_REDUCE, "reduce": CommType.REDUCE,
@@ -585,3 +585,14 @@ def _int_at(vals: list, i: int | None) -> int | None:
     if isinstance(v, str) and v.lstrip("-").isdigit():
         return int(v)
     return None
+
+
+def arg_bytes(values: list, shapes: list, types: list, index: int) -> int:
+    """Bytes of argument `index`: from its values when recorded, else from shape and type."""
+    if index < len(values):
+        b = tensor_bytes(values[index])
+        if b or is_tensor(values[index]):
+            return b
+    if index < len(shapes) and index < len(types):
+        return shapes_bytes(shapes[index], types[index])
+    return 0

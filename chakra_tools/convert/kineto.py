@@ -144,10 +144,10 @@ def _key_args(args: dict, place: schema.Place, lane: int) -> "_KeyArgs":
     """The `args` keys of `_KeyArgs` that events of `lane` are read for, checked as `_KeyArgs`
     checks them (the others are left unread, as they are for the lane's events)."""
     values = {}
-    for field in _LANE_FIELDS[lane]:
-        key = _ARG_NAMES.get(field, field)
-        lo = 0 if field == "bytes" else schema.INT64_MIN
-        values[field] = schema.optional_integer(args.get(key), place, key, lo)
+    for name in _LANE_FIELDS[lane]:
+        key = _ARG_NAMES.get(name, name)
+        lo = 0 if name == "bytes" else schema.INT64_MIN
+        values[name] = schema.optional_integer(args.get(key), place, key, lo)
     return _KeyArgs(**values)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from . import hotloops
 
 ELEM_BYTES = {
     "float": 4, "double": 8, "c10::half": 2, "half": 2, "c10::bfloat16": 2, "bfloat16": 2,
@@ -97,15 +96,4 @@ def shapes_bytes(shape: Any, type_name: str) -> int:
         return shape_numel(shape) * eb if shape else 0
     if type(shape) is list:
         return sum(shape_numel(s) * eb for s in shape if is_shape(s) and s)
-    return 0
-
-
-def arg_bytes(values: list, shapes: list, types: list, index: int) -> int:
-    """Bytes of argument `index`: from its values when recorded, else from shape and type."""
-    if index < len(values):
-        b = hotloops.tensor_bytes(values[index])
-        if b or is_tensor(values[index]):
-            return b
-    if index < len(shapes) and index < len(types):
-        return shapes_bytes(shapes[index], types[index])
     return 0

@@ -1,5 +1,5 @@
 """The checks that need every rank at once, run on the compact summary each rank's stream left
-(`validate.RankScan`: its collectives per group, its sends and receives, its metadata), never
+(`RankScan`: its collectives per group, its sends and receives, its metadata), never
 on decoded nodes: the ranks of each process group issue the same sequence of collectives, every
 send has a receive with the same (src, dst, tag, size), the files are one conversion's, each named
 after the rank it holds, none missing.
@@ -25,13 +25,28 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
 
 from .errors import Diagnostic, Diagnostics
 from .model import MAX_RANK, CommType, format_bytes
 
-if TYPE_CHECKING:
-    from .validate import RankScan
+
+@dataclass
+class RankScan:
+    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
+
+    rank: int | None
+    file: str | None
+    nodes: int = 0
+    world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
+    recorded_rank: int | None = None  # the rank its GlobalMetadata says the file holds
+    conversion: str | None = None  # the id of the conversion that wrote it (core.placement)
+    collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
+    sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
+    recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
+    peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
+
 
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
                   CommType.REDUCE_SCATTER_BLOCK, CommType.BROADCAST, CommType.REDUCE, CommType.BARRIER}

@@ -41,7 +41,7 @@ import struct
 from pathlib import Path
 
 from .errors import TraceReadError
-from .etio import decode_varint, iter_frames, open_binary
+from .framing import decode_varint, iter_frames, open_binary
 from .model import CONTRACT, Attr, CommType, IOInfo, Node, NodeType, make_attr
 
 FORMAT = "legacy Chakra ET (proto2-era, 2023: attributes in field 11, dependencies in `parent`)"

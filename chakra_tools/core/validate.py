@@ -16,15 +16,14 @@ compact `RankScan`).
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from . import hotloops
 from .consumers import FORWARD_DEPS, check_for, rules_for
-from .crosscheck import check_across_ranks, note_peer, ranks_text
+from .crosscheck import RankScan, check_across_ranks, note_peer, ranks_text
 from .deptrack import DependencyTracker, IdIndex, Structure
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
@@ -116,22 +115,6 @@ def _check_group_size(node: Node, pg: str, ranks: tuple[int, ...]) -> Iterator[t
 # --------------------------------------------------------------------------------------------
 # per rank: the scan
 # --------------------------------------------------------------------------------------------
-
-@dataclass
-class RankScan:
-    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
-
-    rank: int | None
-    file: str | None
-    nodes: int = 0
-    world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
-    recorded_rank: int | None = None  # the rank its GlobalMetadata says the file holds
-    conversion: str | None = None  # the id of the conversion that wrote it (core.placement)
-    collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
-    sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
-    recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
-    peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
-
 
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
               comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics,

@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
-from chakra_tools.core.etio import (CHUNK, LEGACY_SNIFF, FrameReader, looks_like_metadata,
-                                    metadata_from_pb, node_from_pb, open_binary)
+from chakra_tools.core.etio import LEGACY_SNIFF, metadata_from_pb, node_from_pb
+from chakra_tools.core.framing import CHUNK, FrameReader, looks_like_metadata, open_binary
 from chakra_tools.core.legacy import refuse_legacy
 from chakra_tools.core.model import Metadata, Node, NodeType
 from chakra_tools.core.schema import et_def_pb2 as pb

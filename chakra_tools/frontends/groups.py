@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from chakra_tools.core.layout import ParallelLayout  # noqa: F401  (re-exported: the front ends build on it)
 
 
 @dataclass

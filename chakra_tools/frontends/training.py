@@ -36,7 +36,9 @@ from chakra_tools.core.graph import RankSet
 from chakra_tools.core.model import CommType
 
 from .builder import GraphBuilder
-from .groups import GroupTable, ParallelLayout
+from chakra_tools.core.layout import ParallelLayout
+
+from .groups import GroupTable
 
 GROUPS = ("tp", "dp", "ep", "edp", "world")
 

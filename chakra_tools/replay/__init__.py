@@ -27,7 +27,8 @@ from .backend import AnalyticalBackend, Scales
 from .spec import SystemSpec
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,
                      load_network, load_system)
-from .engine import DEFAULT_LIMITS, Replayer, Resources, parse_limits
+from .engine import Replayer
+from .resources import DEFAULT_LIMITS, Resources, parse_limits
 from .fidelity import compare_with_manifest
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered

@@ -24,7 +24,8 @@ from .config import default_network
 from .congestion import CapturedCongestionAware, CongestionAware
 from .library import LibraryBackend
 from .sharing import SharedUplinks
-from .engine import DEFAULT_LIMITS, LANE_SPLITS, Replayer, Resources
+from .engine import Replayer
+from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
 from .fidelity import compare_with_manifest, measured_of
 from .netfit import Calibration
 from .spec import SystemSpec

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from math import ceil, prod
 from typing import Sequence
 
-from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 

@@ -36,7 +36,7 @@ from chakra_tools.feed.feeder import DeadlockError, ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
-from .resources import DEFAULT_LIMITS, LANE_SPLITS, RankState, Resources, lane_of, parse_limits  # noqa: F401
+from .resources import RankState, Resources, lane_of
 from .result import ReplayResult
 from .timing import Modelled, Staggered
 

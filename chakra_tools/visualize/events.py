@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from chakra_tools.core.errors import InputError
 
 if TYPE_CHECKING:
-    from .links import LinkUsage
+    from chakra_tools.core.linkusage import LinkUsage
 
 #: which dependency arrows a drawing keeps (`EventSet.narrow`)
 FLOWS = ("all", "cross-rank", "none")

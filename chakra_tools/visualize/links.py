@@ -27,11 +27,9 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from html import escape
-from typing import Any
-
-from chakra_tools.core.linkusage import LINKS_KEPT, LinkUsage, link_usage  # noqa: F401
 
 from . import svg
+from .tables import html_table
 
 #: an NPU: ASTRA-sim's linknet names ("npu 3"), an InfraGraph xpu component ("dgx_h100.0.xpu.3")
 NPU_NAME = re.compile(r"^npu \d+$|(^|\.)(xpu|gpu|npu)\.\d+$")
@@ -213,8 +211,6 @@ def _explained(data: dict) -> str:
 
 def source_html(src: dict) -> str:
     """One source's drawing, legend and table of its busiest links (`src["links"]`)."""
-    from .report import html_table
-
     data = src["links"]
     head = f'<div class="col"><h3>{escape(src["times"])}: {escape(src["source"])}</h3>{_explained(data)}'
     if not data["links"]:

@@ -25,7 +25,10 @@ from chakra_tools.core.model import format_bytes
 from chakra_tools.core.replaydoc import headline_line
 
 from . import analysis, svg
+from .tables import html_table
 from .events import EventSet
+from .links import section_html as links_html
+from .whatif import headline_html, whatif_html
 
 MS = 1e6  # ns per ms
 PARTS = ("compute", "overlap", "exposed_comm", "idle")
@@ -113,15 +116,6 @@ var s = document.getElementById('ranks-drawn');
 s.textContent = n + (n === 1 ? ' rank drawn' : ' ranks drawn');
 s.setAttribute('data-count', n);
 """
-
-
-def html_table(header: list[str], rows: list[list[str]], chart: str | None = None) -> str:
-    """A table of escaped header cells and ready HTML cells; `chart` names it for the page's
-    script (`data-chart`)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    named = f' data-chart="{chart}"' if chart else ""
-    return f"<table{named}><tr>{head}</tr>{body}</table>"
 
 
 def _pct(x: float | None) -> str:
@@ -242,8 +236,6 @@ def _cards(sources: list[dict], head: dict | None = None) -> str:
 
 
 def render_html(sets: list[EventSet], *, title: str = "Chakra trace report", whatif: dict | None = None) -> str:
-    from .links import section_html as links_html
-    from .whatif import headline_html, whatif_html
 
     data = report_data(sets, whatif)
     sources = data["sources"]

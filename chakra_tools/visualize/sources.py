@@ -22,6 +22,7 @@ from chakra_tools.core.chrome_trace import load as load_chrome
 from chakra_tools.core.errors import ChakraToolsError, InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.lanes import LANES, WORK, lane_of
+from chakra_tools.core.linkusage import link_usage
 from chakra_tools.core.model import Node, NodeType
 from chakra_tools.core.commit import recover
 from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
@@ -29,7 +30,6 @@ from chakra_tools.core.replaydoc import is_replay_result, read_replay_result
 from .captured import from_capture, kineto_files
 from .drawing import graph_edges
 from .events import COMM, COMPUTE, HOST, CommRecord, Event, EventSet, group_label, rank_ranges
-from .links import link_usage
 
 NS_PER_US = 1000
 #: a class of work (core.lanes.WORK) as drawn: memory traffic with communication, metadata with

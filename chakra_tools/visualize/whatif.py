@@ -25,7 +25,7 @@ from pathlib import Path
 
 from chakra_tools.core.errors import InputError
 
-from .report import html_table
+from .tables import html_table
 
 MS = 1e6
 NO_MEASURED = ("no measured step at this scale: the scaled files keep no measured window (nothing in "
@@ -38,7 +38,7 @@ def whatif_data(paths: list[str | Path], *, fit: str | Path | None = None, measu
     """{"fit": the calibration (Calibration.to_dict() plus its file) or None,
     "predictions": [one per rank-set input (when `fit`) and per replay-result input]}.
     `links`: what-if changes (replay.links), as trace-replay's --bandwidth/--latency."""
-    from chakra_tools.replay.netfit import read_calibration
+    from chakra_tools.replay.calfile import read_calibration
 
     cal = read_calibration(fit) if fit is not None else None
     manifest = _manifest(measured) if measured is not None else None

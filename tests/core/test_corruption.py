@@ -182,7 +182,7 @@ def present_guess(bad: bytes) -> bool:
     fr, _ = split_frames(bad)
     if not fr:
         return True
-    from chakra_tools.core.etio import looks_like_metadata
+    from chakra_tools.core.framing import looks_like_metadata
     if not looks_like_metadata(fr[0][1]):
         return False
     try:

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from chakra_tools.core import etio
+from chakra_tools.core import encoder, etio
 from chakra_tools.core.errors import ChakraToolsError, InputError, TraceReadError, TraceWriteError
 from chakra_tools.core.etio import TraceReader, TraceWriter, atomic_output, iter_nodes, write_trace
 from chakra_tools.core.graph import Graph, RankSet
@@ -299,5 +299,5 @@ def test_writer_does_not_keep_large_attribute_values(tmp_path):
     """The writer's attribute cache (module-wide, it outlives writers) holds small values only."""
     blob = b"y" * (1 << 20)
     write_trace(tmp_path / "c.0.et", [Node(1, "b", NodeType.COMP_NODE, attrs=make_attrs(blob=blob))])
-    assert all(len(v) <= 4096 for v in etio._ATTR_CACHE.values())
-    assert not any(blob in k for k in etio._ATTR_CACHE)
+    assert all(len(v) <= 4096 for v in encoder._ATTR_CACHE.values())
+    assert not any(blob in k for k in encoder._ATTR_CACHE)

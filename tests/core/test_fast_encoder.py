@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from chakra_tools.core.etio import encode_node, node_to_pb
+from chakra_tools.core.encoder import encode_node, node_to_pb
 from chakra_tools.core.model import Attr, IOInfo, Node, NodeType
 
 from et_strategies import nodes

@@ -8,7 +8,8 @@ import io
 import pytest
 
 from chakra_tools.core.errors import TraceReadError
-from chakra_tools.core.etio import _varint_bytes, iter_frames
+from chakra_tools.core.etio import _varint_bytes
+from chakra_tools.core.framing import iter_frames
 
 SIZES = (1, 127, 128, 129, 300, 16_383, 16_384, 70_000)
 

@@ -15,7 +15,8 @@ from hypothesis import given, settings, strategies as st
 
 from chakra_tools.core import hotloops
 from chakra_tools.core.encoder import encode_node
-from chakra_tools.core.etio import iter_frames, looks_like_metadata, open_binary, write_trace
+from chakra_tools.core.etio import write_trace
+from chakra_tools.core.framing import iter_frames, looks_like_metadata, open_binary
 from chakra_tools.core.errors import TraceReadError
 from chakra_tools.core.model import LIST_KINDS, SCALAR_KINDS, Attr, Node, NodeType
 from chakra_tools.core.schema import et_def_pb2 as pb

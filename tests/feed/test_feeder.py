@@ -199,7 +199,7 @@ def test_truncated_and_corrupt_files_name_the_offset(tmp_path):
 
 
 def test_small_read_chunks_and_gzip_give_the_same_nodes(tmp_path):
-    from chakra_tools.core.etio import iter_frames
+    from chakra_tools.core.framing import iter_frames
 
     nodes = [n(i, (i - 1,) if i else (), op_schema="x" * (i * 7 % 300)) for i in range(200)]
     plain = _write(tmp_path, nodes)

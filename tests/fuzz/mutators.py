@@ -661,7 +661,7 @@ def mutate_text_workload(rng: random.Random, text: str) -> tuple[bytes, str]:
 
 def read_frames(data: bytes) -> list[bytes]:
     """The frames of a valid `.et` file (the seeds are valid)."""
-    from chakra_tools.core.etio import decode_varint
+    from chakra_tools.core.framing import decode_varint
 
     out, pos = [], 0
     while pos < len(data):

@@ -9,7 +9,8 @@ from chakra_tools.core.model import CommType
 from chakra_tools.feed import DeadlockError
 from chakra_tools.replay import AnalyticalBackend, load_memory, load_network, load_system, replay
 from chakra_tools.replay.api import open_rankset
-from chakra_tools.replay.engine import Replayer, parse_limits
+from chakra_tools.replay.engine import Replayer
+from chakra_tools.replay.resources import parse_limits
 
 from _util import backend, coll, comp, events, recv, ring_net, run, send, write_rankset
 

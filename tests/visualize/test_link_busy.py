@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from chakra_tools.cli.visualize import app as visualize_app
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.linkusage import LINKS_KEPT
 from chakra_tools.core.model import CommType, Node, NodeType as T, make_attrs
 from chakra_tools.replay import SystemSpec, replay_rankset
 from chakra_tools.visualize import links
@@ -176,7 +177,7 @@ def test_only_the_kept_busiest_links_are_listed_and_the_section_says_so(tmp_path
         ranks[d].append(_recv(len(ranks[d]) + 1, s, n, tag=16 * s + d))
     result = _replay(tmp_path, _write(tmp_path, ranks), _network(tmp_path, "FullyConnected", 9), "congestion-aware")
     busy = _result(result)["config"]["links_busy"]
-    assert len(busy) == links.LINKS_KEPT == 64
+    assert len(busy) == LINKS_KEPT == 64
     smallest_kept = sorted(size.values())[len(size) - 64]
     assert all(size[(int(b["from"][4:]), int(b["to"][4:]))] >= smallest_kept for b in busy)
 

@@ -13,6 +13,12 @@ import os
 import sys
 
 
+def _join(text: str, rank: int, world: int) -> None:
+    from chakra_tools.capture import runtime  # torch, which the worker has imported by now
+
+    runtime.join(text, rank, world)
+
+
 def _activate() -> None:
     text = os.environ.get("CHAKRA_CAPTURE_CONFIG")
     if not text:
@@ -23,7 +29,7 @@ def _activate() -> None:
         if protocol.should_follow():  # a rank of its own if it joins a process group
             from chakra_tools.capture import follow
 
-            follow.follow(text)
+            follow.follow(lambda rank, world: _join(text, rank, world))
             return
         cfg = protocol.CaptureConfig.from_env(text)
         if protocol.is_launcher(cfg):
