@@ -101,7 +101,8 @@ def check(example: str, targets: list[int], work: Path, host_time: str, repeat: 
           source_ranks: int = SOURCE_RANKS) -> list[dict]:
     from chakra_tools.convert.scale import scale
     from chakra_tools.core.manifest import read_manifest
-    from chakra_tools.replay.netfit import calibrate, format_calibration
+    from chakra_tools.replay.calfile import format_calibration
+    from chakra_tools.replay.netfit import calibrate
 
     print(f"-- repeat {repeat}: captures in {work}", flush=True)
     source = capture(example, source_ranks, work / f"{example}-{source_ranks}")

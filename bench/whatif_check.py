@@ -43,7 +43,9 @@ from chakra_tools.replay import CaptureModes, replay
 from chakra_tools.replay.api import AS_CAPTURED
 from chakra_tools.replay.fidelity import compare_with_manifest
 from chakra_tools.replay.links import parse_changes
-from chakra_tools.replay.netfit import calibrate, write_calibration
+from chakra_tools.replay.calfile import write_calibration
+from chakra_tools.replay.netfit import calibrate
+from chakra_tools.replay.sharefit import fit_sharing
 from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable
 from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job
@@ -183,7 +185,11 @@ def main() -> int:
         cap = capture_job(work, job, args)
         net = work / f"net-{job}"
         net.mkdir(exist_ok=True)
-        write_calibration(calibrate(work / f"et-{job}", probe=probe_dir), net)
+        cal, sharing = fit_sharing(work / f"et-{job}", calibrate(work / f"et-{job}", probe=probe_dir))
+        write_calibration(cal, net)
+        if sharing is not None:
+            print(f"  {job}: calls sharing an uplink get {sharing.efficiency:.0%} of its rate ({sharing.reason})",
+                  flush=True)
         for label, spec, modes in (("probed network", SystemSpec(kind_fit=net), CaptureModes()),
                                    ("--as-captured", SystemSpec(), AS_CAPTURED)):
             doc = replay(work / f"et-{job}", spec.backend(4), modes=modes, record_events=False).to_dict(events=False)

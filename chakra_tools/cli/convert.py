@@ -133,7 +133,7 @@ def calibrate(
                                        help="NPUs of the network written (default: the capture's ranks); give the rank count of a scaled set to replay it."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
     probe: Optional[Path] = typer.Option(None, "--probe",
-                                         help="The probe's folder or probe.json (torchrun ... -m chakra_tools.capture.probe --out PROBE, under the job's own launcher): latency and bandwidth within and between machines, measured over a sweep of sizes; the fit then has the cluster's hierarchy and prices each collective with its library's algorithm (docs/howto/what-if.md)."),
+                                         help="The probe's folder or probe.json (torchrun ... -m chakra_tools.capture.probe --out PROBE, under the job's own launcher): latency and bandwidth within and between machines, measured over a sweep of sizes; the fit then has the cluster's hierarchy and prices each collective with its library's algorithm, and the capture's own step, replayed on it, says how much of a shared uplink's rate calls in flight together get (docs/howto/what-if.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
 ) -> None:
     """Fit an ASTRA-sim network to the capture's own collectives and send/receive.
@@ -155,9 +155,14 @@ def calibrate(
         trace-replay out/ddp --network-fit out/ddp-net
     """
     from chakra_tools.replay.api import check_calibration
-    from chakra_tools.replay.netfit import ONE_SIZE_WARNING, calibrate as fit, format_calibration, write_calibration
+    from chakra_tools.replay.calfile import format_calibration, write_calibration
+    from chakra_tools.replay.clusterfit import ONE_SIZE_WARNING
+    from chakra_tools.replay.netfit import calibrate as fit
+    from chakra_tools.replay.sharefit import fit_sharing
 
     cal = fit(rankset, npus=npus, comm_group=comm_group, probe=probe)
+    cal, _ = fit_sharing(rankset, cal, comm_group=comm_group,
+                         progress=None if as_json else lambda m: typer.echo(f"calibrate: {m}", err=True))
     if cal.one_size and cal.cluster is None and as_json:
         typer.echo(ONE_SIZE_WARNING, err=True)
     if manifest is not None:

@@ -110,7 +110,8 @@ class ClusterFit:
         return {"library": self.library, "reduce_ns_per_byte": self.reduce_ns_per_byte,
                 "inter_known": self.inter_known,
                 "levels": [{"name": lv.name, "npus": lv.npus, "latency_ns": lv.latency_ns,
-                            "ns_per_byte": lv.ns_per_byte, "shared": lv.shared, "burst_ns": lv.burst_ns}
+                            "ns_per_byte": lv.ns_per_byte, "shared": lv.shared, "burst_ns": lv.burst_ns,
+                            "shared_efficiency": lv.shared_efficiency}
                            for lv in self.fabric.levels],
                 "kinds": {k: c.to_dict() for k, c in sorted(self.kinds.items())},
                 "p2p_window_bytes": self.p2p_window_bytes, "rows": list(self.rows)}
@@ -139,7 +140,8 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
             raise bad(f"levels[{i}].npus", "an integer")
         levels.append(Level(str(lv.get("name", f"level {i}")), int(npus), number(lv, "latency_ns", f"levels[{i}]."),
                             number(lv, "ns_per_byte", f"levels[{i}]."), bool(lv.get("shared", False)),
-                            number(lv, "burst_ns", f"levels[{i}].") if "burst_ns" in lv else 0.0))
+                            number(lv, "burst_ns", f"levels[{i}].") if "burst_ns" in lv else 0.0,
+                            _efficiency_of(lv, i, bad)))
     if not levels:
         raise bad("levels", "at least one level")
     kinds = {}
@@ -164,6 +166,13 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
                       tuple(r for r in rows if isinstance(r, dict)), window)
 
 
+def _efficiency_of(lv: dict, i: int, bad) -> float:
+    v = lv.get("shared_efficiency", 1.0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise bad(f"levels[{i}].shared_efficiency", "a number in (0, 1]")
+    return float(v)
+
+
 def fit_cluster(rankset: str | Any, probe_path: str | Any) -> ClusterFit:
     """The probe's fit, checked against the capture it is to price: both must place as many
     ranks on each machine (where the rank set records its hosts)."""
@@ -185,7 +194,9 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
     lines = [f"network measured by the probe ({cluster.library}'s algorithms on it):"]
     for lv in cluster.fabric.levels:
         rate = lv.bandwidth_bytes_per_s
-        shared = f", shared by the machine's ranks" if lv.shared else ""
+        shared = ", shared by the machine's ranks" if lv.shared else ""
+        if lv.shared_efficiency < 1:
+            shared += f" ({lv.shared_efficiency:.0%} of it to calls sharing it, in the capture)"
         burst = f", a burst of {lv.burst_ns / 1e6:.3g} ms at that rate after idle" if lv.burst_ns > 0 else ""
         lines.append(f"  {lv.name:<11} {lv.npus:>3} per unit: latency {lv.latency_ns / 1000:.1f} us, "
                      f"{rate * 8 / 1e6:.4g} Mbit/s ({rate / 1e9:.4g} GB/s){shared}{burst}")

@@ -40,7 +40,9 @@ class Level:
     belongs to the unit (shared by its ranks) or to each rank. `burst_ns`: a shaped link's token
     bucket, as the time its rate takes to earn it: after an idle spell that much traffic passes
     at line rate (a cloud NIC's or `tc tbf`'s burst; 0 on a plain link). Kept in time, not
-    bytes, so a faster link of the same shaper passes proportionally more."""
+    bytes, so a faster link of the same shaper passes proportionally more. `shared_efficiency`:
+    the share of a shared link's rate that two calls keeping it busy together get (TCP flows
+    through one shaper lose some to each other; 1: none lost), read off a capture (sharefit.py)."""
 
     name: str
     npus: int
@@ -48,6 +50,7 @@ class Level:
     ns_per_byte: float
     shared: bool = False
     burst_ns: float = 0.0
+    shared_efficiency: float = 1.0
 
     @property
     def bandwidth_bytes_per_s(self) -> float:

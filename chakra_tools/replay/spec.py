@@ -25,7 +25,8 @@ from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_net
                      load_system)
 from .links import LinkChange, changed_network
 from .linknet import LinkNetwork, of_network
-from .netfit import Calibration, read_calibration
+from .calfile import read_calibration
+from .netfit import Calibration
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,8 @@ def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
     res = run.invoke(convert_app, ["calibrate", str(prefix), "--probe", str(probe), "-o", str(tmp_path / "net")])
     assert res.exit_code == 0, res.output
     assert "network measured by the probe" in res.output
+    # what calls sharing an uplink get is read off the capture's measured step, which this one lacks
+    assert "calls sharing an uplink: 100% of its rate (the rank set carries no measured step" in res.output
     assert "FullyConnected, Switch" in (tmp_path / "net" / "network.yml").read_text()
     graph = tmp_path / "net" / "cluster.infragraph.yaml"
     if __import__("importlib").util.find_spec("infragraph") is not None:
@@ -302,7 +304,7 @@ def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
         # write: the calibration's other files are written all the same
         from dataclasses import replace
 
-        from chakra_tools.replay.netfit import read_calibration, write_calibration
+        from chakra_tools.replay.calfile import read_calibration, write_calibration
 
         cal = read_calibration(tmp_path / "net")
         fast = replace(cal.cluster, fabric=cal.cluster.fabric.with_level(0, ns_per_byte=0.0))

@@ -18,8 +18,9 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType, make_attr
 from chakra_tools.replay import CaptureModes, SystemSpec, load_network, load_system, replay_rankset
 from chakra_tools.replay.config import default_network
+from chakra_tools.replay.calfile import read_calibration, write_calibration
 from chakra_tools.replay.netfit import (P2P, Calibration, NetworkFit, buckets, calibrate, comm_samples, model_ns,
-                                        probe, read_calibration, residual_rows, write_calibration)
+                                        probe)
 
 from _util import coll, comp, recv, send, write_rankset
 

@@ -50,3 +50,114 @@ def test_calls_that_cross_no_shared_link_do_not_slow_each_other(tmp_path):
     result = run_replay(prefix, feeders, be, groups=groups, modes=CaptureModes())
     alone = be._call(int(CommType.ALL_REDUCE), 1 << 20, (0, 1))[0]
     assert [c["end_ns"] for c in result.collectives] == [alone, alone]
+
+
+# -- what calls sharing a link lose (Level.shared_efficiency), and reading it off a capture ---------
+
+LOSSY = Fabric((FABRIC.levels[0], Level("inter-node", 2, 0.0, 80.0, shared=True, shared_efficiency=0.8)))
+RS_AG = [(CommType.REDUCE_SCATTER, 512 << 10), (CommType.ALL_GATHER, 128 << 10)]
+
+
+def _replay(prefix, fabric):
+    be = LibraryBackend(backend(), fabric)
+    feeders, groups = open_rankset(prefix)
+    return run_replay(prefix, feeders, be, groups=groups, modes=CaptureModes()), be
+
+
+def test_calls_sharing_a_link_get_what_it_gives_them_together(tmp_path):
+    """Two calls keeping the uplink full together get 80% of it between them, 40% each: the
+    all-gather (a alone) ends at a / 0.4 = 2.5a, by when the reduce-scatter has done a of its b
+    and runs the rest alone, ending at 1.5a + b."""
+    prefix = write_rankset(tmp_path, {r: [coll(i + 1, size, kind=kind) for i, (kind, size) in enumerate(RS_AG)]
+                                      for r in range(4)})
+    result, be = _replay(prefix, LOSSY)
+    ends = {c["node_id"]: c["end_ns"] for c in result.collectives}
+    b, a = (be._call(int(kind), size, (0, 1, 2, 3))[0] for kind, size in RS_AG)
+    assert abs(ends[2] - 2.5 * a) <= 3 and abs(ends[1] - (1.5 * a + b)) <= 3
+
+
+def _captured(tmp_path, calls, measured_ns: int):
+    """A rank set of `calls` started together on 4 ranks whose files say the run took `measured_ns`."""
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.measured import Measured
+    from chakra_tools.core.model import Metadata
+
+    meta = Metadata(attrs=Measured((10_000, 10_000 + measured_ns)).attrs())
+    nodes = [coll(i + 1, size, kind=kind) for i, (kind, size) in enumerate(calls)]
+    RankSet({r: Graph(nodes, rank=r, metadata=meta) for r in range(4)}, {}).write(tmp_path, "t")
+    return tmp_path / "t"
+
+
+def _calibration(fabric):
+    from chakra_tools.replay.clusterfit import ClusterFit
+    from chakra_tools.replay.netfit import Calibration, NetworkFit
+
+    return Calibration(NetworkFit(1000.0, 0.1, 0.0), 4, [], {}, cluster=ClusterFit(fabric, "gloo", {}, 0.0))
+
+
+def _rs_ag_ns(folder, fabric) -> int:
+    """The model's step for the two calls on `fabric` (written to `folder`)."""
+    folder.mkdir()
+    prefix = write_rankset(folder, {r: [coll(i + 1, size, kind=kind) for i, (kind, size) in enumerate(RS_AG)]
+                                    for r in range(4)})
+    return _replay(prefix, fabric)[0].makespan_ns
+
+
+def test_fit_sharing_reads_the_efficiency_off_the_capture(tmp_path):
+    """A capture whose two calls took what they take at 80% together: the fit finds 80%, and
+    the capture replayed on the fitted cluster takes its own measured step."""
+    from chakra_tools.replay.sharefit import fit_sharing
+
+    measured = _rs_ag_ns(tmp_path / "lossy", LOSSY)
+    assert measured > 1.1 * _rs_ag_ns(tmp_path / "lossless", FABRIC)
+    prefix = _captured(tmp_path, RS_AG, measured)
+    cal, found = fit_sharing(prefix, _calibration(FABRIC))
+    assert found.error_before < -0.05 and abs(found.error_after) <= 0.003
+    assert abs(found.efficiency - 0.8) <= 0.01
+    assert cal.cluster.fabric.levels[1].shared_efficiency == found.efficiency
+    assert cal.cluster.fabric.levels[0].shared_efficiency == 1.0  # a rank's own link: not shared
+    assert cal.to_dict()["cluster"]["levels"][1]["shared_efficiency"] == found.efficiency
+    from chakra_tools.replay.calfile import format_calibration, read_calibration, write_calibration
+
+    (tmp_path / "net").mkdir()
+    write_calibration(cal, tmp_path / "net")
+    back = read_calibration(tmp_path / "net")
+    assert back.cluster.fabric.levels[1].shared_efficiency == found.efficiency
+    assert f"calls sharing an uplink: {found.efficiency:.0%} of its rate" in format_calibration(back)
+
+
+def test_fit_sharing_leaves_the_links_alone_where_the_capture_cannot_tell(tmp_path):
+    """One call at a time (nothing shared, however short the replay), and a replay already as
+    long as the capture (the model does not make calls faster together): nothing lost."""
+    from chakra_tools.replay.sharefit import fit_sharing
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    alone = _captured(tmp_path / "a", RS_AG[:1], 10 ** 9)
+    _, found = fit_sharing(alone, _calibration(FABRIC))
+    assert found.efficiency == 1.0 and "no calls shared" in found.reason and found.error_before < -0.5
+    fast = _captured(tmp_path / "b", RS_AG, 1000)
+    _, found = fit_sharing(fast, _calibration(FABRIC))
+    assert found.efficiency == 1.0 and "not short" in found.reason and found.replays == 1
+
+
+def test_a_damaged_sharing_record_is_refused_by_name(tmp_path):
+    import json
+
+    import pytest
+
+    from chakra_tools.core.errors import InputError
+    from chakra_tools.replay.calfile import read_calibration, write_calibration
+
+    write_calibration(_calibration(LOSSY), tmp_path)
+    doc = json.loads((tmp_path / "fit.json").read_text())
+    assert doc["cluster"]["levels"][1]["shared_efficiency"] == 0.8
+    doc["sharing"] = {"efficiency": "most"}
+    (tmp_path / "fit.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="fit.json: sharing"):
+        read_calibration(tmp_path)
+    doc["sharing"] = None
+    doc["cluster"]["levels"][1]["shared_efficiency"] = 1.5
+    (tmp_path / "fit.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="shared_efficiency"):
+        read_calibration(tmp_path)

@@ -25,7 +25,9 @@ from chakra_tools.replay import CaptureModes, replay  # noqa: E402
 from chakra_tools.replay.clusterfit import INTER  # noqa: E402
 from chakra_tools.replay.fidelity import compare_with_manifest  # noqa: E402
 from chakra_tools.replay.links import parse_changes  # noqa: E402
-from chakra_tools.replay.netfit import calibrate, write_calibration  # noqa: E402
+from chakra_tools.replay.calfile import write_calibration  # noqa: E402
+from chakra_tools.replay.netfit import calibrate  # noqa: E402
+from chakra_tools.replay.sharefit import fit_sharing  # noqa: E402
 from chakra_tools.replay.spec import SystemSpec  # noqa: E402
 from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable  # noqa: E402
 from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job  # noqa: E402
@@ -52,7 +54,7 @@ def captured(tmp_path_factory):
         assert not failed(runs), failed(runs)
     convert(inputs_from_run(cap), et)
     net.mkdir()
-    write_calibration(calibrate(et, probe=probe), net)
+    write_calibration(fit_sharing(et, calibrate(et, probe=probe))[0], net)  # as trace-convert calibrate does
     return cap, et, net
 
 

@@ -20,7 +20,8 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType as T, make_attr, make_attrs
 from chakra_tools.replay import compare_with_manifest, replay
-from chakra_tools.replay.netfit import calibrate, format_calibration, read_calibration, write_calibration
+from chakra_tools.replay.calfile import format_calibration, read_calibration, write_calibration
+from chakra_tools.replay.netfit import calibrate
 from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.visualize.report import render_html, report_data
 from chakra_tools.visualize.sources import load_events

@@ -1,0 +1,214 @@
+"""A calibration's files: `network.yml` and `system.json` (ordinary ASTRA-sim files of the shared
+fit), `fit.json` (everything `trace-replay --network-fit` prices with: the fit, its residuals, the
+per-kind fit, the probed cluster), `cluster.infragraph.yaml` for a probed cluster; written
+together and read back checked, field by field, and the fit as text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from chakra_tools.core.commit import Staged
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.etio import atomic_output
+
+from .clusterfit import ONE_SIZE_WARNING, cluster_from_dict, cluster_lines
+from .netfit import PARAMS, Calibration, NetworkFit
+
+
+def network_yaml(fit: NetworkFit, npus: int) -> str:
+    """The analytical network file (ASTRA-sim's format, REFERENCE §4)."""
+    return ("# ASTRA-sim analytical network fitted by trace-convert calibrate (chakra_tools/replay/netfit.py)\n"
+            "topology: [ Ring ]\n"
+            f"npus_count: [ {npus} ]\n"
+            f"bandwidth: [ {fit.bandwidth_gbps:.6g} ]  # GB/s (1 GB = 2**30 bytes)\n"
+            f"latency: [ {fit.latency_ns:.6g} ]  # ns per hop\n")
+
+
+def system_json(fit: NetworkFit) -> dict:
+    """The system file: ring everywhere, one chunk, the fitted reduction bandwidth."""
+    return {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 1,
+            **{f"{c}-implementation": ["ring"] for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
+            "collective-optimization": "baseline", "local-mem-bw": round(fit.local_mem_bw_gbps, 6),
+            "boost-mode": 0, "roofline-enabled": 0}
+
+
+def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
+    """Write OUT/network.yml, OUT/system.json and OUT/fit.json, and for a probed cluster
+    OUT/cluster.infragraph.yaml where the infragraph package is installed (the fitted fabric as an
+    InfraGraph, for `trace-replay --network` and other tools); the paths go into `cal.files`."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise InputError(f"{out}: output folder does not exist")
+    names = {"network": "network.yml", "system": "system.json", "report": "fit.json"}
+    infra = _cluster_infragraph(cal)
+    if infra is not None:
+        names["infragraph"] = "cluster.infragraph.yaml"
+    cal.files = {k: str(out / n) for k, n in names.items()}
+    with Staged(out, "calibration") as staged:  # the three replaced together: one fit, never two halves
+        with atomic_output(staged.path(names["network"]), "w") as f:
+            f.write(cal.cluster.network_yaml(cal.npus) if cal.cluster is not None else network_yaml(cal.fit, cal.npus))
+        with atomic_output(staged.path(names["system"]), "w") as f:
+            json.dump(system_json(cal.fit), f, indent=1)
+        with atomic_output(staged.path(names["report"]), "w") as f:
+            json.dump(cal.to_dict(), f, indent=1)
+        if infra is not None:
+            from .infragraph import write_infragraph
+
+            write_infragraph(infra, staged.path(names["infragraph"]))
+        staged.commit(names.values())
+    return cal
+
+
+def _cluster_infragraph(cal: Calibration):
+    """The probed cluster's fabric, sized to the calibration's ranks, as an InfraGraph (None
+    without a probe, without the package, or where the probe found a level's rate too fast to
+    measure: an InfraGraph link needs one)."""
+    if cal.cluster is None or any(lv.ns_per_byte <= 0 for lv in cal.cluster.fabric.levels):
+        return None
+    try:
+        from .infragraph import fabric_infragraph
+        import infragraph  # noqa: F401
+    except ImportError:
+        return None
+    return fabric_infragraph(cal.cluster.fabric.sized(cal.npus), "calibrated-cluster")
+
+
+#: what each bucket row of fit.json holds, and its type (int also takes a whole float)
+_ROW_FIELDS = {"kind": str, "ranks": int, "size": int, "count": int, "measured_ns": float, "median_ns": float,
+               "min_ns": float, "max_ns": float, "predicted_ns": float, "error": float}
+_KIND_FIELDS = {"latency_ns": float, "bandwidth_gbps": float, "sizes": int, "separable": bool,
+                "median_abs_error": float}
+_FIT_FIELDS = ("latency_ns", "link_ns_per_byte", "reduce_ns_per_byte")
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """The Calibration that `write_calibration` wrote: `path` is its fit.json or the folder that
+    holds it. Every field is checked for its type; a malformed file is an InputError naming the
+    file and the field (the report reads it typed, not as loose JSON)."""
+    from chakra_tools.core.files import read_json
+
+    from chakra_tools.core.commit import recover
+
+    p = Path(path)
+    file = p / "fit.json" if p.is_dir() else p
+    recover(file.parent)  # a calibration killed while it replaced these files is finished first
+    if not file.exists():
+        raise InputError(f"{file}: no such file (a calibration folder holds the fit.json that "
+                         "trace-convert calibrate writes)")
+    doc = read_json(file, what="an object (the fit.json of trace-convert calibrate)")
+
+    def bad(where: str, want: str) -> InputError:
+        return InputError(f"{file}: {where}: expected {want} (not a fit.json of trace-convert calibrate?)")
+
+    def typed(obj: dict, key: str, kind: type, where: str):
+        v = obj.get(key) if isinstance(obj, dict) else None
+        if kind is bool:
+            ok = isinstance(v, bool)
+        elif kind is int:
+            ok = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+        elif kind is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+        else:
+            ok = isinstance(v, kind)
+        if not ok:
+            raise bad(f"{where}{key}", {bool: "true or false", int: "an integer", float: "a number",
+                                        str: "a string", dict: "an object", list: "a list"}[kind])
+        return int(v) if kind is int else float(v) if kind is float else v
+
+    if doc.get("version") != 1:
+        raise bad("version", "1")
+    fit_doc = typed(doc, "fit", dict, "")
+    values = [typed(fit_doc, k, float, "fit.") for k in _FIT_FIELDS]
+    if min(values) < 0:
+        raise bad("fit", "non-negative parameters")
+    npus = typed(doc, "npus", int, "")
+    if npus < 1:
+        raise bad("npus", "at least 1")
+    rows = []
+    for i, row in enumerate(typed(doc, "buckets", list, "")):
+        if not isinstance(row, dict):
+            raise bad(f"buckets[{i}]", "an object")
+        rows.append({**row, **{k: typed(row, k, t, f"buckets[{i}].") for k, t in _ROW_FIELDS.items()}})
+    kinds = {}
+    for kind, k in typed(doc, "kinds", dict, "").items():
+        if not isinstance(k, dict):
+            raise bad(f"kinds.{kind}", "an object")
+        kinds[kind] = {**k, **{f: typed(k, f, t, f"kinds.{kind}.") for f, t in _KIND_FIELDS.items()}}
+    replay = doc.get("replay")
+    if replay is not None and not (isinstance(replay, dict) and all(
+            isinstance(m, dict) and all(isinstance(e, (int, float)) for e in m.values()) for m in replay.values())):
+        raise bad("replay", "an object {network: {mode: error}} or null")
+    files = doc.get("files") or {}
+    if not isinstance(files, dict):
+        raise bad("files", "an object")
+    per_kind = {}
+    for kind, k in typed(doc, "per_kind", dict, "").items() if "per_kind" in doc else ():
+        params = [typed(k, p, float, f"per_kind.{kind}.") for p in PARAMS]
+        if min(params) < 0:
+            raise bad(f"per_kind.{kind}", "non-negative parameters")
+        per_kind[kind] = NetworkFit(*params)
+    cluster = cluster_from_dict(doc["cluster"], str(file)) if doc.get("cluster") is not None else None
+    return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay,
+                       per_kind, cluster, _sharing(doc.get("sharing"), file))
+
+
+def _sharing(v, file) -> dict | None:
+    """fit.json's "sharing" (sharefit.SharingFit.to_dict), checked: it is printed, not priced."""
+    if v is None:
+        return None
+    keys = {"efficiency": (int, float), "error_before": (int, float, type(None)),
+            "error_after": (int, float, type(None)), "replays": (int,), "reason": (str,)}
+    if not isinstance(v, dict) or any(not isinstance(v.get(k), t) or isinstance(v.get(k), bool)
+                                      for k, t in keys.items()):
+        raise InputError(f"{file}: sharing: expected an object with {', '.join(keys)}")
+    return {k: v[k] for k in keys}
+
+
+def format_calibration(cal: Calibration) -> str:
+    """The fit as text: the parameters, a row per bucket, a line per kind, the per-kind fit."""
+    f = cal.fit
+    lines = []
+    if cal.cluster is not None:
+        lines += cluster_lines(cal.cluster) + ["", "the capture's own collectives, on the shared fit "
+                                                   "(trace-replay --network-fit prices with the probe's network above):"]
+    elif cal.one_size:
+        lines.append(ONE_SIZE_WARNING)
+    lines += [f"fitted network: latency {f.latency_ns:.0f} ns/hop, bandwidth {f.bandwidth_gbps:.4g} GB/s, "
+             f"local-mem-bw {f.local_mem_bw_gbps:.4g} GB/s (Ring of {cal.npus}, ring algorithms)",
+             f"{'kind':<15}{'ranks':>6}{'bytes':>10}{'n':>4}{'mean':>11}{'median':>11}{'min..max':>22}{'fitted':>11}"
+             f"{'error':>9}"]
+    for r in cal.rows:
+        lines.append(f"{r['kind']:<15}{r['ranks']:>6}{r['size']:>10}{r['count']:>4}{_us(r['measured_ns']):>11}"
+                     f"{_us(r['median_ns']):>11}"
+                     f"{_us(r['min_ns']) + '..' + _us(r['max_ns']):>22}{_us(r['predicted_ns']):>11}"
+                     f"{r['error']:>+9.1%}")
+    for kind, k in cal.kinds.items():
+        alone = (f"latency {k['latency_ns']:.0f} ns, bandwidth {k['bandwidth_gbps']:.4g} GB/s"
+                 if k["separable"] else "one size only: latency and bandwidth not separable")
+        lines.append(f"  {kind} alone: {alone}; median |error| {k['median_abs_error']:.1%}")
+    lines.append(f"median |error| over {len(cal.rows)} buckets: {cal.median_abs_error:.1%}")
+    if cal.per_kind:
+        any_fit = next(iter(cal.per_kind.values()))
+        lines.append("per-kind fit (trace-replay --network-fit; ASTRA-sim reads the shared one): latency "
+                     + ", ".join(f"{k} {f.latency_ns:.0f} ns" for k, f in sorted(cal.per_kind.items()))
+                     + f"; bandwidth {any_fit.bandwidth_gbps:.4g} GB/s, local-mem-bw {any_fit.local_mem_bw_gbps:.4g} GB/s")
+    if cal.sharing is not None:
+        lines.append(_sharing_line(cal.sharing))
+    for net, modes in (cal.replay or {}).items():
+        lines.append(f"replayed on the {net} network: " + ", ".join(f"{m} {e:+.1%}" for m, e in modes.items())
+                     + " (job error against the manifest)")
+    return "\n".join(lines)
+
+
+def _sharing_line(s: dict) -> str:
+    def pct(e):
+        return "n/a" if e is None else f"{e:+.1%}"
+
+    return (f"calls sharing an uplink: {s['efficiency']:.0%} of its rate ({s['reason']}; the capture's own step "
+            f"replayed on the probed network: {pct(s['error_before'])} before, {pct(s['error_after'])} after)")
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.1f}us"

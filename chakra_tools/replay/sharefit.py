@@ -1,0 +1,110 @@
+"""How much of a shared uplink's rate calls in flight together get, read off the capture itself.
+
+The probe measures each call alone. A job that keeps two calls in flight on an uplink (FSDP's
+asynchronous reduce-scatter beside the next layer's all-gather; DDP's overlapping buckets) shows
+what they get together, and on the test bed that is less than the whole rate: TCP flows through
+one shaper lose some of it to each other (a 6-layer FSDP job with 512 KiB buckets got 85-90%, and
+replayed on the probed network as if they lost nothing came out 11% short of its own measured
+step). Two 512 KiB all-reduces lost 4%. How much depends on the flows and the shaper, not on a
+rule, so it is measured where it shows: the capture is replayed on its own probed cluster and the
+shared links' `Level.shared_efficiency` is the one under which the replay takes the step the
+capture measured of itself (bisection; the replayed step only grows as it falls).
+
+It is left at 1 (nothing lost) where the capture cannot say: a rank set without the measured
+windows a conversion keeps (a scaled one), a replay already as long as the capture (the model
+does not make calls faster together), or a job whose calls never share a link (the efficiency
+then changes nothing). It is kept at no less than `FLOOR`: a replay still short there is short
+for another reason, and the fit says so rather than blaming the links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from .api import CaptureModes, open_rankset, replay
+from .fabric import Fabric
+from .fidelity import measured_of
+from .netfit import Calibration
+
+#: the least efficiency the fit gives: flows that lose more than this to each other are not what
+#: is wrong with the replay
+FLOOR = 0.7
+#: the replay's step is matched to the capture's within this share
+TOLERANCE = 0.002
+
+
+@dataclass(frozen=True)
+class SharingFit:
+    """The efficiency fitted, the capture's own step replayed on its probed cluster against what it
+    measured before and after (None where it measured nothing), the replays it took, and why."""
+
+    efficiency: float
+    error_before: float | None
+    error_after: float | None
+    replays: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"efficiency": self.efficiency, "error_before": self.error_before,
+                "error_after": self.error_after, "replays": self.replays, "reason": self.reason}
+
+
+def with_efficiency(fabric: Fabric, efficiency: float) -> Fabric:
+    """`fabric` with every shared level at `efficiency`."""
+    return Fabric(tuple(replace(lv, shared_efficiency=efficiency) if lv.shared else lv for lv in fabric.levels))
+
+
+def fit_sharing(path: str | Path, cal: Calibration, *, comm_group: str | Path | None = None,
+                progress: Callable[[str], None] | None = None) -> tuple[Calibration, SharingFit | None]:
+    """`cal` with its probed cluster's shared links at the efficiency the capture at `path` shows,
+    and how it was found; `cal` itself and None where it has no probed cluster or no shared link."""
+    cluster = cal.cluster
+    if cluster is None or not any(lv.shared for lv in cluster.fabric.levels):
+        return cal, None
+    feeders, _ = open_rankset(path, comm_group)
+    measured = measured_of(feeders)
+    if not measured:
+        found = SharingFit(1.0, None, None, 0, "the rank set carries no measured step (a scaled set?): nothing "
+                                               "lost assumed")
+        return replace(cal, sharing=found.to_dict()), found
+    runs = 0
+
+    def error(efficiency: float) -> float:
+        nonlocal runs
+        runs += 1
+        if progress is not None:
+            progress(f"replaying the capture with calls sharing an uplink at {efficiency:.1%} of its rate")
+        fitted = replace(cluster, fabric=with_efficiency(cluster.fabric, efficiency))
+        result = replay(path, fitted.backend(cal.npus, cal.fit.backend(cal.npus)), comm_group=comm_group,
+                        modes=CaptureModes(), record_events=False)
+        cmp = result.compare(measured=measured) or {}
+        return (cmp.get("job") or {}).get("error", 0.0)
+
+    def fitted_at(efficiency: float, before: float, after: float, reason: str):
+        efficiency = round(efficiency, 4)
+        fabric = with_efficiency(cluster.fabric, efficiency)
+        found = SharingFit(efficiency, before, after, runs, reason)
+        return replace(cal, cluster=replace(cluster, fabric=fabric), sharing=found.to_dict()), found
+
+    before = error(1.0)
+    if before >= -TOLERANCE:
+        return fitted_at(1.0, before, before, "the replay is not short of the capture's step")
+    lowest = error(FLOOR)
+    if lowest - before < TOLERANCE:
+        return fitted_at(1.0, before, before, "no calls shared an uplink long enough to matter")
+    if lowest < -TOLERANCE:
+        return fitted_at(FLOOR, before, lowest, "the least the fit gives; still short: not the links alone")
+    lo, hi, err = FLOOR, 1.0, lowest  # error(lo) >= 0 > error(hi): the step grows as efficiency falls
+    while hi - lo > 0.005:
+        mid = (lo + hi) / 2
+        e = error(mid)
+        if e >= 0:
+            lo, err = mid, e
+        else:
+            hi = mid
+        if abs(e) <= TOLERANCE:
+            lo, err = mid, e
+            break
+    return fitted_at(lo, before, err, "fitted to the capture's own step")
