@@ -31,7 +31,7 @@ from .jsonio import gc_paused
 
 from .crossrank import assign_groups, globalise, record_groups, world_of
 from .rank import GroupInfo, RankResult, convert_rank
-from .windows import align_windows
+from .align import align_collectives
 
 
 
@@ -238,7 +238,7 @@ def _convert(inputs: RunInputs, out_dir, *, prefix, jobs, executor, scheduler, c
     record_placement([r.graph for r in results], {s.rank: s.machine for s in inputs.ranks}, inputs.backend,
                      conversion_id(inputs))
     rankset = RankSet({r.rank: r.graph for r in results}, groups, prefix)
-    align_windows(rankset, diags)
+    align_collectives(rankset, diags, sampled=len(world) > len(results))
     if adapt is not None:
         _adapt(rankset, adapt)
     if check:
