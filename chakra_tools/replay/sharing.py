@@ -18,8 +18,10 @@ other. Flows that overlap on a shaped uplink also lose some of its rate to each 
 (`Level.shared_efficiency`, read off the capture by sharefit.py: FSDP's reduce-scatters and
 all-gathers on the test bed got 85-90% of it together, where the model had given them all of it
 and the job came out 11% short on its own cluster). Whenever a call starts or ends on a link, every call on that link is re-timed. What a shaped
-link's bucket lets through at once after an idle spell (`Level.burst_ns`), and the floors a rank's
-calls take turns at (`waking`), are the LibraryBackend's, as they were.
+link's bucket lets through at once after an idle spell (`Level.burst_ns`) is held by the link: a call
+starting after an idle spell takes what it can use of it alone (its bytes, not its floors), and
+calls that together ask more of the link than its rate get the excess from what is left while it
+lasts, as a token bucket passes traffic at line rate.
 
 Sends keep the LibraryBackend's own timing (first in, first out on the links they cross, the
 library's window ahead of a late receive); calls see them as traffic on those links while they last.
@@ -54,10 +56,12 @@ class _Flow:
 
 @dataclass
 class _Links:
-    """The flows on each shared link, and when each link last carried nothing."""
+    """The flows on each shared link, when each link last carried nothing, and the links whose
+    bucket is carrying what their calls ask beyond the rate: (draining since, ns of bucket per ns)."""
 
     flows: dict[tuple, set[int]] = field(default_factory=dict)
     idle_since: dict[tuple, float] = field(default_factory=dict)
+    draining: dict[tuple, tuple[float, float]] = field(default_factory=dict)
 
 
 class SharedUplinks(Staggered):
@@ -102,17 +106,11 @@ class SharedUplinks(Staggered):
         if alone <= 0:
             finished(now)
             return
-        saved = min((self._spend(link, now, busy) for link, busy in loads.items()), default=0)
+        usable = max(0, alone - waking)  # a call's floors are its own: the bucket cannot shorten them
+        saved = min((self._spend(link, now, min(busy, usable)) for link, busy in loads.items()), default=0)
         work = max(alone - saved, waking)
-        if waking:  # the rounds' floors are the members' own time: two calls in flight take turns
-            start = max(now, *(self.backend._awake_until.get(r, 0) for r in members))
-            for r in members:
-                self.backend._awake_until[r] = start + waking
-            earliest = start + waking
-        else:
-            earliest = now
         shares = {link: min(1.0, busy / alone) for link, busy in loads.items()}
-        self._add(_Flow(float(work), shares, finish=lambda t: finished(max(t, earliest))), now)
+        self._add(_Flow(float(work), shares, finish=finished), now)
 
     # -- sends: their own time, traffic on the links while they last ------------------------------
     def _p2p_ns(self, src: int, dst: int, size: int, now_ns: int) -> int:
@@ -163,6 +161,8 @@ class SharedUplinks(Staggered):
     def _retime(self, links: set[tuple], now: int) -> None:
         """Every call on these links at its new rate, its end rescheduled."""
         touched = {f for link in links for f in self._links.flows.get(link, ())}
+        for link in links:
+            self._settle(link, now)
         load: dict[tuple, float] = {}
         for fid in sorted(touched):
             flow = self._flows[fid]
@@ -172,12 +172,34 @@ class SharedUplinks(Staggered):
             flow.since = now
             for link in flow.shares:
                 if link not in load:
+                    self._settle(link, now)
                     load[link] = sum(self._flows[f].shares[link] for f in self._links.flows[link])
-            flow.rate = min(self._capacity(link, load[link]) for link in flow.shares)
+                    self._drain(link, load[link], now)
+            flow.rate = min(1.0 if link in self._links.draining else self._capacity(link, load[link])
+                            for link in flow.shares)
             flow.version += 1
             end = now + max(0.0, flow.remaining) / flow.rate
             version = flow.version
             self._at(int(round(end)), lambda t, fid=fid, version=version: self._due(fid, version, t))
+
+    def _settle(self, link: tuple, now: int) -> None:
+        """Take what the bucket carried since the link was last re-timed out of it."""
+        got = self._links.draining.pop(link, None)
+        if got is not None:
+            since, per_ns = got
+            self._tokens[link] = max(0.0, self._tokens.get(link, 0.0) - (now - since) * per_ns)
+
+    def _drain(self, link: tuple, load: float, now: int) -> None:
+        """Calls that ask more of a link than its rate (`load` above 1) get it from its bucket while
+        the bucket lasts, as a token bucket passes traffic at line rate: at their own pace, the
+        excess drawn from the bucket; the link is re-timed as it runs dry."""
+        tokens = self._tokens.get(link, 0.0)
+        if load <= 1.0 or tokens <= 0.0 or self.backend.fabric.levels[link[1]].burst_ns <= 0:
+            return
+        per_ns = load - 1.0
+        self._links.draining[link] = (float(now), per_ns)
+        dry = now + int(tokens / per_ns) + 1
+        self._at(dry, lambda t, link=link: self._retime({link}, t))
 
     def _capacity(self, link: tuple, load: float) -> float:
         """The rate a call on `link` gets when its calls keep it `load` times busy (1: one call

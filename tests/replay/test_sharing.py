@@ -161,3 +161,38 @@ def test_a_damaged_sharing_record_is_refused_by_name(tmp_path):
     (tmp_path / "fit.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match="shared_efficiency"):
         read_calibration(tmp_path)
+
+
+def test_calls_floor_bound_alone_ride_the_links_bucket_together(tmp_path):
+    """Each call's rounds take their floor alone (the floor a little over the round's bytes),
+    so alone neither gains from a shaper's bucket; together they ask 1.8 times the link's rate,
+    and the bucket (held by the link, not spent by the first call that could not use it) carries
+    the excess: both end at their time alone, as the test bed's reduce-scatter and all-gather
+    did at 500 Mbit/s. Without a bucket the link is shared and both are late. Nor do they take
+    turns on their floors."""
+    from chakra_tools.replay.library import KindCost
+
+    size = 128 << 10
+    plain = LibraryBackend(backend(), FABRIC)
+    rounds_bytes = plain._call(int(CommType.ALL_GATHER), size, (0, 1, 2, 3))[0] / 3  # one round's bytes, ns
+    floor = 1.1 * rounds_bytes
+    kinds = {k: KindCost((0.0, floor)) for k in ("ALL_GATHER", "REDUCE_SCATTER")}
+    calls = [(CommType.REDUCE_SCATTER, 4 * size), (CommType.ALL_GATHER, size)]
+
+    def ends(burst_ns):
+        fabric = Fabric((FABRIC.levels[0], Level("inter-node", 2, 0.0, 80.0, shared=True, burst_ns=burst_ns)))
+        folder = tmp_path / f"b{int(burst_ns)}"
+        folder.mkdir()
+        prefix = write_rankset(folder, {r: [coll(i + 1, s, kind=k) for i, (k, s) in enumerate(calls)]
+                                        for r in range(4)})
+        be = LibraryBackend(backend(), fabric, "gloo", kinds, 0.0)
+        feeders, groups = open_rankset(prefix)
+        result = run_replay(prefix, feeders, be, groups=groups, modes=CaptureModes())
+        got = {c["node_id"]: c["end_ns"] for c in result.collectives}
+        return got[1], got[2], [be._call(int(k), s, (0, 1, 2, 3))[0] for k, s in calls]
+
+    rs, ag, (rs_alone, ag_alone) = ends(10 * floor)
+    assert abs(rs_alone - 6 * floor) <= 6 and abs(ag_alone - 3 * floor) <= 3  # floor-bound alone
+    assert abs(ag - ag_alone) <= 3 and abs(rs - rs_alone) <= 3
+    rs, ag, _ = ends(0.0)
+    assert ag > 1.5 * ag_alone and rs > rs_alone + 0.3 * ag_alone
