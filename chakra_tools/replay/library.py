@@ -317,7 +317,7 @@ class LibraryBackend:
                     priced[msgs] = (cost.floor_of(fab, msgs), fab.round_ns(msgs))
                 floor, bytes_ns = priced[msgs]
                 total += max(floor, bytes_ns) + reduced * self.reduce_ns_per_byte
-                waking += floor if floor > bytes_ns else 0.0  # a round its floor sets is all theirs
+                waking += floor  # however fast its bytes go (a shaper's bucket), a round takes its floor
             got = self._cache[key] = (self._scaled(total),
                                       {link: self._scaled(b * fab.levels[link[1]].ns_per_byte)
                                        for link, b in carried.items()}, self._scaled(waking))
