@@ -2,10 +2,11 @@
 
 Node mapping: every host op (roots excepted) becomes a CPU COMP node with its exclusive time;
 every kernel, memcpy and memset a GPU COMP node (`is_cpu_op` false) right after the op that
-launched it; every communication call (comms.py) one COMM_COLL / COMM_SEND / COMM_RECV node in
-place of the ops it is made of; `## process_group:init ##` a plain CPU COMP node named
-`process_group:init` (as Chakra's converter writes it: ASTRA-sim aborts on a METADATA node, see
-docs/reference/format.md), or a METADATA node where asked for (`metadata_nodes`).
+launched it; every communication call (comms.py finds it, calls.py reads it) one COMM_COLL /
+COMM_SEND / COMM_RECV node in place of the ops it is made of; `## process_group:init ##` a plain
+CPU COMP node named `process_group:init` (as Chakra's converter writes it: ASTRA-sim aborts on a
+METADATA node, see docs/reference/format.md), or a METADATA node where asked for
+(`metadata_nodes`).
 
 Dependencies (all in `data_deps`; `ctrl_deps` stay empty, so none can name an absent node):
   * host ops in call order per thread; a blocking call (gloo, sync) sits in that chain, an async
@@ -36,7 +37,7 @@ from chakra_tools.core.annotations import parse_wait
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.model import NodeType
 
-from .comms import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
+from .calls import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
 from .devcomm import is_comm_kernel, kernel_kind, says_comm
 from .cost import REGISTRY as COST_REGISTRY, op_cost
 from . import hotloops

@@ -19,8 +19,8 @@ from chakra_tools.core.measured import WAITS_OUT, Measured
 from chakra_tools.core.model import Metadata, make_attrs
 
 from .build import Builder, Rec
-from .comms import (COMM_PREFIXES, CommCall, absorb_worker_ops, comm_attrs_from_kineto, fill_from_device,
-                    find_calls)
+from .calls import CommCall, comm_attrs_from_kineto
+from .comms import COMM_PREFIXES, absorb_worker_ops, fill_from_device, find_calls
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, PG_INIT, HostTrace, parse_host_bytes

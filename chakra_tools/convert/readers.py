@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 
-from .comms import _C10D_ARGS, CommCall, WaitMark, op_kind
+from .calls import C10D_ARGS, CommCall, WaitMark, op_kind
 from . import hotloops
 from .hostet import HostOp, HostTrace, decode_inputs
 from .tensors import iter_tensors
@@ -65,7 +65,7 @@ def written_tensors(call: CommCall, by_id: dict[int, HostOp]) -> set[tuple[int, 
             continue
         if op.name.startswith("c10d::"):
             kind = op_kind(op.name)
-            spec = _C10D_ARGS.get(kind) if kind else None
+            spec = C10D_ARGS.get(kind) if kind else None
             idx = spec[1] if spec else None
             if idx is not None and idx < len(op.in_values):
                 keys.update((t[0], t[1]) for t in iter_tensors(op.in_values[idx]))

@@ -117,7 +117,7 @@ def array(v: Any, place: Place, key: str) -> list:
 def _int_list(hi: int):
     """A check of a list of integers in 0..`hi`, or the text of one (Kineto writes `"[0, 1]"`)."""
     def check(v: Any, place: Place, key: str) -> Any:
-        if type(v) is str:  # read later (comms._ints): its numbers are checked here
+        if type(v) is str:  # read later (calls._ints): its numbers are checked here
             for x in re.findall(r"-?\d+", v):
                 if len(x.lstrip("-")) > 20 or not 0 <= int(x) <= hi:
                     raise place.error(key, v, f"a list of integers in 0..{hi}")

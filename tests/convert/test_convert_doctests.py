@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["comms", "cost", "graphcheck", "jsonio", "link", "run"]
+MODULES = ["calls", "cost", "graphcheck", "jsonio", "link", "run"]
 
 
 @pytest.mark.parametrize("name", MODULES)

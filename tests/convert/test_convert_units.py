@@ -7,7 +7,8 @@ import json
 import pytest
 
 from chakra_tools.convert.build import Rec
-from chakra_tools.convert.comms import CommCall, find_calls, op_kind
+from chakra_tools.convert.calls import CommCall, op_kind
+from chakra_tools.convert.comms import find_calls
 from chakra_tools.convert.cost import op_cost
 from chakra_tools.convert.graphcheck import break_cycles, find_cycle, micros
 from chakra_tools.convert.hostet import HostOp, parse_host
