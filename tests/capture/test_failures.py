@@ -84,9 +84,9 @@ def test_exit_code_and_argv_are_the_scripts(tmp_path):
 def _ctrl_c(args: list[str], out, written: str, within_s: float) -> tuple[int, str]:
     """trace-capture --out OUT ARGS in its own session; once OUT/`written` exists, SIGINT to the
     whole process group, as a terminal sends it: (exit code, stderr)."""
-    # a terminal's foreground job takes Ctrl-C: SIGINT at its default, whatever this worker
-    # inherited or set (an ignored SIGINT is inherited through exec, by the launcher and the
-    # script it starts, which would then never stop)
+    # a terminal's foreground job takes Ctrl-C: SIGINT at its default, whatever the test run
+    # inherited (a shell starts background jobs with SIGINT ignored, which exec passes on to the
+    # launcher and the script it starts: the script would never stop)
     proc = subprocess.Popen([*capture_cmd(), "--out", str(out), *args], cwd=out.parent, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
