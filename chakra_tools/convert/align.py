@@ -52,7 +52,8 @@ def align_collectives(rankset: RankSet, diags: Diagnostics, *, sampled: bool = F
             continue
         numbers = {r: [n.attr("seq") for n in s] for r, s in seqs.items()}
         if all(type(x) is int for xs in numbers.values() for x in xs):
-            _unmatched(rankset, pg, seqs, _by_number(numbers), "matched by the sequence numbers the traces carry", diags)
+            _unmatched(rankset, pg, seqs, _by_number(numbers), "matched by the sequence numbers the traces carry",
+                       diags)
             continue
         cut = _edge_cut(keys)
         if cut is not None:

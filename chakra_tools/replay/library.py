@@ -296,8 +296,8 @@ class LibraryBackend:
     def _call(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> tuple[int, dict[tuple, int], int]:
         """One pass over the call's rounds, cached: its ns alone (each round the larger of its
         floor and its messages, plus the reduction), ns each shared link is busy carrying its
-        bytes, and ns of its rounds that their floor, not their bytes, set: the members' own
-        time, which no bucket shortens. Two calls in flight overlap their floors: on the test bed
+        bytes, and the sum of its rounds' floors: the members' own time, which however fast a
+        shaper's bucket lets the bytes go no call takes less than. Two calls in flight overlap their floors: on the test bed
         at 500 Mbit/s a reduce-scatter and an all-gather whose rounds are floor-bound alone ended
         within 6-8 ms of each other's start, where taking turns on their floors gave 10."""
         key = (comm_type, size, ranks)

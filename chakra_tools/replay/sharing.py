@@ -17,11 +17,12 @@ bandwidth-bound calls on one uplink go at half speed each, two latency-bound one
 other. Flows that overlap on a shaped uplink also lose some of its rate to each other
 (`Level.shared_efficiency`, read off the capture by sharefit.py: FSDP's reduce-scatters and
 all-gathers on the test bed got 85-90% of it together, where the model had given them all of it
-and the job came out 11% short on its own cluster). Whenever a call starts or ends on a link, every call on that link is re-timed. What a shaped
-link's bucket lets through at once after an idle spell (`Level.burst_ns`) is held by the link: a call
-starting after an idle spell takes what it can use of it alone (its bytes, not its floors), and
-calls that together ask more of the link than its rate get the excess from what is left while it
-lasts, as a token bucket passes traffic at line rate.
+and the job came out 11% short on its own cluster). Whenever a call starts or ends on a link,
+every call on that link is re-timed. What a shaped link's bucket lets through at once after an
+idle spell (`Level.burst_ns`) is held by the link: a call starting after an idle spell takes what
+it can use of it alone (its bytes, not its floors), and calls that together ask more of the link
+than its rate get the excess from what is left while it lasts, as a token bucket passes traffic
+at line rate.
 
 Sends keep the LibraryBackend's own timing (first in, first out on the links they cross, the
 library's window ahead of a late receive); calls see them as traffic on those links while they last.
@@ -108,7 +109,7 @@ class SharedUplinks(Staggered):
             return
         usable = max(0, alone - waking)  # a call's floors are its own: the bucket cannot shorten them
         saved = min((self._spend(link, now, min(busy, usable)) for link, busy in loads.items()), default=0)
-        work = max(alone - saved, waking)
+        work = alone - saved
         shares = {link: min(1.0, busy / alone) for link, busy in loads.items()}
         self._add(_Flow(float(work), shares, finish=finished), now)
 
