@@ -4,6 +4,7 @@ time and peak memory of each, and how far apart their per-rank finish times are.
     python bench/bench_side_by_side.py --unaware BIN --aware BIN        # both of ASTRA-sim's backends
     python bench/bench_side_by_side.py --unaware BIN --ranks 256,1024,4096
     python bench/bench_side_by_side.py --quick                          # smaller jobs, ours only
+    python bench/bench_side_by_side.py --unaware BIN --huge 131072      # and a 131,072-rank job by classes
     ASTRA_SIM_CONGESTION_UNAWARE=BIN ASTRA_SIM_CONGESTION_AWARE=BIN make bench
 
 The binaries are ASTRA-sim 518bd51's `AstraSim_Analytical_Congestion_Unaware` and `_Aware`
@@ -13,6 +14,9 @@ one, only our side of that model runs and the ratio is left out.
 - congestion-unaware (`trace-replay`'s default, validation included, as a user runs it): a
   GPT from `trace-convert generate` at each of `--ranks` (tp 8 x pp 4 x dp N/32; 64 ranks with
   --quick), on Ring 8 x Switch N/8 (50 and 25 GB/s, 500 and 700 ns), ring algorithms, 4 chunks;
+  ours twice: by replica classes where they apply (`--replicas auto`, the default from 256 ranks;
+  "4 cl": four ranks replayed) and every rank (`--replicas off`), and whether the two give every
+  rank the same row;
 - congestion-aware (`--network-model congestion-aware`; ASTRA-sim's backend takes one dimension
   only, so one Switch of every rank): a GPT of 64 ranks (tp 4 x dp 8 x pp 2; --quick 8), whose
   tensor-parallel all-reduces, data-parallel reduce-scatters and pipeline sends meet on the
@@ -55,9 +59,9 @@ MEASURE = ("import resource, subprocess, sys; out = subprocess.run(sys.argv[1:])
            "print(f'MEASURE {r.ru_maxrss} {r.ru_utime + r.ru_stime}', file=sys.stderr); sys.exit(out)")
 
 
-def gpt(work: Path, tp: int, dp: int, pp: int) -> int:
-    config = dict(layers=8, hidden=2048, heads=16, seq=2048, batch=32 * dp, vocab=50304, microbatches=8,
-                  zero=1, device="H100", efficiency=0.5, tp=tp, dp=dp, pp=pp)
+def gpt(work: Path, tp: int, dp: int, pp: int, layers: int = 8, microbatches: int = 8) -> int:
+    config = dict(layers=layers, hidden=2048, heads=16, seq=2048, batch=4 * microbatches * dp, vocab=50304,
+                  microbatches=microbatches, zero=1, device="H100", efficiency=0.5, tp=tp, dp=dp, pp=pp)
     (work / "gpt.yml").write_text("\n".join(f"{k}: {v}" for k, v in config.items()) + "\n")
     subprocess.run([str(BIN / "trace-convert"), "generate", "--config", str(work / "gpt.yml"), "-o", str(work / "w"),
                     "--prefix", "w"], check=True, capture_output=True)
@@ -101,15 +105,23 @@ def measured(argv: list[str], cwd: Path) -> tuple[str, float, float, float]:
     return out.stdout, wall, float(line[2]), int(line[1]) / 1024
 
 
-def side_by_side(name: str, work: Path, n: int, model: str, astra: str | None) -> None:
+def side_by_side(name: str, work: Path, n: int, model: str, astra: str | None, replicas: str = "auto") -> dict:
+    """One line: ours (`--replicas` as given) against ASTRA-sim; returns our per-rank rows."""
     (work / "system.json").write_text(json.dumps(SYSTEM))
     (work / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     groups = work / "w" / "comm_group.json"
     if groups.exists() and not json.loads(groups.read_text()):
         groups.unlink()  # ASTRA-sim refuses an empty one
     out, wall, cpu, mb = measured([str(BIN / "trace-replay"), str(work / "w"), "--network", "network.yml",
-                                   "--system", "system.json", "--network-model", model, "--json"], work)
-    ours = {r["rank"]: r["finish_ns"] for r in json.loads(out)["ranks"]}
+                                   "--system", "system.json", "--network-model", model, "--json",
+                                   "--replicas", replicas], work)
+    doc = json.loads(out)
+    ours = {r["rank"]: r["finish_ns"] for r in doc["ranks"]}
+    classes = doc["config"].get("replicas", {}).get("replayed")
+    if isinstance(classes, list):
+        name = f"{name}, {len(classes)} cl"
+    elif replicas == "off":
+        name = f"{name}, all"
     ref_text, ratio, diff = "-", "-", "-"
     if astra:
         text, rwall, rcpu, rmb = measured([astra, f"--workload-configuration={work / 'w' / 'w'}",
@@ -122,8 +134,22 @@ def side_by_side(name: str, work: Path, n: int, model: str, astra: str | None) -
         ref_text = f"{rwall:7.2f} / {rcpu:7.2f} s / {rmb:6.0f} MB"
         ratio = f"{rcpu / cpu:.2f}x"
         diff = f"{max(abs(ours[r] - ref[r]) / ref[r] for r in ref):.4%}" if len(ref) == len(ours) else "ranks missing"
-    print(f"{model:<19} {name:<8} {n:>6}  {wall:7.2f} / {cpu:7.2f} s / {mb:6.0f} MB  {ref_text:>31}  {ratio:>7}  "
+    print(f"{model:<19} {name:<11} {n:>6}  {wall:7.2f} / {cpu:7.2f} s / {mb:6.0f} MB  {ref_text:>31}  {ratio:>7}  "
           f"{diff:>10}", flush=True)
+    return doc["ranks"]
+
+
+def huge(ranks: int) -> None:
+    """A generated GPT of `ranks` ranks (tp 8 x pp 4; 4 layers, 4 microbatches, so that it fits on
+    disk and is written in minutes) replayed by its replica classes; ASTRA-sim is not run (hours)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        gpt(work, 8, ranks // 32, 4, layers=4, microbatches=4)
+        made = time.perf_counter() - t0
+        (work / "network.yml").write_text(network([("Ring", 8, 50.0, 500.0), ("Switch", ranks // 8, 25.0, 700.0)]))
+        print(f"(generated in {made:.0f} s)", flush=True)
+        side_by_side("gpt", work, ranks, "congestion-unaware", None)
 
 
 def main() -> int:
@@ -134,11 +160,13 @@ def main() -> int:
                     help="AstraSim_Analytical_Congestion_Aware (default: $ASTRA_SIM_CONGESTION_AWARE)")
     ap.add_argument("--ranks", default="256,1024", help="the congestion-unaware GPT's rank counts (multiples of 64)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--huge", type=int, default=0, metavar="RANKS",
+                    help="also a GPT of this many ranks (e.g. 131072), replayed by its replica classes, ours only")
     args = ap.parse_args()
     for label, given in (("congestion_unaware", args.unaware), ("congestion_aware", args.aware)):
         if not given:
             print(f"ASTRA-sim's {label} binary not given: ours only for that model")
-    print(f"{'model':<19} {'workload':<8} {'ranks':>6}  {'ours wall / CPU / peak':>30}  "
+    print(f"{'model':<19} {'workload':<11} {'ranks':>6}  {'ours wall / CPU / peak':>30}  "
           f"{'ASTRA-sim wall / CPU / peak':>31}  {'CPU x':>7}  {'apart':>10}")
     ranks = [64] if args.quick else [int(x) for x in args.ranks.split(",")]
     for n in ranks:
@@ -146,7 +174,12 @@ def main() -> int:
             work = Path(tmp)
             gpt(work, 8, n // 32, 4)
             (work / "network.yml").write_text(network([("Ring", 8, 50.0, 500.0), ("Switch", n // 8, 25.0, 700.0)]))
-            side_by_side("gpt", work, n, "congestion-unaware", args.unaware)
+            by_class = side_by_side("gpt", work, n, "congestion-unaware", args.unaware)
+            whole = side_by_side("gpt", work, n, "congestion-unaware", args.unaware, replicas="off")
+            print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
+                  f"{by_class == whole}", flush=True)
+    if args.huge:
+        huge(args.huge)
     for name in ("gpt", "chain"):
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)

@@ -68,6 +68,8 @@ def replay(
     window: int = typer.Option(8192, "--window", help="Nodes each feeder keeps decoded ahead of the replay."),
     validate: bool = typer.Option(True, "--validate/--no-validate",
                                   help="Validate the rank set first and refuse it on errors (exit 1); --no-validate replays it as it is."),
+    replicas: str = typer.Option("auto", "--replicas",
+                                 help="auto (default): a set of 256 ranks or more whose ranks are replicas of each other (same graph up to renaming ranks, priced alike by the network: a generated or scaled job's data-parallel copies) replays one rank per class, every rank's row still printed, exactly as a full replay; the timeline and collectives are the replayed ranks'. Sets where that is not exact replay whole. on: by classes at any size, or exit 1 saying why not; off: every rank."),
     absent_peers: str = typer.Option("wait", "--absent-peers",
                                      help="wait (default): a rank the set's sends, receives or groups name but no file holds is a validation error (exit 1; with --no-validate the replay waits for it and stops with a deadlock that names it); assume: such ranks arrive with the last rank given (one rank file of a multi-rank job replays on its own; the network still costs the whole group)."),
 ) -> None:
@@ -104,11 +106,14 @@ def replay(
                                 limits=parse_limits(limits) if limits else None,
                                 memory_on_comm=_memory_slot(memory_slot), resolve=_resolve(resolve),
                                 window=window, manifest=manifest, validate=validate, on_warning=_warn,
-                                absent_peers=_absent_peers(absent_peers))
+                                absent_peers=_absent_peers(absent_peers), replicas=replicas)
     except RanksetRefused as e:
         _refused(e)
     result.save(out, timeline)
     _print(result, as_json)
+    classes = result.config.get("replicas")
+    if classes and not as_json:
+        typer.echo(f"note: {_replicas_line(classes)}", err=True)
     if modes.comm != "model" and (network is not None or network_fit is not None or bandwidth or latency):
         typer.echo(f"warning: --comm {modes.comm} (--as-captured) takes communication from the capture's record: "
                    "the network given prices only what the record lacks; add --comm model to replay on it",
@@ -121,6 +126,16 @@ def replay(
                    "ops back to back, one lane per kind, as ASTRA-sim runs them): start a what-if from the modelled "
                    "baseline, --as-captured --comm model (the recorded host timeline and streams, communication "
                    "priced on the network given); --as-captured replays the run as it was", err=True)
+
+
+def _replicas_line(classes: dict) -> str:
+    """What `--replicas` did, in one line."""
+    if classes["replayed"] == "all":
+        return f"replayed all {classes['ranks']:,} ranks, not by replica classes: {classes['why']}"
+    shown = ", ".join(f"{r} ({n:,} ranks)" for r, n in list(classes["classes"].items())[:6])
+    more = f", ... ({len(classes['classes'])} classes)" if len(classes["classes"]) > 6 else ""
+    return (f"replayed {len(classes['replayed']):,} of {classes['ranks']:,} ranks, one per class of replicas "
+            f"(every row above is exact; the timeline holds the replayed ranks): {shown}{more}")
 
 
 def _absent_peers(choice: str) -> bool:

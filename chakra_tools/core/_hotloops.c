@@ -1185,6 +1185,101 @@ static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(nLn)", pos, taken, last);
 }
 
+/* ---- shape_of: a rank file's graph up to the ranks it names (replay/replicas.py) ---------------
+ *
+ *     shape_of(buf, pos) -> (a, b, refs) or None
+ *         (twin: hotloops._shape_of_twin, the same walk in Python). The frames of `buf` from `pos`
+ *         on (a file's nodes after its metadata), hashed field by field as they lie in the file
+ *         (two 64-bit lanes, a and b), except what names another rank: the value of every
+ *         attribute pg_name, comm_src and comm_dst (its name is hashed) goes to `refs` instead,
+ *         in the file's order (pg_name as str, the others as int). Two ranks whose files give equal
+ *         (a, b) and whose refs correspond run the same graph up to renaming ranks and groups.
+ *         Each frame's start is marked in the lanes, not its length (a name's length changes it).
+ *         None where a frame or attribute is malformed, or one of those three is of another kind:
+ *         the rank is then like no other.
+ */
+
+typedef struct {
+    uint64_t a, b;
+} Lanes;
+
+static inline void lanes_add(Lanes *h, Ptr s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h->a = (h->a ^ s[i]) * 0x100000001b3ULL; /* FNV-1a */
+        h->b = (h->b + s[i] + 1) * 0x9E3779B97F4A7C15ULL;
+        h->b ^= h->b >> 29;
+    }
+}
+
+static inline void lanes_frame(Lanes *h)
+{
+    h->a = h->a * 0x9E3779B97F4A7C15ULL + 1;
+    h->b = (h->b << 17 | h->b >> 47) ^ 0x85EBCA77C2B2AE63ULL;
+}
+
+static PyObject *shape_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "shape_of(buf, pos)");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    Ptr buf = (Ptr)PyBytes_AS_STRING(args[0]);
+    Lanes h = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+    PyObject *refs = PyList_New(0);
+    if (refs == NULL)
+        return NULL;
+    if (pos < 0 || pos > size)
+        goto punt;
+    while (pos < size) {
+        Ptr p = buf + pos, end = buf + size;
+        uint64_t len;
+        if (rd_varint(&p, end, &len) || len > (uint64_t)(end - p))
+            goto punt;
+        lanes_frame(&h); /* a frame begins (not its length, which the names left out change) */
+        Ptr q = p, qe = p + len;
+        while (q < qe) {
+            Ptr at = q;
+            Field fd;
+            Attr a;
+            if (next_field(&q, qe, &fd))
+                goto punt;
+            int ref = 0;
+            if (fd.f == 10 && fd.w == 2) {
+                if (read_attr(fd.s, fd.s + fd.n, &a))
+                    goto punt;
+                ref = name_is(&a, "pg_name", 7) ? 1 : (name_is(&a, "comm_src", 8) || name_is(&a, "comm_dst", 8)) ? 2 : 0;
+            }
+            if (!ref) {
+                lanes_add(&h, at, q - at);
+                continue;
+            }
+            lanes_add(&h, a.name, a.name_len);
+            PyObject *v;
+            if (ref == 1 && a.kind == 29)
+                v = PyUnicode_DecodeUTF8((const char *)a.s, a.n, "strict");
+            else if (ref == 2 && is_int_kind(a.kind))
+                v = int_value(a.kind, a.v);
+            else
+                goto punt;
+            if (v == NULL || PyList_Append(refs, v)) {
+                Py_XDECREF(v);
+                Py_DECREF(refs);
+                return NULL;
+            }
+            Py_DECREF(v);
+        }
+        pos = qe - buf;
+    }
+    return Py_BuildValue("(KKN)", (unsigned long long)h.a, (unsigned long long)h.b, refs);
+punt:
+    Py_DECREF(refs);
+    Py_RETURN_NONE;
+}
+
 /* The NodeInfo of a parsed node (a new reference, untracked by the cyclic GC), or NULL. */
 static PyObject *build_info(const Parsed *d, const Spec *sp)
 {
@@ -2653,6 +2748,9 @@ static PyMethodDef methods[] = {
     {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds]) -> (pos, n, last): the\n"
      "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},
+    {"shape_of", (PyCFunction)(void (*)(void))shape_of, METH_FASTCALL,
+     "shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the ranks and\n"
+     "groups they name (pg_name, comm_src, comm_dst), which are listed in refs."},
     {"decode_node", (PyCFunction)(void (*)(void))decode_node, METH_FASTCALL,
      "decode_node(msg, use_data, use_ctrl, info_type, max_type, comm_coll) -> (id, deps, info) or\n"
      "None: one Node message read for the feeder without protobuf objects (None: the reference decodes it)."},

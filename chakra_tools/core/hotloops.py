@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from . import encoder, native
+from .framing import decode_varint
 from .model import CONTRACT, CommType, Node, NodeType
 
 #: the compiled module, or None (not built, or not wanted)
@@ -66,6 +67,101 @@ def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: l
                       colls: dict | None = None, kinds: tuple = ()) -> tuple[int, int, int]:
     """Claims no frame: then the validator decodes every node (protobuf) and checks it, the reference."""
     return pos, 0, -1
+
+
+def _shape_of_twin(buf: bytes, pos: int) -> tuple[int, int, list] | None:
+    """`_hotloops.shape_of` in Python, field by field: the same lanes, the same refs."""
+    a, b, refs = 0xcbf29ce484222325, 0x84222325cbf29ce4, []
+    mask = (1 << 64) - 1
+
+    def add(chunk: bytes) -> None:
+        nonlocal a, b
+        for byte in chunk:
+            a = ((a ^ byte) * 0x100000001b3) & mask
+            b = ((b + byte + 1) * 0x9E3779B97F4A7C15) & mask
+            b ^= b >> 29
+
+    try:
+        while pos < len(buf):
+            size, start = decode_varint(buf, pos)
+            if size < 0 or start + size > len(buf):
+                return None
+            a = (a * 0x9E3779B97F4A7C15 + 1) & mask  # a frame begins (lanes_frame)
+            b = ((b << 17 | b >> 47) & mask) ^ 0x85EBCA77C2B2AE63
+            q, end = start, start + size
+            while q < end:
+                at = q
+                field, wire, value, q = _field(buf, q, end)
+                attr = _attr(buf, *value) if field == 10 and wire == 2 else None
+                ref = None if attr is None else _REFS.get(attr[0])
+                if ref is None:
+                    add(buf[at:q])
+                    continue
+                name, kind, raw = attr
+                add(name)
+                if ref == "pg" and kind == 29:
+                    refs.append(buf[raw[0]:raw[1]].decode())
+                elif ref == "rank" and kind in _INT_VALUE:
+                    refs.append(_INT_VALUE[kind](raw))
+                else:
+                    return None
+            pos = end
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return a, b, refs
+
+
+#: the attributes whose values name ranks or groups (shape_of lists them instead of hashing them)
+_REFS = {b"pg_name": "pg", b"comm_src": "rank", b"comm_dst": "rank"}
+
+
+def _signed(bits: int):
+    return lambda v: (v & ((1 << bits) - 1)) - ((v >> (bits - 1) & 1) << bits)
+
+
+def _zigzag(bits: int):
+    return lambda v: ((v & ((1 << bits) - 1)) >> 1) ^ -(v & 1)
+
+
+#: AttributeProto's integer kinds (by field number): the raw varint or fixed value -> the int
+_INT_VALUE = {7: _signed(32), 9: _signed(64), 11: lambda v: v & 0xFFFFFFFF, 13: lambda v: v,
+              15: _zigzag(32), 17: _zigzag(64), 19: lambda v: v, 21: lambda v: v, 23: _signed(32), 25: _signed(64)}
+
+
+def _field(buf: bytes, pos: int, end: int) -> tuple[int, int, object, int]:
+    """(field number, wire type, value, next pos) of the field at pos: a varint or fixed value as
+    an int, a length-delimited one as its (start, end)."""
+    key, pos = decode_varint(buf, pos)
+    field, wire = key >> 3, key & 7
+    if key < 0 or field == 0:
+        raise ValueError("malformed field")
+    if wire == 0:
+        value, pos = decode_varint(buf, pos)
+        if value < 0:
+            raise ValueError("truncated varint")
+    elif wire in (1, 5):
+        width = 8 if wire == 1 else 4
+        value, pos = int.from_bytes(buf[pos:pos + width], "little"), pos + width
+    elif wire == 2:
+        size, pos = decode_varint(buf, pos)
+        value, pos = (pos, pos + size), pos + size
+    else:
+        raise ValueError(f"wire type {wire}")
+    if pos > end or (wire == 2 and size < 0):
+        raise ValueError("field past its message")
+    return field, wire, value, pos
+
+
+def _attr(buf: bytes, start: int, end: int) -> tuple[bytes, int, object]:
+    """An AttributeProto's (name, kind's field number, value): the last value field wins."""
+    name, kind, value = b"", 0, None
+    while start < end:
+        field, _, value_here, start = _field(buf, start, end)
+        if field == 1:
+            name = buf[value_here[0]:value_here[1]]
+        elif 3 <= field <= 32:
+            kind, value = field, value_here
+    return name, kind, value
 
 
 def _node_parses_twin(msg: bytes) -> bool:
@@ -116,12 +212,14 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: must leave to the reference (the feeder's FrameReader then reads that one)
 #: finish_node(window, nid) -> the children it freed, the node finished in the feeder's window as
 #: `feed.ETFeeder._finish_record` finishes it; or None, nothing changed: "finish it yourself"
+#: shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the values of
+#: pg_name, comm_src and comm_dst, which refs lists in order (see _hotloops.c; replay/replicas.py)
 #: Window(...) -> a feeder's window of loaded nodes held as C records, which load_node, load_frames
 #: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
 #: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
           "scan_frames": _scan_frames_twin, "node_parses": _node_parses_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
-          "finish_node": _finish_node_twin, "Window": None}
+          "finish_node": _finish_node_twin, "shape_of": _shape_of_twin, "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "scan_frames": _scan_frames_compiled,
@@ -130,6 +228,7 @@ _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_fram
                                             "load_node": COMPILED.load_node,
                                             "load_frames": COMPILED.load_frames,
                                             "finish_node": COMPILED.finish_node,
+                                            "shape_of": COMPILED.shape_of,
                                             "Window": COMPILED.Window}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
@@ -139,6 +238,7 @@ decode_node = _PICKED["decode_node"]
 load_node = _PICKED["load_node"]
 load_frames = _PICKED["load_frames"]
 finish_node = _PICKED["finish_node"]
+shape_of = _PICKED["shape_of"]
 Window = _PICKED["Window"]
 
 
@@ -146,11 +246,11 @@ Window = _PICKED["Window"]
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
     global encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames
-    global finish_node, Window
+    global finish_node, shape_of, Window
     try:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         Window) = (_TWINS[k] for k in _TWINS)
+         shape_of, Window) = (_TWINS[k] for k in _TWINS)
         yield
     finally:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         Window) = (_PICKED[k] for k in _TWINS)
+         shape_of, Window) = (_PICKED[k] for k in _TWINS)

@@ -47,6 +47,17 @@ class ParallelLayout:
         """(tp, dp, pp) index of a rank."""
         return rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
 
+    def first_of(self, group: str, rank: int) -> int:
+        """The lowest rank of `rank`'s group of kind `group` ("tp", "dp", "ep", "edp", "world"):
+        the group's key, found without listing its members (a data-parallel group of thousands).
+
+        >>> ParallelLayout(tp=2, dp=4, pp=2, ep=2).first_of("edp", 13)
+        9
+        """
+        t, d, p = self.coord(rank)
+        first = {"tp": (0, d), "dp": (t, 0), "ep": (t, d - d % self.ep), "edp": (t, d % self.ep)}.get(group)
+        return 0 if first is None else self.rank(tp=first[0], dp=first[1], pp=p)
+
     def tp_group(self, rank: int) -> tuple[int, ...]:
         _, d, p = self.coord(rank)
         return tuple(self.rank(tp=t, dp=d, pp=p) for t in range(self.tp))

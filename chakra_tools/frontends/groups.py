@@ -25,6 +25,8 @@ class GroupTable:
 
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _ids: dict[tuple[int, ...], str] = field(default_factory=dict)
+    #: a caller's own key for a group (a layout's kind and first rank) -> (id, member count)
+    by_key: dict[tuple, tuple[str, int]] = field(default_factory=dict)
 
     def id_of(self, ranks: tuple[int, ...]) -> str:
         ranks = tuple(sorted(ranks))

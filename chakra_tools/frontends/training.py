@@ -159,11 +159,16 @@ class _RankProgram:
 
     def coll(self, name: str, c: Comm, deps) -> int | None:
         """A collective over `c.group`; an all-gather's comm_size is this rank's share."""
-        members = self.members(c.group)
-        if len(members) < 2 or c.size <= 0:
+        key = (c.group, self.layout.first_of(c.group, self.rank))
+        known = self.table.by_key.get(key)
+        if known is None:  # each group listed once for the job, not once per collective and rank
+            members = self.members(c.group)
+            known = self.table.by_key[key] = (self.table.id_of(members) if len(members) > 1 else "", len(members))
+        gid, size_of_group = known
+        if size_of_group < 2 or c.size <= 0:
             return None
-        size = c.size // len(members) if c.kind is CommType.ALL_GATHER else c.size
-        return self.b.coll(name, deps, c.kind, size, self.table.id_of(members))
+        size = c.size // size_of_group if c.kind is CommType.ALL_GATHER else c.size
+        return self.b.coll(name, deps, c.kind, size, gid)
 
     def comms(self, name: str, comms, deps: list) -> list:
         for c in comms:

@@ -24,6 +24,7 @@ from .config import default_network
 from .congestion import CapturedCongestionAware, CongestionAware
 from .library import LibraryBackend
 from .sharing import SharedUplinks
+from .replicas import Classes, ClassesRefused, Mirrored, expand, find_classes, read_shape, refusal
 from .engine import Replayer
 from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
 from .fidelity import compare_with_manifest, measured_of
@@ -37,17 +38,22 @@ REPLAY_WINDOW = 8192
 
 
 def open_rankset(path: str | Path, comm_group: str | Path | None = None, *,
-                 resolve: Sequence[str] = ("data", "ctrl"),
-                 window: int = REPLAY_WINDOW) -> tuple[dict[int, ETFeeder], dict[str, tuple[int, ...]]]:
-    """One feeder per rank file of a rank set, and its comm groups (file beside the traces if any)."""
+                 resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
+                 ranks: Sequence[int] | None = None) -> tuple[dict[int, ETFeeder], dict[str, tuple[int, ...]]]:
+    """One feeder per rank file of a rank set (only `ranks`' where given), and its comm groups
+    (the file beside the traces if any)."""
     files = find_rank_files(path)
     feeders = {r: ETFeeder(f, resolve=resolve, window=window, rank=r, eager_info=True)
-               for r, f in files.items()}
+               for r, f in files.items() if ranks is None or r in ranks}
+    return feeders, comm_groups_of(files, comm_group)
+
+
+def comm_groups_of(files: Mapping[int, Path], comm_group: str | Path | None) -> dict[str, tuple[int, ...]]:
+    """The comm groups of a rank set: `comm_group`'s, else those of the file beside its traces."""
     if comm_group is None:
         beside = next(iter(files.values())).parent / "comm_group.json"
         comm_group = beside if beside.exists() else None
-    groups = dict(read_comm_groups(comm_group)) if comm_group else {}
-    return feeders, groups
+    return dict(read_comm_groups(comm_group)) if comm_group else {}
 
 
 def recorded_starts(feeders: Mapping[int, ETFeeder]) -> dict[int, int]:
@@ -152,16 +158,23 @@ AS_CAPTURED = CaptureModes(comm="calibrated", host_time="timeline", align="recor
 def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backend, *,
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
                limits: Mapping[str, int] | None = None, record_events: bool = True,
-               memory_on_comm: bool = True, absent_peers: bool = False) -> ReplayResult:
+               memory_on_comm: bool = True, absent_peers: bool = False,
+               classes: Classes | None = None) -> ReplayResult:
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
     None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
-    worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`."""
+    worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`.
+    `classes` (replicas.find_classes): `feeders` are its representatives, and the result has
+    every rank's row (`ClassesRefused` where the model sets a replica apart)."""
     library = getattr(backend, "lane_limits", {}) if modes.lanes in (None, "kind") else {}  # per thread: as recorded
     limits = dict(limits) if limits else {**DEFAULT_LIMITS, **library}
     resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
-    result = Replayer(feeders, modes.timing(path, feeders, backend), groups=groups, resources=resources,
-                      record_events=record_events, absent_peers=absent_peers).run()
+    timing = (modes.timing(path, feeders, backend) if classes is None
+              else Mirrored(backend, classes.mirror, last=modes.coll_start == "last"))
+    result = Replayer(feeders, timing, groups=groups, resources=resources, record_events=record_events,
+                      absent_peers=absent_peers or classes is not None).run()
     result.config["modes"] = asdict(modes)  # what of the capture's record the durations came from
+    if classes is not None:
+        expand(result, classes)
     return result
 
 
@@ -193,40 +206,68 @@ class RanksetRefused(ChakraToolsError):
 SHOWN_PER_CODE = 10
 
 
+#: `trace-replay --replicas`: auto (classes where the set has `AUTO_RANKS` ranks or more and they
+#: replay exactly, else every rank), on (classes or an error saying why not), off (every rank)
+REPLICAS = ("auto", "on", "off")
+AUTO_RANKS = 256
+
+
 def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                    comm_group: str | Path | None = None, modes: CaptureModes = CaptureModes(),
                    limits: Mapping[str, int] | None = None, memory_on_comm: bool = True,
                    resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
                    manifest: str | Path | None = None, validate: bool = True,
                    on_warning: Callable[[Diagnostic], None] | None = None,
-                   record_events: bool = True, absent_peers: bool = False) -> ReplayResult:
+                   record_events: bool = True, absent_peers: bool = False,
+                   replicas: str = "auto") -> ReplayResult:
     """What `trace-replay` does, in one call: validate the rank set at `path` (refused with
     `RanksetRefused` on errors; `on_warning` hears, before the replay starts, what it cannot run:
     a group that names ranks not given), replay it on the system `spec` describes (None:
     `SystemSpec()`, one switch of every rank) under `modes` (`CaptureModes.merged_with`),
     `limits` and `memory_on_comm` (see `run_replay`), and compare it with the capture's
     `manifest`, else with the measured windows its rank files carry (`result.fidelity`).
+    `replicas` (`REPLICAS`): replay one rank per class of replicas (replicas.py), every rank's row
+    still in the result, its events and collectives the representatives'; `result.config["replicas"]`
+    says which ran, or why the set was replayed whole.
     `--out` and `--timeline` are then `result.write(path)` and `result.timeline().write(path)`.
     """
+    if replicas not in REPLICAS:
+        raise InputError(f"--replicas {replicas!r}: use " + ", ".join(REPLICAS))
     if validate:
         _refuse_invalid(path, comm_group, on_warning, absent_peers)
-    feeders, groups = open_rankset(path, comm_group, resolve=resolve, window=window)
+    files = find_rank_files(path)
+    groups = comm_groups_of(files, comm_group)
     # with absent peers the network holds the whole job: a group may name ranks above the set's
-    npus = max([*feeders, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(feeders)
-    backend = (spec or SystemSpec()).backend(npus + 1, str(path))
+    npus = max([*files, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(files)
+    spec = spec or SystemSpec()
+    backend = spec.backend(npus + 1, str(path))
     for note in backend.notes() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "implementation-dims", note, file=backend.system.source))
     links = getattr(backend, "links", None)
     for note in links.notes if links is not None and on_warning is not None else ():
         on_warning(Diagnostic("warning", "link-rates", note, file=links.source))
-    if on_warning is not None:
-        _warn_recorded_on_scaled(path, feeders, modes, on_warning)
-        _warn_nothing_recorded(feeders, modes, on_warning)
-        if spec is not None and spec.network is not None and not absent_peers and not spec.network_is_graph():
-            _warn_network_larger(path, feeders, backend, on_warning)
-    result = run_replay(path, feeders, backend, groups=groups, modes=modes, limits=limits,
-                        record_events=record_events, memory_on_comm=memory_on_comm,
-                        absent_peers=absent_peers)
+    if on_warning is not None and spec.network is not None and not absent_peers and not spec.network_is_graph():
+        _warn_network_larger(path, set(files), backend, on_warning)
+    run = dict(groups=groups, modes=modes, limits=limits, record_events=record_events,
+               memory_on_comm=memory_on_comm, absent_peers=absent_peers)
+    classes, declined = _replica_classes(files, groups, backend, modes, replicas, absent_peers)
+    result = None
+    if classes is not None:
+        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present)
+        try:
+            result = run_replay(path, feeders, backend, classes=classes, **run)
+        except ClassesRefused as e:
+            if replicas == "on":
+                raise ClassesRefused(f"--replicas on: {e} (--replicas off replays every rank)") from e
+            declined, backend = str(e), spec.backend(npus + 1, str(path))  # the model starts afresh
+    if result is None:
+        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window)
+        if on_warning is not None:
+            _warn_recorded_on_scaled(path, feeders, modes, on_warning)
+            _warn_nothing_recorded(feeders, modes, on_warning)
+        result = run_replay(path, feeders, backend, **run)
+        if declined:
+            result.config["replicas"] = {"ranks": len(files), "replayed": "all", "why": declined}
     result.compare(manifest=manifest, measured=measured_of(feeders))
     for note in getattr(backend, "unused_scales", list)() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "scale-unused", note, file=str(path)))
@@ -236,22 +277,40 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     return result
 
 
-def _warn_network_larger(path, feeders: dict, backend, on_warning: Callable[[Diagnostic], None]) -> None:
+def _replica_classes(files: Mapping[int, Path], groups: Mapping[str, tuple[int, ...]], backend, modes: CaptureModes,
+                     replicas: str, absent_peers: bool) -> tuple[Classes | None, str | None]:
+    """(the classes to replay by, None) or (None, why not; None where not asked)."""
+    if replicas == "off" or (replicas == "auto" and len(files) < AUTO_RANKS):
+        return None, None
+    why = refusal(backend, modes.modelled and modes.lanes == "kind")
+    if why is None and absent_peers:
+        why = "--absent-peers assume: the ranks the set lacks are not known to be replicas"
+    try:
+        if why is None:
+            return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
+    except ClassesRefused as e:
+        why = str(e)
+    if replicas == "on":
+        raise ClassesRefused(f"--replicas on: {why} (--replicas off replays every rank)")
+    return None, why
+
+
+def _warn_network_larger(path, ranks: set[int], backend, on_warning: Callable[[Diagnostic], None]) -> None:
     """A network file of more NPUs than the set has ranks: ASTRA-sim opens a file for every NPU
     (a missing one is fatal) and runs a collective on every rank (pg_name "" or "0") over all of
     them; here it spans the files given. A set whose files do not record its size (ASTRA-sim's)
     and lost its highest ranks shows only so."""
     net = getattr(backend, "network", None) or getattr(getattr(backend, "base", None), "network", None)
-    if net is None or net.npus <= len(feeders):
+    if net is None or net.npus <= len(ranks):
         return
-    missing = sorted(set(range(net.npus)) - set(feeders))
+    missing = sorted(set(range(net.npus)) - ranks)
     shown = ", ".join(map(str, missing[:8])) + (f" ... ({len(missing)} in all)" if len(missing) > 8 else "")
     on_warning(Diagnostic("warning", "network-larger",
-                          f"the network has {net.npus} NPUs, the rank set {len(feeders)} files: "
+                          f"the network has {net.npus} NPUs, the rank set {len(ranks)} files: "
                           + (f"ranks {shown} have none. " if len(missing) > 1 else f"rank {shown} has none. ")
                           + "Collectives on every rank (pg_name \"\" or \"0\") span the files given "
                           "here, where ASTRA-sim would span every NPU and stop on the first missing file; give "
-                          f"every rank's file, or a network of {len(feeders)} NPUs", file=str(path)))
+                          f"every rank's file, or a network of {len(ranks)} NPUs", file=str(path)))
 
 
 def _warn_recorded_on_scaled(path, feeders: dict, modes: CaptureModes,

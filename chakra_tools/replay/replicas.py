@@ -1,0 +1,293 @@
+"""Replaying a job once per class of ranks that are replicas of each other.
+
+A generated or scaled job's data-parallel replicas (and often the tensor-parallel ranks within
+one) run the same graph up to renaming ranks and groups. Where the network prices their
+communication alike too, every member of a class takes the same time through every node as its
+representative, so a replay of the representatives alone, with each absent rank arriving at a
+collective when its representative does, gives every rank's figures exactly: a 131,072-rank job
+of 4 pipeline stages replays as 4 ranks.
+
+Exact, not approximate, and checked at both ends:
+
+- *before*: each rank file's shape (`hotloops.shape_of`: every byte of its nodes but the groups and
+  ranks they name) and the job's groups are refined into classes (colour refinement: a rank's
+  class is its shape, the classes of its groups' members in order and of its peers, with the
+  groups' and messages' places on the network); then `find_classes` checks what the replay of
+  the representatives relies on (`Classes.check`): a rank and its representative name, slot by
+  slot, groups of the same length and places whose members have the same representatives, and
+  peers likewise; the representatives' peers are representatives; an absent member of a group a
+  representative takes part in has its representative in that group.
+- *during*: at every collective, the finish the network model gives each absent member must be
+  its representative's (`Mirrored`); a model that sets members apart (a ring whose links differ,
+  a tree) stops the replay with the member that differs, and the caller falls back to a full one.
+
+What is not replayed this way, with the reason (`ClassesRefused`): a congestion-aware network,
+shared links or memory ports (replicas would meet there), the capture's own record as timing,
+sets whose ranks all differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from chakra_tools.core import hotloops
+from chakra_tools.core.errors import ChakraToolsError
+from chakra_tools.core.framing import decode_varint, looks_like_metadata, open_binary
+
+from .backend import AnalyticalBackend
+from .timing import Staggered
+
+
+class ClassesRefused(ChakraToolsError):
+    """The rank set cannot be replayed by replica classes exactly; the message says why."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class RankShape:
+    """One rank file's graph up to the ranks and groups it names (`read_shape`).
+
+    `digest`: its nodes' bytes but those names, and its metadata but its rank; `pattern`: each
+    name in file order as the index of its first appearance (groups and ranks counted apart);
+    `groups`, `ranks`: the distinct group names and rank numbers, in order of first appearance
+    (a rank's own number among them: a send names its source)."""
+
+    digest: tuple
+    pattern: tuple[int, ...]
+    groups: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+
+def read_shape(path: str | Path) -> RankShape | None:
+    """The shape of the rank file at `path`; None where it cannot be read so (a malformed frame,
+    a pg_name that is no string): that rank is then like no other."""
+    with open_binary(path) as f:
+        buf = f.read()
+    size, pos = decode_varint(buf, 0)
+    meta = b""
+    if size > 0 and looks_like_metadata(buf[pos:pos + size]):
+        meta, pos = buf[pos:pos + size], pos + size
+    else:
+        pos = 0
+    shaped = hotloops.shape_of(buf, pos)
+    if shaped is None:
+        return None
+    a, b, refs = shaped
+    groups: dict[str, int] = {}
+    ranks: dict[int, int] = {}
+    pattern = []
+    for ref in refs:
+        table = groups if type(ref) is str else ranks
+        pattern.append(table.setdefault(ref, len(table)) * 2 + (table is ranks))
+    return RankShape((a, b, _metadata_digest(meta)), tuple(pattern), tuple(groups), tuple(ranks))
+
+
+def _metadata_digest(meta: bytes) -> object:
+    """The metadata message but its `rank` attribute (every other key a replica has alike)."""
+    if b"\x04rank" not in meta:
+        return meta
+    kept, pos = [], 0
+    while pos < len(meta):
+        at = pos
+        field, wire, value, pos = hotloops._field(meta, pos, len(meta))
+        if not (field == 2 and wire == 2 and hotloops._attr(meta, *value)[0] == b"rank"):
+            kept.append(meta[at:pos])
+    return b"".join(kept)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Which rank replays for which: `mirror` maps every absent rank to its representative;
+    `present` are the representatives, the ranks replayed."""
+
+    mirror: Mapping[int, int]
+    present: tuple[int, ...]
+
+    def members(self) -> dict[int, list[int]]:
+        """representative -> every rank of its class, itself first."""
+        out = {r: [r] for r in self.present}
+        for x, r in sorted(self.mirror.items()):
+            out[r].append(x)
+        return out
+
+    def describe(self) -> dict:
+        return {"ranks": len(self.present) + len(self.mirror), "replayed": list(self.present),
+                "classes": {str(r): len(ms) for r, ms in self.members().items()}}
+
+
+def refusal(backend, modelled: bool) -> str | None:
+    """Why a replay on `backend` (under a timing from the model if `modelled`) cannot run by
+    classes, or None: replicas must not meet anywhere but in their collectives."""
+    if not modelled:
+        return "the replay takes time from the capture's record, which differs from rank to rank"
+    if type(backend) is not AnalyticalBackend:
+        return f"the {type(backend).__name__} network model is not one classes are checked for (the analytical one is)"
+    if backend.links is not None:
+        return "a congestion-aware network: replicas' messages share links"
+    if backend.memory.memory_type not in ("NO_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION"):
+        return f"memory {backend.memory.memory_type}: replicas share a memory port"
+    return None
+
+
+def find_classes(shapes: Mapping[int, RankShape | None], groups: Mapping[str, Sequence[int]],
+                 backend: AnalyticalBackend) -> Classes:
+    """The replica classes of the ranks `shapes` describes, checked (`ClassesRefused` says why
+    there are none that replay exactly). `groups`: the comm-group file's; a name it lacks
+    ("", "0") is every rank, as the replayer reads it."""
+    world = tuple(sorted(shapes))
+    address = backend.network.address
+    places = _Places(address)
+    group_of = {name: tuple(g) for name, g in groups.items()}
+
+    def members(name: str) -> tuple[int, ...]:
+        return group_of.get(name, world)
+
+    colour = _initial_colours(shapes)
+    if len(set(colour.values())) == len(world):
+        raise ClassesRefused("no two ranks run the same graph")
+    place_of = {name: places.group(members(name)) for s in shapes.values() if s for name in s.groups}
+    index_of = {name: {m: i for i, m in enumerate(members(name))} for name in place_of}
+    for _ in range(REFINE_ROUNDS):
+        group_colour = {name: hash((place_of[name], tuple(colour[m] for m in members(name)))) for name in place_of}
+
+        def around(r: int, g: str) -> tuple:
+            """The rank's group, and its neighbours there (a ring's member next to a slow one is not
+            like the others)."""
+            ring, i = members(g), index_of[g][r]
+            return group_colour[g], colour[ring[i - 1]], colour[ring[(i + 1) % len(ring)]]
+
+        refined = _renumber({r: (colour[r], tuple(around(r, g) if r in index_of[g] else group_colour[g]
+                                                  for g in s.groups),
+                                 tuple((colour.get(q, q), places.pair(r, q)) for q in s.ranks))
+                             if s else colour[r] for r, s in shapes.items()})
+        if len(set(refined.values())) == len(set(colour.values())):
+            break
+        colour = refined
+    first: dict[int, int] = {}
+    for r in world:
+        first.setdefault(colour[r], r)
+    mirror = {r: first[colour[r]] for r in world if first[colour[r]] != r}
+    if not mirror:
+        raise ClassesRefused("no two ranks run the same graph in the same place")
+    classes = Classes(mirror, tuple(sorted(set(first.values()))))
+    _check(classes, shapes, members, places)
+    return classes
+
+
+#: colour refinement stops here if it has not settled (a long ring with one odd member splits one
+#: neighbour further each round): the classes are then coarser than they could be, and the
+#: replay's own check (`Mirrored`) finds a member that is not like its representative
+REFINE_ROUNDS = 16
+
+
+def _initial_colours(shapes: Mapping[int, RankShape | None]) -> dict[int, int]:
+    return _renumber({r: (s.digest, s.pattern, len(s.groups), len(s.ranks)) if s else ("unread", r)
+                      for r, s in shapes.items()})
+
+
+def _renumber(keys: Mapping[int, object]) -> dict[int, int]:
+    ids: dict[object, int] = {}
+    return {r: ids.setdefault(k, len(ids)) for r, k in keys.items()}
+
+
+class _Places:
+    """Where a group or a message lies on the network, as what the analytical model prices it
+    by: the members' coordinates relative to the first member's, in the group's order (equal
+    places cost alike; the converse need not hold, which only finds fewer classes)."""
+
+    def __init__(self, address):
+        self.address = address
+        self._groups: dict[tuple[int, ...], tuple] = {}
+
+    def group(self, ranks: tuple[int, ...]) -> tuple:
+        got = self._groups.get(ranks)
+        if got is None:
+            base = self.address(ranks[0]) if ranks else ()
+            got = self._groups[ranks] = tuple(tuple(x - y for x, y in zip(self.address(r), base)) for r in ranks)
+        return got
+
+    def pair(self, src: int, dst: int) -> tuple[int, ...]:
+        return tuple(x - y for x, y in zip(self.address(dst), self.address(src)))
+
+
+def _check(classes: Classes, shapes: Mapping[int, RankShape | None], members, places: _Places) -> None:
+    """What the replay of the representatives relies on (the module docstring), each checked
+    outright: colours are hashes, and a collision must not pass for a class."""
+    mirror = classes.mirror
+    rep = lambda r: mirror.get(r, r)  # noqa: E731
+    present = set(classes.present)
+    seen_pairs: set[tuple[str, str]] = set()
+    for x, m in mirror.items():
+        sx, sm = shapes[x], shapes[m]
+        if sx is None or sm is None or (sx.digest, sx.pattern) != (sm.digest, sm.pattern):
+            raise ClassesRefused(f"rank {x} was classed with rank {m} but runs another graph")
+        for gx, gm in zip(sx.groups, sm.groups):
+            if (gx, gm) in seen_pairs:
+                continue
+            a, b = members(gx), members(gm)
+            if len(a) != len(b) or places.group(a) != places.group(b) or any(rep(i) != rep(j) for i, j in zip(a, b)):
+                raise ClassesRefused(f"rank {x}'s group {gx!r} and rank {m}'s group {gm!r}, in the same place of "
+                                     "their graphs, differ in size, place on the network or members")
+            seen_pairs.add((gx, gm))
+        for qx, qm in zip(sx.ranks, sm.ranks):
+            if rep(qx) != rep(qm) or places.pair(x, qx) != places.pair(m, qm):
+                raise ClassesRefused(f"rank {x} names rank {qx} where rank {m} names rank {qm}: "
+                                     "they are not replicas of each other")
+    touched: dict[str, int] = {}
+    for r in classes.present:
+        s = shapes[r]
+        for q in s.ranks:
+            if q not in present:
+                raise ClassesRefused(f"rank {r} sends to or receives from rank {q}, which is not replayed "
+                                     "(messages between replicas)")
+        for slot, g in enumerate(s.groups):
+            touched.setdefault(g, slot)
+    for g, slot in touched.items():
+        for y in members(g):
+            m = mirror.get(y)
+            if m is None:
+                continue
+            sm = shapes[m]
+            if slot >= len(sm.groups) or sm.groups[slot] != g or shapes[y].groups[slot] != g:
+                raise ClassesRefused(f"rank {y} of group {g!r} replays as rank {m}, which does not take part in "
+                                     "that group at the same place")
+
+
+class Mirrored(Staggered):
+    """`Staggered` for a replay of representatives: an absent member of a collective arrives when
+    its representative does (`mirror`), and must leave when it leaves; where the model sets them
+    apart, `ClassesRefused` names them. `last`: every member from the last arrival (`Modelled`)."""
+
+    def __init__(self, backend, mirror: Mapping[int, int], last: bool = False):
+        super().__init__(backend)
+        self.mirror = mirror
+        self.last = last
+
+    def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
+        first = members[0][2]
+        if self.last:
+            return [self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)] * len(members)
+        arrival = {m[0]: m[4] for m in members}
+        now = max(arrival.values())
+        ends = self.backend.collective_finish_ns(first.comm_type or 0, size, group, first.involved_dim,
+                                                 [arrival.get(r, arrival.get(self.mirror.get(r))) for r in group])
+        end_of = dict(zip(group, ends))
+        for r, t in end_of.items():
+            m = self.mirror.get(r)
+            if m is not None and m in arrival and t != end_of[m]:
+                raise ClassesRefused(f"collective {first.name!r} on group {first.pg_name!r}: the network model "
+                                     f"ends rank {r} at {t} ns and rank {m}, whose replica it is, at {end_of[m]} ns")
+        return [end_of[m[0]] - now for m in members]
+
+
+def expand(result, classes: Classes) -> None:
+    """Every rank's row in `result` (a replay of `classes.present`): a replica's is its
+    representative's. Events, collectives and the critical path stay the representatives'."""
+    rows = {row["rank"]: row for row in result.ranks}
+    for x, m in classes.mirror.items():
+        rows[x] = {**rows[m], "rank": x}
+    result.ranks = [rows[r] for r in sorted(rows)]
+    result.config["replicas"] = classes.describe()
