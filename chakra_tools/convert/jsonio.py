@@ -10,40 +10,18 @@ uses become objects); the json module is the fallback for documents that do not 
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 
+from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Disable the cyclic collector for the block (restoring its previous state afterwards).
-
-    What the block made is mostly kept (traces, graphs: a million objects). Re-enabled as it is,
-    the collector's first pass would walk all of it as new objects (~80 ms here); so it is moved
-    to the oldest generation at once (freeze + unfreeze, unless the program froze objects of its
-    own), where it is collected as usual, only less often.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 def read_bytes(path: str | Path) -> bytes:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.measured import WAITS_OUT, Measured
@@ -24,7 +25,7 @@ from .comms import COMM_PREFIXES, absorb_worker_ops, fill_from_device, find_call
 from .cost import REGISTRY as COST_REGISTRY
 from .graphcheck import break_cycles, clean_deps, to_nodes
 from .hostet import ALL, INPUTS, PG_INIT, HostTrace, parse_host_bytes
-from .jsonio import gc_paused, read_bytes
+from .jsonio import read_bytes
 from .kineto import DeviceTrace, parse_device_bytes
 from .extend import keep_after
 from .link import link, uncovered

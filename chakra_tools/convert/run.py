@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
+from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.graph import RankSet
 from chakra_tools.core.manifest import MANIFEST, read_job, read_manifest
 from chakra_tools.core.placement import record_placement
-
-from .jsonio import gc_paused
 
 from .crossrank import assign_groups, globalise, record_groups, world_of
 from .rank import GroupInfo, RankResult, convert_rank

@@ -375,12 +375,11 @@ class RankSet:
         try:
             with staged_in(out, prefix) as staged:
                 stage = staged.stage
-                names = []
-                whole = record_world and self.ranks == list(range(len(self.ranks)))
-                for r in self.ranks:
+                names, ranks = [], self.ranks  # sorted once: a job may have 100k ranks
+                world = len(ranks) if record_world and ranks == list(range(len(ranks))) else None
+                for r in ranks:
                     names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
-                    self.graphs[r].write(staged.path(names[-1]), compress=compress,
-                                         world_size=len(self.ranks) if whole else None)
+                    self.graphs[r].write(staged.path(names[-1]), compress=compress, world_size=world)
                 if self.comm_groups:
                     names.append("comm_group.json")
                     write_comm_groups(staged.path(names[-1]), self.comm_groups)

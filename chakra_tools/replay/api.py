@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
 from chakra_tools.feed.feeder import ETFeeder
@@ -287,7 +288,8 @@ def _replica_classes(files: Mapping[int, Path], groups: Mapping[str, tuple[int, 
         why = "--absent-peers assume: the ranks the set lacks are not known to be replicas"
     try:
         if why is None:
-            return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
+            with gc_paused():  # a shape per rank, all kept
+                return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
     except ClassesRefused as e:
         why = str(e)
     if replicas == "on":

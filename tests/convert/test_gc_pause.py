@@ -1,4 +1,4 @@
-"""The collector pause around a conversion (jsonio.gc_paused) and the console scripts' exit."""
+"""The collector pause around a conversion (core.collector.gc_paused) and the console scripts' exit."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 import subprocess
 import sys
 
-from chakra_tools.convert.jsonio import gc_paused
+from chakra_tools.core.collector import gc_paused
 
 
 def test_what_a_paused_block_made_goes_to_the_oldest_generation():
@@ -22,7 +22,7 @@ def test_what_a_paused_block_made_goes_to_the_oldest_generation():
 
 
 def test_objects_the_program_froze_stay_frozen():
-    code = ("import gc; from chakra_tools.convert.jsonio import gc_paused; x = [[1]]; gc.freeze();"
+    code = ("import gc; from chakra_tools.core.collector import gc_paused; x = [[1]]; gc.freeze();"
             "n = gc.get_freeze_count()\n"
             "with gc_paused(): y = [[2]]\n"
             "assert gc.get_freeze_count() == n > 0 and gc.isenabled(), gc.get_freeze_count()")
