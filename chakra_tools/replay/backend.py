@@ -21,6 +21,7 @@ from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
+from . import steps as S
 from .config import MemoryConfig, NetworkConfig, SystemConfig
 
 #: the algorithms a communicator group smaller than the system runs over its members (their step
@@ -390,12 +391,12 @@ class AnalyticalBackend:
         ctx = self._context(d, group_ring=link is not None and not tree_phase)
         if tree_phase:
             for ring in rings:
-                ends = C.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
+                ends = S.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
                 for k, t in zip(ring, ends):
                     at[k] = t
             return data
         algo = self._algorithm(parent, d, members)
-        step_fn = None if ctx.dim.in_network_offload else C.steps_fn(coll, algo)
+        step_fn = None if ctx.dim.in_network_offload else S.steps_fn(coll, algo)
         if step_fn is None:  # no step model: the ring's members start together, at the last
             ns, out = self._phase(coll, d, n, data, parent, members)
             for ring in rings:
@@ -405,11 +406,11 @@ class AnalyticalBackend:
             return out
         steps, out = step_fn(n, data, ctx)
         if link is not None:
-            steps = C.on_group_ring(coll, algo, n, steps, ctx)
+            steps = S.on_group_ring(coll, algo, n, steps, ctx)
         for ring in rings:
             ring = ring[::-1] if reverse else ring
             pair = None if link is None else (lambda j, i, m, ring=ring: link(ring[j], ring[i], m))
-            for k, t in zip(ring, C.staggered_phase([at[k] for k in ring], steps, ctx, pair)):
+            for k, t in zip(ring, S.staggered_phase([at[k] for k in ring], steps, ctx, pair)):
                 at[k] = t
         return out
 

@@ -26,6 +26,7 @@ from chakra_tools.core.linkusage import LINKS_KEPT
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
+from . import steps as S
 from .backend import AnalyticalBackend, collective_of
 from .linknet import COMPILED, LinkNetwork, LinkStateTwin, Scheduler
 from .phases import CompiledSteps, PerPacket, Steps, Tree, expected, receivers
@@ -41,7 +42,7 @@ class _Phase:
 
     dim: int
     rings: tuple[tuple[int, ...], ...]
-    steps: tuple[C.Step, ...]
+    steps: tuple[S.Step, ...]
     #: a double binary tree (steps empty): the chunk's data, its context, and how many phases on
     #: the same dimension come before it in a chunk and in all (the tree counter's steps)
     tree: tuple[int, C.PhaseContext, int, int] | None = None
@@ -141,14 +142,14 @@ class CongestionAware(Staggered):
                         phases.append(_Phase(d, tuple(tuple(r) for r in rings[d]), (),
                                              (data, tree_ctx, before, per_dim[d])))
                         continue
-                    step_fn = None if ctx.dim.in_network_offload else C.steps_fn(kind, algo)
+                    step_fn = None if ctx.dim.in_network_offload else S.steps_fn(kind, algo)
                     if step_fn is None:
                         self._unmodelled.add(f"{algo} {kind}")
                         plan = None
                         break
                     steps, data_out = step_fn(n, data, ctx)
                     if local:
-                        steps = C.on_group_ring(kind, algo, n, steps, ctx)
+                        steps = S.on_group_ring(kind, algo, n, steps, ctx)
                     if any(s.per_packet for s in steps[1:]):
                         self._unmodelled.add(f"{algo} {kind}")
                         plan = None
@@ -171,7 +172,7 @@ class CongestionAware(Staggered):
         self._plans[key] = plan
         return plan
 
-    def _compiled_static(self, steps: tuple[C.Step, ...], ranks: tuple[int, ...]) -> tuple:
+    def _compiled_static(self, steps: tuple[S.Step, ...], ranks: tuple[int, ...]) -> tuple:
         """What `_linkloop.Steps` takes of a phase on a ring of `ranks`, besides its state: per step
         whom each position sends to (as indices into its peers), its peers, their routes (link
         indices), how many messages it waits for, and the steps' delays and sizes (cached)."""

@@ -18,21 +18,21 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
-from . import collectives as C
+from . import steps as S
 from .linknet import COMPILED
 
 
 @lru_cache(maxsize=4096)
-def receivers(step: C.Step, n: int) -> tuple[tuple[int, ...], ...]:
+def receivers(step: S.Step, n: int) -> tuple[tuple[int, ...], ...]:
     """Per position of a ring of n, the positions its message of `step` goes to, nearest first."""
-    return tuple(tuple((i + h) % n for h in range(1, n) if i in C.step_peers(step.peers, (i + h) % n, n))
+    return tuple(tuple((i + h) % n for h in range(1, n) if i in S.step_peers(step.peers, (i + h) % n, n))
                  for i in range(n))
 
 
 @lru_cache(maxsize=4096)
-def expected(step: C.Step, n: int) -> tuple[int, ...]:
+def expected(step: S.Step, n: int) -> tuple[int, ...]:
     """Per position, how many messages of `step` it waits for."""
-    return tuple(len(C.step_peers(step.peers, i, n)) for i in range(n))
+    return tuple(len(S.step_peers(step.peers, i, n)) for i in range(n))
 
 
 class Steps:
@@ -196,7 +196,7 @@ class Tree:
         self.red = self.ctx.reduce(data)
         counter = run.turn.get(phase.dim, 0) + before + c * per_chunk
         n = len(ring)
-        self.tree = C.binary_tree(n, root_max=counter % 2 == 0)
+        self.tree = S.binary_tree(n, root_max=counter % 2 == 0)
         self.top = n - 1 if counter % 2 == 0 else 0
         self.started: list[int | None] = [None] * n
         self.up_sent: list[int | None] = [None] * n

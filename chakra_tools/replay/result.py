@@ -270,8 +270,10 @@ class ReplayResult:
         from chakra_tools.core.chrome_trace import ChromeTrace
 
         t = ChromeTrace(metadata={"makespan_ns": self.makespan_ns, "source": "trace-replay"})
+        classes = (self.config.get("replicas") or {}).get("classes") or {}
         for r in sorted({*self.ev_rank}):
-            t.process(r, f"rank {r}")
+            n = classes.get(str(r), 1)
+            t.process(r, f"rank {r}" if n == 1 else f"rank {r} (and its {n - 1:,} replicas)")
         lanes = {}
         for i in range(len(self.ev_node)):
             key = (self.ev_rank[i], self.ev_lane[i])

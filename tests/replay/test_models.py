@@ -10,6 +10,7 @@ from chakra_tools.feed.info import NodeInfo
 from chakra_tools.replay import (AnalyticalBackend, Dim, NetworkConfig, Scales,
                                  load_memory, load_network, load_system)
 from chakra_tools.replay import collectives as C
+from chakra_tools.replay import steps as S
 from chakra_tools.replay.config import memory_from_dict, network_from_dict, system_from_dict
 
 RING4 = {"preferred-dataset-splits": 4, "endpoint-delay": 10, "active-chunks-per-dimension": 1,
@@ -316,13 +317,12 @@ def test_a_short_implementation_list_spans_only_its_dimensions():
 def test_a_ring_phase_in_step_takes_what_the_step_by_step_loop_takes(n, hops):
     """Members that start together on links of one time stay together (the O(steps) shortcut);
     one longer link (a ring closing over 3 hops) sets them apart, and then the loop runs."""
-    from chakra_tools.replay import collectives as C
     from chakra_tools.replay.config import Dim
 
     ctx = C.PhaseContext(Dim("Switch", n, 50.0, 500.0), delay_ns=10, local_mem_bw_gbps=1600)
-    steps, _ = C.ring_reduce_scatter_steps(n, 1 << 20, ctx)
+    steps, _ = S.ring_reduce_scatter_steps(n, 1 << 20, ctx)
     link = lambda j, i, m: ctx.net(m, (hops or {}).get((j, i), 1))  # noqa: E731
-    got = C.staggered_phase([100] * n, steps, ctx, link)
+    got = S.staggered_phase([100] * n, steps, ctx, link)
     ready = [100] * n  # the general loop, written out
     for s in steps:
         sent = [t + s.pre_ns for t in ready]

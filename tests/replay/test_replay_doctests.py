@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["chakra_tools.feed.feeder", "chakra_tools.replay.collectives", "chakra_tools.replay.result",
+MODULES = ["chakra_tools.feed.feeder", "chakra_tools.replay.collectives", "chakra_tools.replay.steps",
+           "chakra_tools.replay.message", "chakra_tools.replay.result",
            "chakra_tools.replay.fidelity", "chakra_tools.replay.calibrate", "chakra_tools.replay.recorded"]
 
 

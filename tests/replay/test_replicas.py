@@ -136,3 +136,10 @@ def test_cli_says_what_it_replayed(job, tmp_path):
     bad = CliRunner().invoke(app, [str(job), "-n", str(network(tmp_path, ["Ring"], [16], "ring.yml")),
                                    "--replicas", "on"])
     assert bad.exit_code == 1 and "--replicas off replays every rank" in bad.output
+
+
+def test_the_timeline_names_what_each_replayed_rank_stands_for(job, tmp_path):
+    result = replay_rankset(job, replicas="on")
+    names = {e["args"]["name"] for e in result.timeline().to_dict()["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert names == {"rank 0 (and its 7 replicas)", "rank 8 (and its 7 replicas)"}

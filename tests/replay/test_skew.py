@@ -18,6 +18,7 @@ import pytest
 
 from chakra_tools.core.model import CommType
 from chakra_tools.replay import collectives as C
+from chakra_tools.replay import steps as S
 from chakra_tools.replay.backend import AnalyticalBackend
 from chakra_tools.replay.config import Dim, NetworkConfig, SystemConfig
 
@@ -128,9 +129,9 @@ def test_equal_arrivals_step_models_agree_with_the_phase_formulas(algorithm, top
     for n in (2, 4, 8):
         ctx = C.PhaseContext(Dim(topology, n, 50.0, 500.0), 10, 1600)
         for coll_name in (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL):
-            steps, out = C.steps_fn(coll_name, algorithm)(n, 1 << 20, ctx)
+            steps, out = S.steps_fn(coll_name, algorithm)(n, 1 << 20, ctx)
             ns, want_out = C.phase_fn(coll_name, algorithm, topology)(n, 1 << 20, ctx)
-            assert C.staggered_phase([5] * n, steps, ctx) == [5 + ns] * n and out == want_out
+            assert S.staggered_phase([5] * n, steps, ctx) == [5 + ns] * n and out == want_out
     net = NetworkConfig((Dim(topology, 4, 50.0, 500.0), Dim("Switch", 2, 25.0, 700.0)))
     be = backend(algorithm, net)
     be.system = SystemConfig(implementations=be.system.implementations, local_mem_bw_gbps=1600,
