@@ -16,7 +16,8 @@ measured step) is one call; `--out` and `--timeline` are the result's two writer
 api.py (opening a rank set, capture modes, `replay` and `replay_rankset`), engine.py (the kernel,
 its resources and the per-kind handlers), timing.py (where durations come from: `Modelled`,
 `Staggered`, `Captured`), backend.py (compute, memory, network cost), collectives.py (the
-per-algorithm registry), config.py (ASTRA-sim's config files), result.py (statistics, critical
+per-algorithm registry of phases; steps.py: the same member by member; message.py: one message),
+replicas.py (one rank per class of replicas), config.py (ASTRA-sim's config files), result.py (statistics, critical
 path, JSON, timeline), fidelity.py (against a capture's measured steps), calibrate.py
 (communication from a capture's recorded times, waiting removed: `--comm calibrated`), recorded.py
 (host time and completions from a capture's timeline: `--host-time timeline`).
