@@ -11,6 +11,9 @@
  *     Steps(state, heap, counter, tag, to, peers, routes, expected, pre, msg, post, queues, on_done)
  *         .begin(i, t)                      position i of the ring begins the phase at t
  *
+ * An event, once called, runs the phases' events that follow it on the heap too (`drain`), up to
+ * the next that is not one of them or is a member's end: the replay's loop sees only those.
+ *
  * `heap`, `counter`, `tag`: the replay's event heap, where an event at t is pushed as
  * (t, next(counter), callback, tag), the entry the engine's `call_at` pushes;
  * `peers[i]`: every position i sends to in some step, `routes[i][k]` the link indices to
@@ -181,7 +184,7 @@ typedef struct {
 enum { EV_SEND, EV_HOP, EV_ARRIVE, EV_DONE };
 
 static PyTypeObject EvType;
-static PyObject *heappush;  /* heapq.heappush */
+static PyObject *heappush, *heappop;  /* heapq's */
 
 static int schedule(Steps *run, int64_t t, int op, int i, int s, int j, int hop)
 {
@@ -277,6 +280,55 @@ static int send_step(Steps *run, int i, int s, int64_t now)
     return progress(run, i, s);
 }
 
+/* One event of a phase at t: 0, or -1 with an exception set. */
+static int dispatch(Ev *self, int64_t t)
+{
+    Steps *run = self->run;
+    switch (self->op) {
+    case EV_SEND:
+        return send_step(run, self->i, self->s, t);
+    case EV_HOP:
+        return move(run, self->i, self->j, self->s, self->hop, t);
+    case EV_ARRIVE:
+        return arrive(run, self->j, self->s, t);
+    default: {
+        PyObject *r = PyObject_CallFunction(run->on_done, "iL", self->i, (long long)t);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    }
+}
+
+/* The events of phases that are next on the replay's heap, popped and run here, as the replay's
+ * loop would pop and call them one by one: none of them reads or changes anything of the replay
+ * but the heap (a member's end, EV_DONE, is left to the loop, which sets its clock first). Most
+ * of a congestion-aware replay's events are these messages and hops. */
+static int drain(PyObject *heap)
+{
+    while (PyList_GET_SIZE(heap) > 0) {
+        PyObject *top = PyList_GET_ITEM(heap, 0);
+        if (!PyTuple_Check(top) || PyTuple_GET_SIZE(top) != 4)
+            return 0;
+        PyObject *obj = PyTuple_GET_ITEM(top, 2);
+        if (Py_TYPE(obj) != &EvType || ((Ev *)obj)->op == EV_DONE)
+            return 0;
+        PyObject *item = PyObject_Vectorcall(heappop, &heap, 1, NULL);
+        if (item == NULL)
+            return -1;
+        Ev *ev = (Ev *)PyTuple_GET_ITEM(item, 2);
+        Py_INCREF(ev);
+        long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        Py_DECREF(item);
+        int bad = (t == -1 && PyErr_Occurred()) ? -1 : dispatch(ev, t);
+        Py_DECREF(ev);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
 static PyObject *Ev_call(Ev *self, PyObject *args, PyObject *kw)
 {
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1) {
@@ -286,26 +338,7 @@ static PyObject *Ev_call(Ev *self, PyObject *args, PyObject *kw)
     long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 0));
     if (t == -1 && PyErr_Occurred())
         return NULL;
-    Steps *run = self->run;
-    int bad = 0;
-    switch (self->op) {
-    case EV_SEND:
-        bad = send_step(run, self->i, self->s, t);
-        break;
-    case EV_HOP:
-        bad = move(run, self->i, self->j, self->s, self->hop, t);
-        break;
-    case EV_ARRIVE:
-        bad = arrive(run, self->j, self->s, t);
-        break;
-    default: {
-        PyObject *r = PyObject_CallFunction(run->on_done, "iL", self->i, t);
-        if (r == NULL)
-            return NULL;
-        Py_DECREF(r);
-    }
-    }
-    if (bad)
+    if (dispatch(self, t) || (self->op != EV_DONE && drain(self->run->heap)))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -466,8 +499,9 @@ PyMODINIT_FUNC PyInit__linkloop(void)
     if (heapq == NULL)
         return NULL;
     heappush = PyObject_GetAttrString(heapq, "heappush");
+    heappop = PyObject_GetAttrString(heapq, "heappop");
     Py_DECREF(heapq);
-    if (heappush == NULL)
+    if (heappush == NULL || heappop == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
