@@ -50,7 +50,8 @@ class ClassesRefused(ChakraToolsError):
 class RankShape:
     """One rank file's graph up to the ranks and groups it names (`read_shape`).
 
-    `digest`: its nodes' bytes but those names, and its metadata but its rank; `pattern`: each
+    `digest`: its nodes' bytes but those names (the metadata, which no node's timing reads, left
+    out: a rank's host, a scaled copy's rank, differ between replicas); `pattern`: each
     name in file order as the index of its first appearance (groups and ranks counted apart);
     `groups`, `ranks`: the distinct group names and rank numbers, in order of first appearance
     (a rank's own number among them: a send names its source)."""
@@ -67,11 +68,7 @@ def read_shape(path: str | Path) -> RankShape | None:
     with open_binary(path) as f:
         buf = f.read()
     size, pos = decode_varint(buf, 0)
-    meta = b""
-    if size > 0 and looks_like_metadata(buf[pos:pos + size]):
-        meta, pos = buf[pos:pos + size], pos + size
-    else:
-        pos = 0
+    pos = pos + size if size > 0 and looks_like_metadata(buf[pos:pos + size]) else 0
     shaped = hotloops.shape_of(buf, pos)
     if shaped is None:
         return None
@@ -82,20 +79,7 @@ def read_shape(path: str | Path) -> RankShape | None:
     for ref in refs:
         table = groups if type(ref) is str else ranks
         pattern.append(table.setdefault(ref, len(table)) * 2 + (table is ranks))
-    return RankShape((a, b, _metadata_digest(meta)), tuple(pattern), tuple(groups), tuple(ranks))
-
-
-def _metadata_digest(meta: bytes) -> object:
-    """The metadata message but its `rank` attribute (every other key a replica has alike)."""
-    if b"\x04rank" not in meta:
-        return meta
-    kept, pos = [], 0
-    while pos < len(meta):
-        at = pos
-        field, wire, value, pos = hotloops._field(meta, pos, len(meta))
-        if not (field == 2 and wire == 2 and hotloops._attr(meta, *value)[0] == b"rank"):
-            kept.append(meta[at:pos])
-    return b"".join(kept)
+    return RankShape((a, b), tuple(pattern), tuple(groups), tuple(ranks))
 
 
 @dataclass(frozen=True)

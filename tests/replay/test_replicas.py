@@ -143,3 +143,32 @@ def test_the_timeline_names_what_each_replayed_rank_stands_for(job, tmp_path):
     names = {e["args"]["name"] for e in result.timeline().to_dict()["traceEvents"]
              if e.get("ph") == "M" and e.get("name") == "process_name"}
     assert names == {"rank 0 (and its 7 replicas)", "rank 8 (and its 7 replicas)"}
+
+
+def test_a_scaled_capture_replays_as_its_captured_ranks(tmp_path):
+    """`trace-convert scale` copies each captured rank to its replicas: the copies (whose metadata
+    names another rank and host) replay as the two ranks captured, every row as the full replay's."""
+    import json
+
+    from chakra_tools.convert.scale import scale_rankset
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr, make_attrs
+
+    def rank(r):
+        slow = 40 * r  # the captured ranks differ
+        nodes = [Node(1, "aten::mm", NodeType.COMP_NODE, (), duration_micros=100 + slow, attrs=make_attrs(is_cpu_op=True)),
+                 Node(2, "gloo:all_reduce", NodeType.COMM_COLL_NODE, (1,), attrs=make_attrs(
+                     comm_type=CommType.ALL_REDUCE, comm_size=1 << 20, pg_name="1", is_cpu_op=False)),
+                 Node(3, "aten::add", NodeType.COMP_NODE, (2,), duration_micros=30 + slow, attrs=make_attrs(is_cpu_op=True))]
+        groups = {"1": {"ranks": [0, 1], "torch_name": "0", "desc": "default_pg"}}
+        meta = Metadata(attrs={"rank": make_attr("rank", r), "world_size": make_attr("world_size", 2),
+                               "host": make_attr("host", f"node{r}"),
+                               "process_groups": make_attr("process_groups", json.dumps(groups))})
+        return Graph(nodes, rank=r, metadata=meta)
+
+    scaled, _ = scale_rankset(RankSet({r: rank(r) for r in (0, 1)}, {"1": (0, 1)}), 8)
+    scaled.write(tmp_path / "dp8")
+    full, by_class = both(tmp_path / "dp8")
+    assert by_class.config["replicas"]["replayed"] == [0, 1]
+    assert by_class.ranks == full.ranks
+    assert full.ranks[0]["finish_ns"] != full.ranks[1]["finish_ns"] or full.ranks[0]["idle_ns"] != full.ranks[1]["idle_ns"]
