@@ -8,7 +8,8 @@
  *         .hop(link, t, size) -> end        one message takes the link from t (or when it is free)
  *         .idle(link, size)                 counted, not queued (congestion-unaware on the links)
  *         .usage(link) -> (busy_ns, messages)
- *     Steps(state, heap, counter, tag, to, peers, routes, expected, pre, msg, post, queues, on_done)
+ *     StepPlan(to, peers, routes, expected, pre, msg, post)   a phase on one ring, parsed once
+ *     Steps(state, heap, counter, tag, plan, queues, on_done)  one run of it
  *         .begin(i, t)                      position i of the ring begins the phase at t
  *
  * An event, once called, runs the phases' events that follow it on the heap too (`drain`), up to
@@ -163,14 +164,27 @@ static PyTypeObject LinkStateType = {
 
 /* ---- Steps ------------------------------------------------------------------------------------ */
 
+/* What every run of one phase on one ring shares, parsed once (`StepPlan`). */
 typedef struct {
     PyObject_HEAD
-    LinkState *state;
-    PyObject *heap, *counter, *tag, *on_done, *routes, *peers;  /* per position: link-index tuples / positions */
-    int n, steps, queues;
+    PyObject *routes, *peers;         /* per position: link-index tuples / positions */
+    int n, steps;
     PyObject *to;                     /* to[s][i]: tuple of indices into peers[i] */
     int *expected;                    /* [s * n + i] */
     int64_t *pre, *msg, *post;        /* [s] */
+} StepPlan;
+
+static PyTypeObject StepPlanType;
+
+typedef struct {
+    PyObject_HEAD
+    LinkState *state;
+    StepPlan *plan;
+    PyObject *heap, *counter, *tag, *on_done;
+    PyObject *routes, *peers, *to;    /* the plan's, borrowed */
+    int n, steps, queues;
+    int *expected;                    /* the plan's */
+    int64_t *pre, *msg, *post;        /* the plan's */
     int64_t *sent, *came;             /* [i * steps + s] */
     int *got;
 } Steps;
@@ -361,10 +375,19 @@ static PyTypeObject EvType = {
 static void Steps_dealloc(Steps *self)
 {
     Py_XDECREF(self->state);
+    Py_XDECREF(self->plan);
     Py_XDECREF(self->heap);
     Py_XDECREF(self->counter);
     Py_XDECREF(self->tag);
     Py_XDECREF(self->on_done);
+    PyMem_Free(self->sent);
+    PyMem_Free(self->came);
+    PyMem_Free(self->got);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void StepPlan_dealloc(StepPlan *self)
+{
     Py_XDECREF(self->routes);
     Py_XDECREF(self->peers);
     Py_XDECREF(self->to);
@@ -372,16 +395,13 @@ static void Steps_dealloc(Steps *self)
     PyMem_Free(self->pre);
     PyMem_Free(self->msg);
     PyMem_Free(self->post);
-    PyMem_Free(self->sent);
-    PyMem_Free(self->came);
-    PyMem_Free(self->got);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int ints(PyObject *seq, int64_t *out, Py_ssize_t n, const char *what)
 {
     if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n) {
-        PyErr_Format(PyExc_ValueError, "Steps: %s must be a tuple of %zd", what, n);
+        PyErr_Format(PyExc_ValueError, "StepPlan: %s must be a tuple of %zd", what, n);
         return -1;
     }
     for (Py_ssize_t k = 0; k < n; k++)
@@ -389,49 +409,37 @@ static int ints(PyObject *seq, int64_t *out, Py_ssize_t n, const char *what)
     return PyErr_Occurred() ? -1 : 0;
 }
 
-static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
+static int StepPlan_init(StepPlan *self, PyObject *args, PyObject *kw)
 {
-    PyObject *state, *heap, *counter, *tag, *to, *peers, *routes, *expected, *pre, *msg, *post, *on_done;
-    int queues;
-    if (!PyArg_ParseTuple(args, "O!O!OOOOOOOOOpO", &LinkStateType, &state, &PyList_Type, &heap, &counter, &tag, &to,
-                          &peers, &routes, &expected, &pre, &msg, &post, &queues, &on_done))
+    PyObject *to, *peers, *routes, *expected, *pre, *msg, *post;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &to, &peers, &routes, &expected, &pre, &msg, &post))
         return -1;
-    if (!PyIter_Check(counter)) {
-        PyErr_SetString(PyExc_TypeError, "Steps: counter must be an iterator (itertools.count)");
-        return -1;
-    }
     if (!PyTuple_Check(to) || !PyTuple_Check(expected) || !PyTuple_Check(routes) || !PyTuple_Check(peers)
         || PyTuple_GET_SIZE(to) < 1 || PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(to)
         || !PyTuple_Check(PyTuple_GET_ITEM(to, 0))) {
-        PyErr_SetString(PyExc_ValueError, "Steps: to and expected are tuples, one per step");
+        PyErr_SetString(PyExc_ValueError, "StepPlan: to and expected are tuples, one per step");
         return -1;
     }
     Py_ssize_t steps = PyTuple_GET_SIZE(to), n = PyTuple_GET_SIZE(PyTuple_GET_ITEM(to, 0));
     if (PyTuple_GET_SIZE(routes) != n || PyTuple_GET_SIZE(peers) != n) {
-        PyErr_SetString(PyExc_ValueError, "Steps: peers and routes have one entry per position");
+        PyErr_SetString(PyExc_ValueError, "StepPlan: peers and routes have one entry per position");
         return -1;
     }
     self->n = (int)n;
     self->steps = (int)steps;
-    self->queues = queues;
     self->expected = PyMem_Calloc(steps * n, sizeof(int));
     self->pre = PyMem_Calloc(steps, sizeof(int64_t));
     self->msg = PyMem_Calloc(steps, sizeof(int64_t));
     self->post = PyMem_Calloc(steps, sizeof(int64_t));
-    self->sent = PyMem_Calloc(steps * n, sizeof(int64_t));
-    self->came = PyMem_Calloc(steps * n, sizeof(int64_t));
-    self->got = PyMem_Calloc(steps * n, sizeof(int));
-    if (!self->expected || !self->pre || !self->msg || !self->post || !self->sent || !self->came || !self->got) {
+    if (!self->expected || !self->pre || !self->msg || !self->post) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t k = 0; k < steps * n; k++)
-        self->sent[k] = -1;
     for (Py_ssize_t s = 0; s < steps; s++) {
         PyObject *row = PyTuple_GET_ITEM(expected, s);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != n || !PyTuple_Check(PyTuple_GET_ITEM(to, s))
             || PyTuple_GET_SIZE(PyTuple_GET_ITEM(to, s)) != n) {
-            PyErr_SetString(PyExc_ValueError, "Steps: a step's rows have one entry per position");
+            PyErr_SetString(PyExc_ValueError, "StepPlan: a step's rows have one entry per position");
             return -1;
         }
         for (Py_ssize_t i = 0; i < n; i++)
@@ -439,6 +447,49 @@ static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
     }
     if (ints(pre, self->pre, steps, "pre") || ints(msg, self->msg, steps, "msg") || ints(post, self->post, steps, "post"))
         return -1;
+    Py_INCREF(to);
+    self->to = to;
+    Py_INCREF(routes);
+    self->routes = routes;
+    Py_INCREF(peers);
+    self->peers = peers;
+    return 0;
+}
+
+static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
+{
+    PyObject *state, *heap, *counter, *tag, *plan, *on_done;
+    int queues;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!pO", &LinkStateType, &state, &PyList_Type, &heap, &counter, &tag,
+                          &StepPlanType, &plan, &queues, &on_done))
+        return -1;
+    if (!PyIter_Check(counter)) {
+        PyErr_SetString(PyExc_TypeError, "Steps: counter must be an iterator (itertools.count)");
+        return -1;
+    }
+    StepPlan *p = (StepPlan *)plan;
+    Py_ssize_t cells = (Py_ssize_t)p->steps * p->n;
+    self->sent = PyMem_Malloc(cells * sizeof(int64_t));
+    self->came = PyMem_Calloc(cells, sizeof(int64_t));
+    self->got = PyMem_Calloc(cells, sizeof(int));
+    if (!self->sent || !self->came || !self->got) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < cells; k++)
+        self->sent[k] = -1;
+    Py_INCREF(plan);
+    self->plan = p;
+    self->n = p->n;
+    self->steps = p->steps;
+    self->to = p->to;
+    self->routes = p->routes;
+    self->peers = p->peers;
+    self->expected = p->expected;
+    self->pre = p->pre;
+    self->msg = p->msg;
+    self->post = p->post;
+    self->queues = queues;
     Py_INCREF(state);
     self->state = (LinkState *)state;
     Py_INCREF(heap);
@@ -447,12 +498,6 @@ static int Steps_init(Steps *self, PyObject *args, PyObject *kw)
     self->counter = counter;
     Py_INCREF(tag);
     self->tag = tag;
-    Py_INCREF(to);
-    self->to = to;
-    Py_INCREF(routes);
-    self->routes = routes;
-    Py_INCREF(peers);
-    self->peers = peers;
     Py_INCREF(on_done);
     self->on_done = on_done;
     return 0;
@@ -489,11 +534,22 @@ static PyTypeObject StepsType = {
     .tp_methods = Steps_methods,
 };
 
+static PyTypeObject StepPlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chakra_tools.replay._linkloop.StepPlan",
+    .tp_basicsize = sizeof(StepPlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)StepPlan_init,
+    .tp_dealloc = (destructor)StepPlan_dealloc,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_linkloop", "The congestion-aware model's hot loop.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__linkloop(void)
 {
-    if (PyType_Ready(&LinkStateType) < 0 || PyType_Ready(&StepsType) < 0 || PyType_Ready(&EvType) < 0)
+    if (PyType_Ready(&LinkStateType) < 0 || PyType_Ready(&StepsType) < 0 || PyType_Ready(&EvType) < 0
+        || PyType_Ready(&StepPlanType) < 0)
         return NULL;
     PyObject *heapq = PyImport_ImportModule("heapq");
     if (heapq == NULL)
@@ -508,8 +564,10 @@ PyMODINIT_FUNC PyInit__linkloop(void)
         return NULL;
     Py_INCREF(&LinkStateType);
     Py_INCREF(&StepsType);
+    Py_INCREF(&StepPlanType);
     if (PyModule_AddObject(m, "LinkState", (PyObject *)&LinkStateType) < 0
-        || PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0)
+        || PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0
+        || PyModule_AddObject(m, "StepPlan", (PyObject *)&StepPlanType) < 0)
         return NULL;
     return m;
 }

@@ -20,6 +20,7 @@ says so once (`run_notes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Sequence
 
 from chakra_tools.core.linkusage import LINKS_KEPT
@@ -54,6 +55,11 @@ class _Plan:
     phases: tuple[_Phase, ...]
     dims: tuple[int, ...]
 
+    @cached_property
+    def ring_at(self) -> list[dict[int, int]]:
+        """phase -> member -> the index of its ring there (made once per plan; every run reads it)."""
+        return [{k: j for j, ring in enumerate(ph.rings) for k in ring} for ph in self.phases]
+
 
 class CongestionAware(Staggered):
     """Compute and memory as `backend` says; communication through `network`'s links in the
@@ -69,7 +75,9 @@ class CongestionAware(Staggered):
         self._plans: dict[tuple, _Plan | None] = {}
         self._runs: dict[tuple, _Run] = {}
         self._unmodelled: set[str] = set()
-        self._static: dict[tuple, tuple] = {}  # (steps, ring's ranks) -> _compiled_static
+        #: (id of a phase's steps, the ring's ranks) -> (those steps, kept so the id stays theirs;
+        #: their `_linkloop.StepPlan`): a plan's steps tuple is one object, hashed by identity
+        self._step_plans: dict[tuple, tuple] = {}
 
     def bind(self, at: Scheduler) -> None:
         self._at = at
@@ -172,12 +180,12 @@ class CongestionAware(Staggered):
         self._plans[key] = plan
         return plan
 
-    def _compiled_static(self, steps: tuple[S.Step, ...], ranks: tuple[int, ...]) -> tuple:
-        """What `_linkloop.Steps` takes of a phase on a ring of `ranks`, besides its state: per step
-        whom each position sends to (as indices into its peers), its peers, their routes (link
-        indices), how many messages it waits for, and the steps' delays and sizes (cached)."""
-        key = (steps, ranks)
-        got = self._static.get(key)
+    def _compiled_plan(self, steps: tuple[S.Step, ...], ranks: tuple[int, ...]):
+        """The `_linkloop.StepPlan` of a phase on a ring of `ranks`, made once: per step whom each
+        position sends to (as indices into its peers), its peers, their routes (link indices), how
+        many messages it waits for, and the steps' delays and sizes."""
+        key = (id(steps), ranks)
+        got = self._step_plans.get(key)
         if got is None:
             n = len(ranks)
             receivers_of = [receivers(step, n) for step in steps]
@@ -192,11 +200,10 @@ class CongestionAware(Staggered):
             net = self.network
             routes = tuple(tuple(tuple(link.index for link in net.path(ranks[i], ranks[j])) if ranks[i] != ranks[j]
                                  else () for j in peers[i]) for i in range(n))
-            got = self._static[key] = (to, tuple(tuple(p) for p in peers), routes,
-                                       tuple(expected(step, n) for step in steps),
-                                       tuple(st.pre_ns for st in steps), tuple(st.msg for st in steps),
-                                       tuple(st.post_ns for st in steps))
-        return got
+            got = self._step_plans[key] = (steps, COMPILED.StepPlan(
+                to, tuple(tuple(p) for p in peers), routes, tuple(expected(step, n) for step in steps),
+                tuple(st.pre_ns for st in steps), tuple(st.msg for st in steps), tuple(st.post_ns for st in steps)))
+        return got[1]
 
     def run_notes(self) -> list[tuple[str, str]]:
         """What a user should know once the replay ran, as (code, message): the collectives it
@@ -243,9 +250,7 @@ class _Run:
             self.queued: list[dict[int, list[int]]] = [{d: [] for d in plan.dims} for _ in range(n)]
             self.chunks_left = [plan.chunks] * n
             self.end = [0] * n
-            # phase -> member -> (its ring, its place in it)
-            self.place = [{k: (ring, i) for ring in ph.rings for i, k in enumerate(ring)} for ph in plan.phases]
-            self.shared: dict[tuple, object] = {}  # (chunk, phase, ring) -> its Steps, PerPacket or Tree
+            self.shared: dict[tuple, object] = {}  # (chunk, phase, ring index) -> its Steps, PerPacket or Tree
 
     def join(self, rank: int, now: int, done: Done) -> bool:
         """A member arrives; True once every member has finished (the run can be forgotten)."""
@@ -296,11 +301,11 @@ class _Run:
     def _shared(self, c: int, p: int, k: int, kind: type):
         """The state of chunk c's phase p on member k's ring that its members share (a
         packet-by-packet phase, a tree), made when the first of them begins it."""
-        ring, _ = self.place[p][k]
-        key = (c, p, ring)
+        j = self.plan.ring_at[p][k]
+        key = (c, p, j)
         got = self.shared.get(key)
         if got is None:
-            got = self.shared[key] = kind(self, c, p, ring)
+            got = self.shared[key] = kind(self, c, p, self.plan.phases[p].rings[j])
         return got
 
     def _phase_done(self, k: int, c: int, p: int, t: int) -> None:

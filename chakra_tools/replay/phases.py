@@ -92,8 +92,8 @@ class CompiledSteps:
         self.ring = ring
         ranks = tuple(run.ranks[k] for k in ring)
         policy = run.policy
-        static = policy._compiled_static(run.plan.phases[p].steps, ranks)
-        self.steps = COMPILED.Steps(policy.network.state, *policy._heap, *static, policy.network.queues,
+        plan = policy._compiled_plan(run.plan.phases[p].steps, ranks)
+        self.steps = COMPILED.Steps(policy.network.state, *policy._heap, plan, policy.network.queues,
                                     lambda i, t: run._phase_done(ring[i], c, p, t))
 
     def begin(self, k: int, t: int) -> None:
