@@ -129,10 +129,14 @@ def find_classes(shapes: Mapping[int, RankShape | None], groups: Mapping[str, Se
     def members(name: str) -> tuple[int, ...]:
         return group_of.get(name, world)
 
+    named = {name for s in shapes.values() if s for name in s.groups}
+    lacking = next(((name, r) for name in sorted(named) for r in members(name) if r not in shapes), None)
+    if lacking is not None:
+        raise ClassesRefused(f"group {lacking[0]!r} has rank {lacking[1]}, which has no file here")
     colour = _initial_colours(shapes)
     if len(set(colour.values())) == len(world):
         raise ClassesRefused("no two ranks run the same graph")
-    place_of = {name: places.group(members(name)) for s in shapes.values() if s for name in s.groups}
+    place_of = {name: places.group(members(name)) for name in named}
     index_of = {name: {m: i for i, m in enumerate(members(name))} for name in place_of}
     for _ in range(REFINE_ROUNDS):
         group_colour = {name: hash((place_of[name], tuple(colour[m] for m in members(name)))) for name in place_of}

@@ -172,3 +172,14 @@ def test_a_scaled_capture_replays_as_its_captured_ranks(tmp_path):
     assert by_class.config["replicas"]["replayed"] == [0, 1]
     assert by_class.ranks == full.ranks
     assert full.ranks[0]["finish_ns"] != full.ranks[1]["finish_ns"] or full.ranks[0]["idle_ns"] != full.ranks[1]["idle_ns"]
+
+
+def test_a_group_naming_a_rank_without_a_file_is_refused_not_a_crash(job, tmp_path):
+    """With --no-validate nothing stops a group that names a missing rank before the classes."""
+    work = tmp_path / "set"
+    work.mkdir()
+    for f in job.iterdir():
+        if f.name != "workload.15.et":
+            (work / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ClassesRefused, match=r"group '\d+' has rank 15, which has no file here"):
+        replay_rankset(work, replicas="on", validate=False, record_events=False)
