@@ -2,7 +2,7 @@
 time and peak memory of each, and how far apart their per-rank finish times are.
 
     python bench/bench_side_by_side.py --unaware BIN --aware BIN        # both of ASTRA-sim's backends
-    python bench/bench_side_by_side.py --unaware BIN --ranks 256,1024,4096
+    python bench/bench_side_by_side.py --unaware BIN --ranks 256,1024 --astra-max 1024
     python bench/bench_side_by_side.py --quick                          # smaller jobs, ours only
     python bench/bench_side_by_side.py --unaware BIN --huge 131072      # and a 131,072-rank job by classes
     ASTRA_SIM_CONGESTION_UNAWARE=BIN ASTRA_SIM_CONGESTION_AWARE=BIN make bench
@@ -105,13 +105,29 @@ def measured(argv: list[str], cwd: Path) -> tuple[str, float, float, float]:
     return out.stdout, wall, float(line[2]), int(line[1]) / 1024
 
 
-def side_by_side(name: str, work: Path, n: int, model: str, astra: str | None, replicas: str = "auto") -> dict:
-    """One line: ours (`--replicas` as given) against ASTRA-sim; returns our per-rank rows."""
+def astra_run(work: Path, astra: str) -> tuple[dict[int, int], str, float]:
+    """ASTRA-sim on the set in `work`: its finish per rank, the figures printed, its CPU seconds."""
+    groups = work / "w" / "comm_group.json"
+    text, rwall, rcpu, rmb = measured([astra, f"--workload-configuration={work / 'w' / 'w'}",
+                                       "--system-configuration=system.json",
+                                       "--remote-memory-configuration=memory.json",
+                                       "--network-configuration=network.yml",
+                                       *([f"--comm-group-configuration={groups}"] if groups.exists() else [])], work)
+    return ({int(r): int(ns) for r, ns in FINISHED.findall(text)}, f"{rwall:7.2f} / {rcpu:7.2f} s / {rmb:6.0f} MB",
+            rcpu)
+
+
+def prepare(work: Path) -> None:
     (work / "system.json").write_text(json.dumps(SYSTEM))
     (work / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     groups = work / "w" / "comm_group.json"
     if groups.exists() and not json.loads(groups.read_text()):
         groups.unlink()  # ASTRA-sim refuses an empty one
+
+
+def side_by_side(name: str, work: Path, n: int, model: str, reference: tuple | None, replicas: str = "auto") -> dict:
+    """One line: ours (`--replicas` as given) against ASTRA-sim's run (`astra_run`, None: not
+    run); returns our per-rank rows."""
     out, wall, cpu, mb = measured([str(BIN / "trace-replay"), str(work / "w"), "--network", "network.yml",
                                    "--system", "system.json", "--network-model", model, "--json",
                                    "--replicas", replicas], work)
@@ -123,15 +139,8 @@ def side_by_side(name: str, work: Path, n: int, model: str, astra: str | None, r
     elif replicas == "off":
         name = f"{name}, all"
     ref_text, ratio, diff = "-", "-", "-"
-    if astra:
-        text, rwall, rcpu, rmb = measured([astra, f"--workload-configuration={work / 'w' / 'w'}",
-                                           "--system-configuration=system.json",
-                                           "--remote-memory-configuration=memory.json",
-                                           "--network-configuration=network.yml",
-                                           *([f"--comm-group-configuration={groups}"] if groups.exists() else [])],
-                                          work)
-        ref = {int(r): int(ns) for r, ns in FINISHED.findall(text)}
-        ref_text = f"{rwall:7.2f} / {rcpu:7.2f} s / {rmb:6.0f} MB"
+    if reference is not None:
+        ref, ref_text, rcpu = reference
         ratio = f"{rcpu / cpu:.2f}x"
         diff = f"{max(abs(ours[r] - ref[r]) / ref[r] for r in ref):.4%}" if len(ref) == len(ours) else "ranks missing"
     print(f"{model:<19} {name:<11} {n:>6}  {wall:7.2f} / {cpu:7.2f} s / {mb:6.0f} MB  {ref_text:>31}  {ratio:>7}  "
@@ -149,6 +158,7 @@ def huge(ranks: int) -> None:
         made = time.perf_counter() - t0
         (work / "network.yml").write_text(network([("Ring", 8, 50.0, 500.0), ("Switch", ranks // 8, 25.0, 700.0)]))
         print(f"(generated in {made:.0f} s)", flush=True)
+        prepare(work)
         side_by_side("gpt", work, ranks, "congestion-unaware", None)
 
 
@@ -158,7 +168,10 @@ def main() -> int:
                     help="AstraSim_Analytical_Congestion_Unaware (default: $ASTRA_SIM_CONGESTION_UNAWARE)")
     ap.add_argument("--aware", default=os.environ.get("ASTRA_SIM_CONGESTION_AWARE"),
                     help="AstraSim_Analytical_Congestion_Aware (default: $ASTRA_SIM_CONGESTION_AWARE)")
-    ap.add_argument("--ranks", default="256,1024", help="the congestion-unaware GPT's rank counts (multiples of 64)")
+    ap.add_argument("--ranks", default="256,1024,4096,16384",
+                    help="the congestion-unaware GPT's rank counts (multiples of 64)")
+    ap.add_argument("--astra-max", type=int, default=4096,
+                    help="the largest rank count ASTRA-sim runs at (16,384 ranks take it about half an hour)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--huge", type=int, default=0, metavar="RANKS",
                     help="also a GPT of this many ranks (e.g. 131072), replayed by its replica classes, ours only")
@@ -174,8 +187,12 @@ def main() -> int:
             work = Path(tmp)
             gpt(work, 8, n // 32, 4)
             (work / "network.yml").write_text(network([("Ring", 8, 50.0, 500.0), ("Switch", n // 8, 25.0, 700.0)]))
-            by_class = side_by_side("gpt", work, n, "congestion-unaware", args.unaware)
-            whole = side_by_side("gpt", work, n, "congestion-unaware", args.unaware, replicas="off")
+            prepare(work)
+            reference = astra_run(work, args.unaware) if args.unaware and n <= args.astra_max else None
+            if args.unaware and reference is None:
+                print(f"(ASTRA-sim not run at {n:,} ranks: about half an hour; --astra-max {n} runs it)")
+            by_class = side_by_side("gpt", work, n, "congestion-unaware", reference)
+            whole = side_by_side("gpt", work, n, "congestion-unaware", reference, replicas="off")
             print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
                   f"{by_class == whole}", flush=True)
     if args.huge:
@@ -185,7 +202,8 @@ def main() -> int:
             work = Path(tmp)
             n = (gpt(work, 2, 2, 2) if args.quick else gpt(work, 4, 8, 2)) if name == "gpt" else chain(work, args.quick)
             (work / "network.yml").write_text(network([("Switch", n, 50.0, 500.0)]))
-            side_by_side(name, work, n, "congestion-aware", args.aware)
+            prepare(work)
+            side_by_side(name, work, n, "congestion-aware", astra_run(work, args.aware) if args.aware else None)
     print("CPU x: ASTRA-sim's CPU time over ours (above 1: ours is faster); ours validates the rank set first, "
           "as trace-replay does by default.")
     return 0
