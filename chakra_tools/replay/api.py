@@ -251,7 +251,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         _warn_network_larger(path, set(files), backend, on_warning)
     run = dict(groups=groups, modes=modes, limits=limits, record_events=record_events,
                memory_on_comm=memory_on_comm, absent_peers=absent_peers)
-    classes, declined = _replica_classes(files, groups, backend, modes, replicas, absent_peers)
+    classes, declined = _replica_classes(path, files, groups, backend, modes, replicas, absent_peers)
     result = None
     if classes is not None:
         feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present)
@@ -259,7 +259,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
             result = run_replay(path, feeders, backend, classes=classes, **run)
         except ClassesRefused as e:
             if replicas == "on":
-                raise ClassesRefused(f"--replicas on: {e} (--replicas off replays every rank)") from e
+                raise ClassesRefused(f"{path}: --replicas on: {e} (--replicas off replays every rank)") from e
             declined, backend = str(e), spec.backend(npus + 1, str(path))  # the model starts afresh
     if result is None:
         feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window)
@@ -278,8 +278,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     return result
 
 
-def _replica_classes(files: Mapping[int, Path], groups: Mapping[str, tuple[int, ...]], backend, modes: CaptureModes,
-                     replicas: str, absent_peers: bool) -> tuple[Classes | None, str | None]:
+def _replica_classes(path: str | Path, files: Mapping[int, Path], groups: Mapping[str, tuple[int, ...]], backend,
+                     modes: CaptureModes, replicas: str, absent_peers: bool) -> tuple[Classes | None, str | None]:
     """(the classes to replay by, None) or (None, why not; None where not asked)."""
     if replicas == "off" or (replicas == "auto" and len(files) < AUTO_RANKS):
         return None, None
@@ -293,7 +293,7 @@ def _replica_classes(files: Mapping[int, Path], groups: Mapping[str, tuple[int, 
     except ClassesRefused as e:
         why = str(e)
     if replicas == "on":
-        raise ClassesRefused(f"--replicas on: {why} (--replicas off replays every rank)")
+        raise ClassesRefused(f"{path}: --replicas on: {why} (--replicas off replays every rank)")
     return None, why
 
 

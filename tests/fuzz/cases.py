@@ -564,7 +564,8 @@ def _case_legacy(rng, seeds, inp, out, ordinal) -> Case:
 
 def _case_api(rng, seeds, inp, out, ordinal) -> Case:
     """`chakra_tools.replay.replay_rankset` on a damaged rank set (the `et` kind's damage; every
-    4th case a small rank file cut at the next byte offset), its result sometimes written."""
+    4th case a small rank file cut at the next byte offset), its result sometimes written; every
+    third by replica classes (`replicas="on"`: classes or a refusal that says why)."""
     if ordinal % 4 == 0:
         rs, victim, at = _cut_point(seeds.ranksets, ordinal // 4)
         data, what = mu.cut_at(rs.files[victim], at)
@@ -574,17 +575,19 @@ def _case_api(rng, seeds, inp, out, ordinal) -> Case:
     _write_set(rs, inp, files)
     validate = rng.random() < 0.5
     target = out / "r.json" if rng.random() < 0.5 else None
-    call = functools.partial(_replay_api, inp, validate, target)
-    line = [f"replay_rankset({str(inp)!r}, validate={validate})"] + ([f"result.write({str(target)!r})"] if target else [])
+    replicas = ("auto", "on", "off")[ordinal % 3]  # by ordinal: the seed's draws stay as they were
+    call = functools.partial(_replay_api, inp, validate, target, replicas)
+    line = ([f"replay_rankset({str(inp)!r}, validate={validate}, replicas={replicas!r})"]
+            + ([f"result.write({str(target)!r})"] if target else []))
     return Case("api", what, "api", line, [target] if target else [], [victim, "comm_group.json"],
                 validating=validate, call=call)
 
 
-def _replay_api(path: Path, validate: bool, target: Path | None) -> None:
+def _replay_api(path: Path, validate: bool, target: Path | None, replicas: str = "auto") -> None:
     from chakra_tools.replay import replay_rankset
 
     heard = []
-    result = replay_rankset(path, validate=validate, on_warning=heard.append)
+    result = replay_rankset(path, validate=validate, on_warning=heard.append, replicas=replicas)
     result.table()
     if target is not None:
         result.write(target)
