@@ -183,3 +183,40 @@ def test_a_group_naming_a_rank_without_a_file_is_refused_not_a_crash(job, tmp_pa
             (work / f.name).write_bytes(f.read_bytes())
     with pytest.raises(ClassesRefused, match=r"group '\d+' has rank 15, which has no file here"):
         replay_rankset(work, replicas="on", validate=False, record_events=False)
+
+
+def test_random_jobs_networks_and_algorithms_by_classes_equal_the_full_replay(tmp_path, monkeypatch):
+    """A differential check over random GPT layouts, networks of 1-4 dimensions of every topology,
+    every collective algorithm, both optimizations and both start rules: every set replayed by
+    classes gives the full replay's rows, and where the model sets replicas apart (trees) the
+    replay falls back to every rank."""
+    import json
+    import random
+
+    monkeypatch.setattr(api, "AUTO_RANKS", 2)
+    rng = random.Random(7)
+    used = {"classes": 0, "all": 0}
+    for case in range(16):
+        tp, dp, pp, mb = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([1, 2]), rng.choice([1, 2])
+        n = tp * dp * pp
+        work = tmp_path / f"c{case}"
+        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=mb * dp * 2, vocab=1024, tp=tp,
+                                   dp=dp, pp=pp, microbatches=mb, zero=rng.choice([0, 1, 2]))).write(work)
+        dims, left = [], n
+        while left > 1:
+            d = rng.choice([x for x in (2, 4) if left % x == 0])
+            dims.append(d)
+            left //= d
+        net = network(tmp_path, [rng.choice(["Ring", "Switch", "FullyConnected"]) for _ in dims], dims, f"n{case}.yml")
+        algos = rng.choice([["ring"], ["direct"], ["halvingDoubling"], ["doubleBinaryTree"], ["ring"] * len(dims)])
+        system = tmp_path / f"s{case}.json"
+        system.write_text(json.dumps({
+            "endpoint-delay": 10, "active-chunks-per-dimension": 1, "preferred-dataset-splits": rng.choice([1, 4]),
+            "collective-optimization": rng.choice(["localBWAware", "baseline"]), "local-mem-bw": 1600,
+            **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}))
+        spec, modes = SystemSpec(network=net, system=system), api.CaptureModes(coll_start=rng.choice(["arrival", "last"]))
+        full = replay_rankset(work, spec, replicas="off", record_events=False, modes=modes)
+        auto = replay_rankset(work, spec, record_events=False, modes=modes)
+        assert auto.ranks == full.ranks, (case, tp, dp, pp, dims, algos)
+        used["classes" if isinstance(auto.config["replicas"]["replayed"], list) else "all"] += 1
+    assert used["classes"] >= 10, used
