@@ -251,6 +251,11 @@ def from_replay(path: str | Path) -> EventSet:
     if (doc.config.get("modes") or {}).get("host_time") == "timeline":
         es.notes.append("host ops re-timed from the recorded timeline (--host-time timeline): each holds "
                         "the untraced time that followed it, so its time is more than its measured self time")
+    classes = doc.config.get("replicas") or {}
+    if isinstance(classes.get("replayed"), list):
+        es.notes.append(f"replayed {len(classes['replayed']):,} of {classes['ranks']:,} ranks, one per class of "
+                        "replicas (trace-replay --replicas): every rank's breakdown is exact; the events, operators, "
+                        "communication and critical path are the replayed ranks'")
     es.comms = [CommRecord(r, c.name, c.comm_type, c.bytes, group_label(c.pg, c.ranks), c.node_id)
                 for c in doc.collectives for r in (c.ranks or (-1,))]
     return es

@@ -220,3 +220,12 @@ def test_random_jobs_networks_and_algorithms_by_classes_equal_the_full_replay(tm
         assert auto.ranks == full.ranks, (case, tp, dp, pp, dims, algos)
         used["classes" if isinstance(auto.config["replicas"]["replayed"], list) else "all"] += 1
     assert used["classes"] >= 10, used
+
+
+def test_the_report_says_which_ranks_ran(job, tmp_path):
+    from chakra_tools.visualize.sources import from_replay
+
+    replay_rankset(job, replicas="on").write(tmp_path / "r.json")
+    es = from_replay(tmp_path / "r.json")
+    assert any(n.startswith("replayed 2 of 16 ranks, one per class of replicas") for n in es.notes)
+    assert sorted(es.breakdown) == list(range(16))  # every rank's row
