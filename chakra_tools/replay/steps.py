@@ -216,9 +216,9 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
 
     if len(steps) == 2 and steps[0].per_packet:
         return _per_packet_phase(starts, steps, transfer)
-    together = _in_step(starts, steps, transfer)
-    if together is not None:
-        return [together] * n
+    repeating = _periodic(starts, steps, transfer)
+    if repeating is not None:
+        return repeating
     ready = list(starts)
     for step in steps:
         sent = [t + step.pre_ns for t in ready]
@@ -230,24 +230,44 @@ def staggered_phase(starts: Sequence[int], steps: Sequence[Step], ctx: PhaseCont
     return ready
 
 
-def _in_step(starts: Sequence[int], steps: Sequence[Step], transfer: Callable[[int, int, int], int]) -> int | None:
-    """The end of a ring phase whose members start together and whose every link takes a
-    message in the same time: they then stay together, each step taking its wait, one transfer
-    and its delay (what the general loop gives, in O(steps) instead of O(steps x members): a
-    data-parallel group of thousands). None where that does not hold."""
+def _periodic(starts: Sequence[int], steps: Sequence[Step],
+              transfer: Callable[[int, int, int], int]) -> list[int] | None:
+    """Each member's end of a ring phase whose starts repeat every p members (p dividing the
+    ring: all equal, or a data-parallel ring of replicas that arrive in turn) and whose every link
+    takes a message in the same time: a step then keeps the pattern (a member waits for its
+    predecessor, whose start is the one p places back), so p members are computed in place of n,
+    O(steps x p) instead of O(steps x n): a ring of thousands. None where that does not hold."""
     n = len(starts)
-    if n < 2 or min(starts) != max(starts) or any(s.peers != "prev" for s in steps):
+    if n < 2 or any(s.peers != "prev" for s in steps):
+        return None
+    p = _period(starts)
+    if p == n:
         return None
     per_msg = {}
     for msg in {s.msg for s in steps}:
         times = {transfer((i - 1) % n, i, msg) for i in range(n)}
         if len(times) != 1:
             return None
-        per_msg[msg] = max(0, times.pop())
-    t = starts[0]
+        per_msg[msg] = times.pop()
+    ready = list(starts[:p])
     for s in steps:
-        t += s.pre_ns + per_msg[s.msg] + s.post_ns
-    return t
+        sent = [t + s.pre_ns for t in ready]
+        hop = per_msg[s.msg]
+        ready = [max(sent[i], sent[i - 1] + hop) + s.post_ns for i in range(p)]
+    return [ready[i % p] for i in range(n)]
+
+
+def _period(xs: Sequence[int]) -> int:
+    """The least p dividing len(xs) with xs[i] == xs[i - p] throughout (len(xs): none shorter).
+
+    >>> _period([5, 7, 5, 7, 5, 7]), _period([1, 2, 3]), _period([4, 4])
+    (2, 3, 1)
+    """
+    n = len(xs)
+    for p in range(1, n):
+        if n % p == 0 and all(xs[i] == xs[i - p] for i in range(p, n)):
+            return p
+    return n
 
 
 def _per_packet_phase(starts: Sequence[int], steps: Sequence[Step],

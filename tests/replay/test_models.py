@@ -313,19 +313,22 @@ def test_a_short_implementation_list_spans_only_its_dimensions():
         CommType.ALL_REDUCE, 1 << 20, list(range(8)), [True, False])
 
 
-@pytest.mark.parametrize("n, hops", [(4, None), (64, None), (6, {(5, 0): 3})])
-def test_a_ring_phase_in_step_takes_what_the_step_by_step_loop_takes(n, hops):
-    """Members that start together on links of one time stay together (the O(steps) shortcut);
-    one longer link (a ring closing over 3 hops) sets them apart, and then the loop runs."""
+@pytest.mark.parametrize("n, hops, period", [(4, None, 1), (64, None, 1), (6, {(5, 0): 3}, 1), (12, None, 2),
+                                             (12, None, 3), (12, None, 12), (8, {(7, 0): 2}, 2)])
+def test_a_ring_phase_whose_starts_repeat_takes_what_the_step_by_step_loop_takes(n, hops, period):
+    """Members whose starts repeat every p on links of one time keep the pattern (computed for p
+    members, `steps._periodic`); one longer link (a ring closing over more hops) breaks it, and then
+    the loop runs."""
     from chakra_tools.replay.config import Dim
 
     ctx = C.PhaseContext(Dim("Switch", n, 50.0, 500.0), delay_ns=10, local_mem_bw_gbps=1600)
     steps, _ = S.ring_reduce_scatter_steps(n, 1 << 20, ctx)
     link = lambda j, i, m: ctx.net(m, (hops or {}).get((j, i), 1))  # noqa: E731
-    got = S.staggered_phase([100] * n, steps, ctx, link)
-    ready = [100] * n  # the general loop, written out
+    starts = [100 + 37 * (i % period) for i in range(n)]
+    got = S.staggered_phase(starts, steps, ctx, link)
+    ready = list(starts)  # the general loop, written out
     for s in steps:
         sent = [t + s.pre_ns for t in ready]
         ready = [max(sent[i], sent[(i - 1) % n] + link((i - 1) % n, i, s.msg)) + s.post_ns for i in range(n)]
     assert got == ready
-    assert (len(set(got)) == 1) == (hops is None)
+    assert (len(set(got)) == 1) == (hops is None and period == 1)
