@@ -11,9 +11,9 @@ Exact, not approximate, and checked at both ends:
 
 - *before*: each rank file's shape (`hotloops.shape_of`: every byte of its nodes but the groups and
   ranks they name) and the job's groups are refined into classes (colour refinement: a rank's
-  class is its shape, the classes of its groups' members in order and of its peers, with the
-  groups' and messages' places on the network); then `find_classes` checks what the replay of
-  the representatives relies on (`Classes.check`): a rank and its representative name, slot by
+  class is its shape, the classes of its groups' members in order, its neighbours in each group
+  and its peers, with the groups' and messages' places on the network); then `find_classes`
+  checks what the replay of the representatives relies on (`_check`): a rank and its representative name, slot by
   slot, groups of the same length and places whose members have the same representatives, and
   peers likewise; the representatives' peers are representatives; an absent member of a group a
   representative takes part in has its representative in that group.
