@@ -131,8 +131,8 @@ class ReplayResult:
         self.config = config
         self.diagnostics = diagnostics
         per_rank: dict[int, dict[int, list]] = {r: {} for r in world}
-        for i in range(len(self.ev_node)):
-            per_rank[self.ev_rank[i]].setdefault(self.ev_lane[i], []).append((self.ev_start[i], self.ev_end[i]))
+        for rank, lane, start, end in zip(self.ev_rank, self.ev_lane, self.ev_start, self.ev_end):
+            per_rank[rank].setdefault(lane, []).append((start, end))
         starts = start_ns or {}
         self.ranks = [self._rank_stats(r, per_rank[r], starts.get(r, 0)) for r in world]
         self.makespan_ns = max((r["finish_ns"] for r in self.ranks), default=0)
@@ -153,7 +153,7 @@ class ReplayResult:
     def _critical_path(self) -> list[int]:
         if not len(self.ev_end):
             return []
-        last = max(range(len(self.ev_end)), key=lambda i: (self.ev_end[i], -i))
+        last = self.ev_end.index(max(self.ev_end))  # the latest end; of equal ones, the first event
         path, seen = [], set()
         ev = last
         while ev >= 0 and ev not in seen:
