@@ -4,7 +4,7 @@ time and peak memory of each, and how far apart their per-rank finish times are.
     python bench/bench_side_by_side.py --unaware BIN --aware BIN        # both of ASTRA-sim's backends
     python bench/bench_side_by_side.py --unaware BIN --ranks 256,1024 --astra-max 1024
     python bench/bench_side_by_side.py --quick                          # smaller jobs, ours only
-    python bench/bench_side_by_side.py --unaware BIN --huge 131072      # and a 131,072-rank job by classes
+    python bench/bench_side_by_side.py --unaware BIN --huge 0           # without the 131,072-rank job
     ASTRA_SIM_CONGESTION_UNAWARE=BIN ASTRA_SIM_CONGESTION_AWARE=BIN make bench
 
 The binaries are ASTRA-sim 518bd51's `AstraSim_Analytical_Congestion_Unaware` and `_Aware`
@@ -173,8 +173,9 @@ def main() -> int:
     ap.add_argument("--astra-max", type=int, default=4096,
                     help="the largest rank count ASTRA-sim runs at (16,384 ranks take it about half an hour)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--huge", type=int, default=0, metavar="RANKS",
-                    help="also a GPT of this many ranks (e.g. 131072), replayed by its replica classes, ours only")
+    ap.add_argument("--huge", type=int, default=None, metavar="RANKS",
+                    help="also a GPT of this many ranks replayed by its replica classes, ours only (default "
+                         "131072: about 3 minutes to write, 1.2 GB; 0 skips it; --quick skips it)")
     args = ap.parse_args()
     for label, given in (("congestion_unaware", args.unaware), ("congestion_aware", args.aware)):
         if not given:
@@ -195,8 +196,9 @@ def main() -> int:
             whole = side_by_side("gpt", work, n, "congestion-unaware", reference, replicas="off")
             print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
                   f"{by_class == whole}", flush=True)
-    if args.huge:
-        huge(args.huge)
+    huge_ranks = args.huge if args.huge is not None else (0 if args.quick else 131072)
+    if huge_ranks:
+        huge(huge_ranks)
     for name in ("gpt", "chain"):
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
