@@ -306,7 +306,9 @@ class ReplayResult:
                 runs.append([r["rank"], r["rank"], figures])
         for first, last, figures in runs:
             rows.append(f"{first if first == last else f'{first}-{last}':>11} {figures}")
-        rows.append(f"makespan {self.makespan_ns / per:.3f} {unit}; {len(self.collectives)} collectives; critical "
+        by_class = isinstance((self.config.get("replicas") or {}).get("replayed"), list)
+        rows.append(f"makespan {self.makespan_ns / per:.3f} {unit}; {len(self.collectives)} collectives"
+                    f"{' of the ranks replayed' if by_class else ''}; critical "
                     f"path {len(self.critical_path)} nodes, {self.critical_path_ns() / per:.3f} {unit} busy")
         return "\n".join(rows)
 
