@@ -35,6 +35,43 @@ def open_binary(path: str | Path) -> BinaryIO:
     return f
 
 
+#: protobuf wire types: a varint, a fixed 64-bit value, a length-delimited one, a fixed 32-bit value
+VARINT, I64, LEN, I32 = 0, 1, 2, 5
+_U64 = (1 << 64) - 1
+
+
+def message_fields(msg: bytes) -> list[tuple[int, int, int | bytes, int]]:
+    """(field number, wire type, value, end) of a message's top-level fields: varints as ints, fixed
+    32/64-bit values as their bytes, length-delimited ones as bytes; `end`, where the field ends
+    (its own bytes are msg[the field before's end:end]). ValueError if malformed."""
+    out, pos, n = [], 0, len(msg)
+    while pos < n:
+        tag, pos = decode_varint(msg, pos)
+        if tag < 0:
+            raise ValueError("message ends inside a tag")
+        num, wire = tag >> 3, tag & 7
+        if wire == VARINT:
+            value, pos = decode_varint(msg, pos)
+            if value < 0:
+                raise ValueError("message ends inside a varint")
+            if value > _U64:
+                raise ValueError(f"field {num}: varint past 64 bits")
+        elif wire == LEN:
+            length, pos = decode_varint(msg, pos)
+            if length < 0 or pos + length > n:
+                raise ValueError("length-delimited field runs past the message")
+            value, pos = msg[pos:pos + length], pos + length
+        elif wire in (I64, I32):
+            size = 8 if wire == I64 else 4
+            if pos + size > n:
+                raise ValueError("fixed-size field runs past the message")
+            value, pos = msg[pos:pos + size], pos + size
+        else:
+            raise ValueError(f"wire type {wire} is not used by Chakra")
+        out.append((num, wire, value, pos))
+    return out
+
+
 def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Decode a varint at `pos`; returns (value, next pos), or (-1, pos) if `buf` ends inside it."""
     result = shift = 0

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from . import encoder, native
-from .framing import decode_varint
-from .model import CONTRACT, CommType, Node, NodeType
+from .framing import LEN, decode_varint, message_fields
+from .model import CONTRACT, INTEGER_KINDS, CommType, Node, NodeType
 
 #: the compiled module, or None (not built, or not wanted)
 COMPILED = native.load("chakra_tools.core._hotloops")
@@ -70,7 +70,13 @@ def _scan_frames_twin(buf: bytes, pos: int, first: int, count: int, pgs, sink: l
 
 
 def _shape_of_twin(buf: bytes, pos: int) -> tuple[int, int, list] | None:
-    """`_hotloops.shape_of` in Python, field by field: the same lanes, the same refs."""
+    """`_hotloops.shape_of` in Python: the same lanes over the same bytes and the same refs, each
+    node's fields walked by `framing.message_fields` and its attributes read by protobuf (on a
+    malformed file the two may give up at different places)."""
+    from google.protobuf.message import DecodeError
+
+    from .schema import et_def_pb2 as pb
+
     a, b, refs = 0xcbf29ce484222325, 0x84222325cbf29ce4, []
     mask = (1 << 64) - 1
 
@@ -88,80 +94,27 @@ def _shape_of_twin(buf: bytes, pos: int) -> tuple[int, int, list] | None:
                 return None
             a = (a * 0x9E3779B97F4A7C15 + 1) & mask  # a frame begins (lanes_frame)
             b = ((b << 17 | b >> 47) & mask) ^ 0x85EBCA77C2B2AE63
-            q, end = start, start + size
-            while q < end:
-                at = q
-                field, wire, value, q = _field(buf, q, end)
-                attr = _attr(buf, *value) if field == 10 and wire == 2 else None
-                ref = None if attr is None else _REFS.get(attr[0])
+            msg, at = buf[start:start + size], 0
+            for num, wire, value, end in message_fields(msg):
+                attr = pb.AttributeProto.FromString(value) if num == 10 and wire == LEN else None
+                ref = None if attr is None else _REFS.get(attr.name)
                 if ref is None:
-                    add(buf[at:q])
-                    continue
-                name, kind, raw = attr
-                add(name)
-                if ref == "pg" and kind == 29:
-                    refs.append(buf[raw[0]:raw[1]].decode())
-                elif ref == "rank" and kind in _INT_VALUE:
-                    refs.append(_INT_VALUE[kind](raw))
+                    add(msg[at:end])
                 else:
-                    return None
-            pos = end
-    except (ValueError, IndexError, UnicodeDecodeError):
+                    kind = attr.WhichOneof("value")
+                    if not (kind == "string_val" if ref == "pg" else kind in INTEGER_KINDS):
+                        return None
+                    add(attr.name.encode())
+                    refs.append(getattr(attr, kind))
+                at = end
+            pos = start + size
+    except (ValueError, DecodeError):
         return None
     return a, b, refs
 
 
 #: the attributes whose values name ranks or groups (shape_of lists them instead of hashing them)
-_REFS = {b"pg_name": "pg", b"comm_src": "rank", b"comm_dst": "rank"}
-
-
-def _signed(bits: int):
-    return lambda v: (v & ((1 << bits) - 1)) - ((v >> (bits - 1) & 1) << bits)
-
-
-def _zigzag(bits: int):
-    return lambda v: ((v & ((1 << bits) - 1)) >> 1) ^ -(v & 1)
-
-
-#: AttributeProto's integer kinds (by field number): the raw varint or fixed value -> the int
-_INT_VALUE = {7: _signed(32), 9: _signed(64), 11: lambda v: v & 0xFFFFFFFF, 13: lambda v: v,
-              15: _zigzag(32), 17: _zigzag(64), 19: lambda v: v, 21: lambda v: v, 23: _signed(32), 25: _signed(64)}
-
-
-def _field(buf: bytes, pos: int, end: int) -> tuple[int, int, object, int]:
-    """(field number, wire type, value, next pos) of the field at pos: a varint or fixed value as
-    an int, a length-delimited one as its (start, end)."""
-    key, pos = decode_varint(buf, pos)
-    field, wire = key >> 3, key & 7
-    if key < 0 or field == 0:
-        raise ValueError("malformed field")
-    if wire == 0:
-        value, pos = decode_varint(buf, pos)
-        if value < 0:
-            raise ValueError("truncated varint")
-    elif wire in (1, 5):
-        width = 8 if wire == 1 else 4
-        value, pos = int.from_bytes(buf[pos:pos + width], "little"), pos + width
-    elif wire == 2:
-        size, pos = decode_varint(buf, pos)
-        value, pos = (pos, pos + size), pos + size
-    else:
-        raise ValueError(f"wire type {wire}")
-    if pos > end or (wire == 2 and size < 0):
-        raise ValueError("field past its message")
-    return field, wire, value, pos
-
-
-def _attr(buf: bytes, start: int, end: int) -> tuple[bytes, int, object]:
-    """An AttributeProto's (name, kind's field number, value): the last value field wins."""
-    name, kind, value = b"", 0, None
-    while start < end:
-        field, _, value_here, start = _field(buf, start, end)
-        if field == 1:
-            name = buf[value_here[0]:value_here[1]]
-        elif 3 <= field <= 32:
-            kind, value = field, value_here
-    return name, kind, value
+_REFS = {"pg_name": "pg", "comm_src": "rank", "comm_dst": "rank"}
 
 
 def _node_parses_twin(msg: bytes) -> bool:

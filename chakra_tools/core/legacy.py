@@ -41,14 +41,14 @@ import struct
 from pathlib import Path
 
 from .errors import TraceReadError
-from .framing import decode_varint, iter_frames, open_binary
+from .framing import I32 as _I32, I64 as _I64, LEN as _LEN, VARINT as _VARINT
+from .framing import decode_varint, iter_frames, message_fields, open_binary
 from .model import CONTRACT, Attr, CommType, IOInfo, Node, NodeType, make_attr
 
 FORMAT = "legacy Chakra ET (proto2-era, 2023: attributes in field 11, dependencies in `parent`)"
 LEGACY_COMM_TYPES = {0: CommType.ALL_REDUCE, 1: CommType.ALL_TO_ALL, 2: CommType.ALL_GATHER,
                      3: CommType.REDUCE_SCATTER, 4: CommType.BROADCAST}
 _RENAMES = {"src": "comm_src", "dst": "comm_dst"}
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _WIRE_NAMES = {_VARINT: "a varint", _I64: "a 64-bit value", _LEN: "length-delimited", _I32: "a 32-bit value"}
 _U64 = (1 << 64) - 1
 #: an integer written as text (ASCII digits only: int() also takes "٣"), at most 20 digits
@@ -59,34 +59,9 @@ _RANGES = {"int32_val": (-(1 << 31), (1 << 31) - 1), "int64_val": (-(1 << 63), (
 
 
 def fields(msg: bytes) -> list[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of a message's top-level fields: varints as ints, fixed
-    32/64-bit values as their bytes, length-delimited ones as bytes. ValueError if malformed."""
-    out, pos, n = [], 0, len(msg)
-    while pos < n:
-        tag, pos = decode_varint(msg, pos)
-        if tag < 0:
-            raise ValueError("message ends inside a tag")
-        num, wire = tag >> 3, tag & 7
-        if wire == _VARINT:
-            value, pos = decode_varint(msg, pos)
-            if value < 0:
-                raise ValueError("message ends inside a varint")
-            if value > _U64:
-                raise ValueError(f"field {num}: varint past 64 bits")
-        elif wire == _LEN:
-            length, pos = decode_varint(msg, pos)
-            if length < 0 or pos + length > n:
-                raise ValueError("length-delimited field runs past the message")
-            value, pos = msg[pos:pos + length], pos + length
-        elif wire in (_I64, _I32):
-            size = 8 if wire == _I64 else 4
-            if pos + size > n:
-                raise ValueError("fixed-size field runs past the message")
-            value, pos = msg[pos:pos + size], pos + size
-        else:
-            raise ValueError(f"wire type {wire} is not used by Chakra")
-        out.append((num, wire, value))
-    return out
+    """(field number, wire type, value) of a message's top-level fields (`framing.message_fields`
+    without where each ends). ValueError if malformed."""
+    return [(num, wire, value) for num, wire, value, _ in message_fields(msg)]
 
 
 def is_legacy_node(msg: bytes) -> bool:
