@@ -37,7 +37,7 @@ from chakra_tools.core.errors import ChakraToolsError
 from chakra_tools.core.framing import decode_varint, looks_like_metadata, open_binary
 
 from .backend import AnalyticalBackend
-from .timing import Staggered
+from .timing import Modelled, Staggered
 
 
 class ClassesRefused(ChakraToolsError):
@@ -255,20 +255,20 @@ class Mirrored(Staggered):
         self.last = last
 
     def collective_ns(self, members: Sequence[tuple], group: tuple[int, ...], size: int) -> list[int]:
-        first = members[0][2]
         if self.last:
-            return [self.backend.collective_ns(first.comm_type or 0, size, group, first.involved_dim)] * len(members)
-        arrival = {m[0]: m[4] for m in members}
-        now = max(arrival.values())
-        ends = self.backend.collective_finish_ns(first.comm_type or 0, size, group, first.involved_dim,
-                                                 [arrival.get(r, arrival.get(self.mirror.get(r))) for r in group])
-        end_of = dict(zip(group, ends))
+            return Modelled.collective_ns(self, members, group, size)
+        end_of, now = self.ends(self.backend.collective_finish_ns, members, group, size)
+        present = {m[0] for m in members}
         for r, t in end_of.items():
             m = self.mirror.get(r)
-            if m is not None and m in arrival and t != end_of[m]:
+            if m in present and t != end_of[m]:
+                first = members[0][2]
                 raise ClassesRefused(f"collective {first.name!r} on group {first.pg_name!r}: the network model "
                                      f"ends rank {r} at {t} ns and rank {m}, whose replica it is, at {end_of[m]} ns")
         return [end_of[m[0]] - now for m in members]
+
+    def arrival_of(self, rank: int, arrival: Mapping[int, int], now: int) -> int:
+        return arrival.get(rank, arrival.get(self.mirror.get(rank)))
 
 
 def expand(result, classes: Classes) -> None:

@@ -105,13 +105,21 @@ class Staggered(Modelled):
         finish = getattr(self.backend, "collective_finish_ns", None)
         if finish is None:
             return super().collective_ns(members, group, size)
+        end_of, now = self.ends(finish, members, group, size)
+        return [end_of[m[0]] - now for m in members]
+
+    def ends(self, finish, members: Sequence[tuple], group: tuple[int, ...], size: int) -> tuple[dict[int, int], int]:
+        """({every rank of `group`: its finish}, the last arrival), from the backend's `finish`."""
         first = members[0][2]
         arrival = {m[0]: m[4] for m in members}
         now = max(arrival.values())
-        # a rank not in the set (Replayer's absent_peers) arrives with the last one present
-        ends = finish(first.comm_type or 0, size, group, first.involved_dim, [arrival.get(r, now) for r in group])
-        end_of = dict(zip(group, ends))
-        return [end_of[m[0]] - now for m in members]
+        ends = finish(first.comm_type or 0, size, group, first.involved_dim,
+                      [self.arrival_of(r, arrival, now) for r in group])
+        return dict(zip(group, ends)), now
+
+    def arrival_of(self, rank: int, arrival: Mapping[int, int], now: int) -> int:
+        """When `rank` joined; a rank not in the set (Replayer's absent_peers) with the last one present."""
+        return arrival.get(rank, now)
 
 
 class Captured(Modelled):
