@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
 from chakra_tools.feed.feeder import ETFeeder
@@ -25,7 +24,7 @@ from .config import default_network
 from .congestion import CapturedCongestionAware, CongestionAware
 from .library import LibraryBackend
 from .sharing import SharedUplinks
-from .replicas import Classes, ClassesRefused, Mirrored, expand, find_classes, read_shape, refusal
+from .replicas import REPLICAS, Classes, ClassesRefused, Mirrored, classes_for, expand, on_refused
 from .engine import Replayer
 from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
 from .fidelity import compare_with_manifest, measured_of
@@ -207,12 +206,6 @@ class RanksetRefused(ChakraToolsError):
 SHOWN_PER_CODE = 10
 
 
-#: `trace-replay --replicas`: auto (classes where the set has `AUTO_RANKS` ranks or more and they
-#: replay exactly, else every rank), on (classes or an error saying why not), off (every rank)
-REPLICAS = ("auto", "on", "off")
-AUTO_RANKS = 256
-
-
 def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                    comm_group: str | Path | None = None, modes: CaptureModes = CaptureModes(),
                    limits: Mapping[str, int] | None = None, memory_on_comm: bool = True,
@@ -251,7 +244,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         _warn_network_larger(path, set(files), backend, on_warning)
     run = dict(groups=groups, modes=modes, limits=limits, record_events=record_events,
                memory_on_comm=memory_on_comm, absent_peers=absent_peers)
-    classes, declined = _replica_classes(path, files, groups, backend, modes, replicas, absent_peers)
+    classes, declined = classes_for(path, files, groups, backend, replicas,
+                                    modelled=modes.modelled and modes.lanes == "kind", absent_peers=absent_peers)
     result = None
     if classes is not None:
         feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present)
@@ -259,7 +253,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
             result = run_replay(path, feeders, backend, classes=classes, **run)
         except ClassesRefused as e:
             if replicas == "on":
-                raise ClassesRefused(f"{path}: --replicas on: {e} (--replicas off replays every rank)") from e
+                raise on_refused(path, str(e)) from e
             declined, backend = str(e), spec.backend(npus + 1, str(path))  # the model starts afresh
     if result is None:
         feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window)
@@ -276,25 +270,6 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
                               "is 0 (a device trace with no host op and no device work?)", file=str(path)))
     return result
-
-
-def _replica_classes(path: str | Path, files: Mapping[int, Path], groups: Mapping[str, tuple[int, ...]], backend,
-                     modes: CaptureModes, replicas: str, absent_peers: bool) -> tuple[Classes | None, str | None]:
-    """(the classes to replay by, None) or (None, why not; None where not asked)."""
-    if replicas == "off" or (replicas == "auto" and len(files) < AUTO_RANKS):
-        return None, None
-    why = refusal(backend, modes.modelled and modes.lanes == "kind")
-    if why is None and absent_peers:
-        why = "--absent-peers assume: the ranks the set lacks are not known to be replicas"
-    try:
-        if why is None:
-            with gc_paused():  # a shape per rank, all kept
-                return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
-    except ClassesRefused as e:
-        why = str(e)
-    if replicas == "on":
-        raise ClassesRefused(f"{path}: --replicas on: {why} (--replicas off replays every rank)")
-    return None, why
 
 
 def _warn_network_larger(path, ranks: set[int], backend, on_warning: Callable[[Diagnostic], None]) -> None:

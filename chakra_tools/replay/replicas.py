@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from chakra_tools.core import hotloops
+from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError
 from chakra_tools.core.framing import decode_varint, looks_like_metadata, open_binary
 
@@ -100,6 +101,37 @@ class Classes:
     def describe(self) -> dict:
         return {"ranks": len(self.present) + len(self.mirror), "replayed": list(self.present),
                 "classes": {str(r): len(ms) for r, ms in self.members().items()}}
+
+
+#: `trace-replay --replicas`: auto (classes where the set has `AUTO_RANKS` ranks or more and they
+#: replay exactly, else every rank), on (classes or an error saying why not), off (every rank)
+REPLICAS = ("auto", "on", "off")
+AUTO_RANKS = 256
+
+
+def classes_for(path: str | Path, files: Mapping[int, Path], groups: Mapping[str, Sequence[int]], backend,
+                replicas: str, *, modelled: bool, absent_peers: bool) -> tuple[Classes | None, str | None]:
+    """What `--replicas` (`REPLICAS`) makes of the rank set at `path`: (the classes to replay by,
+    None) or (None, why not; None where not asked). `modelled`: the replay's timing is the model's."""
+    if replicas == "off" or (replicas == "auto" and len(files) < AUTO_RANKS):
+        return None, None
+    why = refusal(backend, modelled)
+    if why is None and absent_peers:
+        why = "--absent-peers assume: the ranks the set lacks are not known to be replicas"
+    if why is None:
+        try:
+            with gc_paused():  # a shape per rank, all kept
+                return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
+        except ClassesRefused as e:
+            why = str(e)
+    if replicas == "on":
+        raise on_refused(path, why)
+    return None, why
+
+
+def on_refused(path: str | Path, why: str) -> ClassesRefused:
+    """`--replicas on`'s error: the set, and why it does not replay by classes."""
+    return ClassesRefused(f"{path}: --replicas on: {why} (--replicas off replays every rank)")
 
 
 def refusal(backend, modelled: bool) -> str | None:

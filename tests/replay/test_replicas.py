@@ -14,7 +14,7 @@ from chakra_tools.core.etio import TraceReader, write_trace
 from chakra_tools.core.framing import decode_varint
 from chakra_tools.core.graph import find_rank_files
 from chakra_tools.frontends import TransformerConfig, generate
-from chakra_tools.replay import SystemSpec, api, replay_rankset
+from chakra_tools.replay import SystemSpec, api, replay_rankset, replicas
 from chakra_tools.replay.api import comm_groups_of
 from chakra_tools.replay.replicas import ClassesRefused, find_classes, read_shape
 
@@ -66,7 +66,7 @@ def test_a_network_that_sets_replicas_apart_is_found_during_the_replay(job, tmp_
     spec = SystemSpec(network=network(tmp_path, ["Ring"], [16]))
     with pytest.raises(ClassesRefused, match=r"ends rank \d+ at \d+ ns and rank \d+, whose replica it is"):
         replay_rankset(job, spec, replicas="on", record_events=False)
-    monkeypatch.setattr(api, "AUTO_RANKS", 2)
+    monkeypatch.setattr(replicas, "AUTO_RANKS", 2)
     auto = replay_rankset(job, spec, record_events=False)
     full = replay_rankset(job, spec, replicas="off", record_events=False)
     assert auto.ranks == full.ranks
@@ -88,7 +88,7 @@ def test_one_slow_replica_sets_its_peers_apart(job, tmp_path, monkeypatch):
     ns = nodes[slow].attrs["duration_ns"]
     nodes[slow] = nodes[slow]._replace(attrs={**nodes[slow].attrs, "duration_ns": ns._replace(value=ns.value * 3)})
     write_trace(work / "workload.4.et", nodes, reader.metadata)
-    monkeypatch.setattr(api, "AUTO_RANKS", 2)
+    monkeypatch.setattr(replicas, "AUTO_RANKS", 2)
     auto = replay_rankset(work, record_events=False)
     full = replay_rankset(work, replicas="off", record_events=False)
     assert auto.ranks == full.ranks
@@ -193,7 +193,7 @@ def test_random_jobs_networks_and_algorithms_by_classes_equal_the_full_replay(tm
     import json
     import random
 
-    monkeypatch.setattr(api, "AUTO_RANKS", 2)
+    monkeypatch.setattr(replicas, "AUTO_RANKS", 2)
     rng = random.Random(7)
     used = {"classes": 0, "all": 0}
     for case in range(16):
