@@ -955,7 +955,7 @@ static int parse(Ptr p, Py_ssize_t size, const Spec *sp, Parsed *d)
  *         attribute `contract` names (a dict name -> AttributeProto field number) has that kind,
  *         and a communication node has what it needs (validate.P2P_NEEDS), a comm_type of the
  *         enum (0..max_comm_type), no is_cpu_op true, a pg_name that is "", "0" or an ASCII decimal
- *         in `pgs` (a set of names; None: only "" and "0") and, on a collective, no group_size. Each
+ *         in `pgs` (a set of names, or a dict keyed by them: the comm groups; None: only "" and "0") and, on a collective, no group_size. Each
  *         communication node appends to `sink` what the cross-rank checks keep of it:
  *         (7, id, name, pg, comm_type, comm_size) or (5|6, id, name, peer, tag, size); given
  *         `colls` (a dict) and `kinds` (the CommType members by value), a collective's
@@ -1029,7 +1029,7 @@ static int pg_plain(const Parsed *d, PyObject *pgs, PyObject **pg)
     *pg = PyUnicode_FromStringAndSize((const char *)d->pg, d->pg_len);
     if (*pg == NULL)
         return -2;
-    int in = PySet_Contains(pgs, *pg);
+    int in = PyAnySet_Check(pgs) ? PySet_Contains(pgs, *pg) : PyDict_Contains(pgs, *pg);
     if (in == 1)
         return 0;
     Py_CLEAR(*pg);
@@ -1132,7 +1132,7 @@ static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
 {
     PyObject *colls = nargs == 10 ? args[8] : Py_None, *kinds = nargs == 10 ? args[9] : Py_None;
     if ((nargs != 8 && nargs != 10) || !PyBytes_Check(args[0]) || !PyDict_Check(args[4]) || !PyList_Check(args[6])
-        || (args[5] != Py_None && !PyAnySet_Check(args[5]))
+        || (args[5] != Py_None && !PyAnySet_Check(args[5]) && !PyDict_Check(args[5]))
         || (colls != Py_None && (!PyDict_Check(colls) || !PyTuple_Check(kinds)))) {
         PyErr_SetString(PyExc_TypeError,
                         "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds])");

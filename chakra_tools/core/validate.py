@@ -120,7 +120,7 @@ def _check_group_size(node: Node, pg: str, ranks: tuple[int, ...]) -> Iterator[t
 def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
               comm_groups: Mapping[str, tuple[int, ...]] | None, out: Diagnostics,
               again: Callable[[], Iterable[Node]] | None = None, graph: Graph | None = None,
-              target: str | None = None, pg_names: frozenset[str] | None = None) -> RankScan:
+              target: str | None = None) -> RankScan:
     """Check one rank's nodes as they stream by; return what the cross-rank checks need.
 
     `again` gives the nodes a second time, for the cycle search, which only a rank with forward
@@ -129,7 +129,6 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     that consumer rejects (core/consumers.py); the compiled common case knows only the general
     checks, so it is off then. Runs of nodes with nothing to report are counted by
     `hotloops.plain_run` (compiled, or a twin that leaves every node to the checks here).
-    `pg_names`: frozenset(comm_groups), made once by a caller that scans many ranks.
     """
     scan = RankScan(rank, file)
     deps = DependencyTracker()
@@ -142,8 +141,7 @@ def scan_rank(nodes: Iterable[Node], *, rank: int | None, file: str | None,
     index = deps.index
     frames = getattr(nodes, "skip", False) is None and not rules  # a TraceReader made skippable
     if frames:
-        pgs = pg_names if pg_names is not None or comm_groups is None else frozenset(comm_groups)
-        nodes.skip = _plain_frames(scan, index, pgs)
+        nodes.skip = _plain_frames(scan, index, comm_groups)
     for chunk in _chunks(nodes, 1 if frames else 4096):  # one by one: the skip reads the index
         i, end = 0, len(chunk)
         while i < end:
@@ -204,11 +202,12 @@ def _chunks(nodes: Iterable[Node], size: int = 4096) -> Iterator[list[Node]]:
         yield chunk
 
 
-def _plain_frames(scan: RankScan, index: IdIndex, pgs: frozenset[str] | None) -> Callable[[bytes, int], tuple[int, int]]:
+def _plain_frames(scan: RankScan, index: IdIndex, comm_groups) -> Callable[[bytes, int], tuple[int, int]]:
     """The reader's skip: the frames from `pos` on that `hotloops.scan_frames` finds nothing to
     report in (compiled; the twin takes none), counted as `plain_run`'s nodes are, their
     communication recorded as `_record_comm` records a node's. Only while ids run on from the
-    first (the index is two integers). `pgs`: the comm groups' names (None: no file)."""
+    first (the index is two integers). The compiled scan looks a pg up in `comm_groups` itself
+    (a dict: no set of its names made per rank, 16k of them for each of 131k ranks)."""
     scan_frames = hotloops.scan_frames
     collectives, sends, recvs, peers = scan.collectives, scan.sends, scan.recvs, scan.peers
     kinds = tuple(CommType)  # scan_frames took only comm_types of the enum: an index, not a call
@@ -217,7 +216,7 @@ def _plain_frames(scan: RankScan, index: IdIndex, pgs: frozenset[str] | None) ->
         if index.table is not None or index.first is None:
             return pos, -1
         sink: list = []  # sends and receives; the collectives go straight to their pg's list
-        pos, taken, last = scan_frames(buf, pos, index.first, index.count, pgs, sink, collectives, kinds)
+        pos, taken, last = scan_frames(buf, pos, index.first, index.count, comm_groups, sink, collectives, kinds)
         if taken:
             index.count += taken
             scan.nodes += taken
@@ -321,13 +320,12 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     groups = read_comm_groups(comm_group) if comm_group else None
     out = Diagnostics(examples_per_code)
     scans = {}
-    pg_names = frozenset(groups) if groups is not None else None
     with gc_paused():  # each rank's scan is kept: nothing for the collector to find
         for rank, f in files.items():
             reader = TraceReader(f, rank=rank, diagnostics=out, skippable=True)
             again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
             scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
-                                    target=target, pg_names=pg_names)
+                                    target=target)
             scans[rank].world_size = _world_size(reader.metadata)
             scans[rank].recorded_rank = _recorded_rank(reader.metadata)
             scans[rank].conversion = _conversion(reader.metadata)
