@@ -10,4 +10,5 @@ setup(ext_modules=[
     Extension("chakra_tools.core._hotloops", ["chakra_tools/core/_hotloops.c"], optional=True),
     Extension("chakra_tools.convert._hotloops", ["chakra_tools/convert/_hotloops.c"], optional=True),
     Extension("chakra_tools.replay._linkloop", ["chakra_tools/replay/_linkloop.c"], optional=True),
+    Extension("chakra_tools.replay._kernel", ["chakra_tools/replay/_kernel.c"], optional=True),
 ])

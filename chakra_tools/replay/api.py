@@ -159,19 +159,20 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
                groups: Mapping[str, Sequence[int]] | None = None, modes: CaptureModes = CaptureModes(),
                limits: Mapping[str, int] | None = None, record_events: bool = True,
                memory_on_comm: bool = True, absent_peers: bool = False,
-               classes: Classes | None = None) -> ReplayResult:
+               classes: Classes | None = None, kernel: str = "auto") -> ReplayResult:
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
     None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
     worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`.
     `classes` (replicas.find_classes): `feeders` are its representatives, and the result has
-    every rank's row (`ClassesRefused` where the model sets a replica apart)."""
+    every rank's row (`ClassesRefused` where the model sets a replica apart). `kernel`: see
+    `Replayer` (the compiled event loop where it applies, or the Python reference)."""
     library = getattr(backend, "lane_limits", {}) if modes.lanes in (None, "kind") else {}  # per thread: as recorded
     limits = dict(limits) if limits else {**DEFAULT_LIMITS, **library}
     resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
     timing = (modes.timing(path, feeders, backend) if classes is None
               else Mirrored(backend, classes.mirror, last=modes.coll_start == "last"))
     result = Replayer(feeders, timing, groups=groups, resources=resources, record_events=record_events,
-                      absent_peers=absent_peers or classes is not None).run()
+                      absent_peers=absent_peers or classes is not None, kernel=kernel).run()
     result.config["modes"] = asdict(modes)  # what of the capture's record the durations came from
     if classes is not None:
         expand(result, classes)
@@ -213,7 +214,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                    manifest: str | Path | None = None, validate: bool = True,
                    on_warning: Callable[[Diagnostic], None] | None = None,
                    record_events: bool = True, absent_peers: bool = False,
-                   replicas: str = "auto") -> ReplayResult:
+                   replicas: str = "auto", kernel: str = "auto") -> ReplayResult:
     """What `trace-replay` does, in one call: validate the rank set at `path` (refused with
     `RanksetRefused` on errors; `on_warning` hears, before the replay starts, what it cannot run:
     a group that names ranks not given), replay it on the system `spec` describes (None:
@@ -222,7 +223,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     `manifest`, else with the measured windows its rank files carry (`result.fidelity`).
     `replicas` (`REPLICAS`): replay one rank per class of replicas (replicas.py), every rank's row
     still in the result, its events and collectives the representatives'; `result.config["replicas"]`
-    says which ran, or why the set was replayed whole.
+    says which ran, or why the set was replayed whole. `kernel`: see `Replayer`.
     `--out` and `--timeline` are then `result.write(path)` and `result.timeline().write(path)`.
     """
     if replicas not in REPLICAS:
@@ -243,7 +244,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     if on_warning is not None and spec.network is not None and not absent_peers and not spec.network_is_graph():
         _warn_network_larger(path, set(files), backend, on_warning)
     run = dict(groups=groups, modes=modes, limits=limits, record_events=record_events,
-               memory_on_comm=memory_on_comm, absent_peers=absent_peers)
+               memory_on_comm=memory_on_comm, absent_peers=absent_peers, kernel=kernel)
     classes, declined = classes_for(path, files, groups, backend, replicas,
                                     modelled=modes.modelled and modes.lanes == "kind", absent_peers=absent_peers)
     result = None

@@ -29,6 +29,9 @@ DEFAULT_LIMITS = {"host": 1, "compute": 1, "comm": 1, "recv": 0, "mem": 0, "othe
 _LANE_OF = {(int(t), cpu): core_lane_of(t, cpu) for t in NodeType for cpu in (False, True)}
 #: the same with memory nodes on the communication slot, as ASTRA-sim issues them
 _SLOT_OF = {key: COMM if lane == MEM else lane for key, lane in _LANE_OF.items()}
+#: both as lists indexed by node type * 2 + is_cpu_op, for the compiled kernel (_kernel.c)
+LANE_TABLE = [_LANE_OF.get((t, cpu), OTHER) for t in range(len(NodeType)) for cpu in (False, True)]
+SLOT_TABLE = [_SLOT_OF.get((t, cpu), OTHER) for t in range(len(NodeType)) for cpu in (False, True)]
 
 
 def lane_of(info: NodeInfo) -> int:

@@ -103,6 +103,16 @@ class ReplayResult:
             self.ev_name.append(name)
         return len(self.ev_node) - 1
 
+    def adopt(self, take) -> None:
+        """The events of a compiled loop (`_kernel.Kernel.take`), one column at a time."""
+        for column, code in (("rank", "q"), ("node", "Q"), ("type", "b"), ("lane", "b"), ("start", "q"),
+                             ("end", "q"), ("pred", "q")):
+            values = array(code)
+            values.frombytes(take(column))
+            setattr(self, f"ev_{column}", values)
+        if self.record_events:
+            self.ev_name = take("name")
+
     def end(self, ev: int, t: int) -> None:
         self.ev_end[ev] = t
 
@@ -122,7 +132,7 @@ class ReplayResult:
         self.collectives.append({
             "ranks": list(group), "node_ids": {str(m[0]): m[1] for m in members},
             "node_id": members[0][1], "name": info.name, "comm_type": kind, "bytes": size,
-            "pg": info.pg_name, "issued_ns": {str(m[0]): self.ev_start[m[3]] for m in members},
+            "pg": info.pg_name, "issued_ns": {str(m[0]): m[4] for m in members},
             "start_ns": start, "end_ns": end})
 
     # -- summaries ------------------------------------------------------------------------------

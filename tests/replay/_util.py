@@ -50,15 +50,16 @@ def backend(net=None, **sys_kw):
     return AnalyticalBackend(net or ring_net(), SystemConfig(**sys_kw))
 
 
-def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16, lanes="kind",
+def run(tmp: Path, ranks: dict, groups=None, be=None, limits=None, window=1 << 16, lanes="kind", kernel="auto",
         **captured_kw):
-    """Replay `ranks` with the model, or with `Captured(**captured_kw)` where any is given."""
+    """Replay `ranks` with the model, or with `Captured(**captured_kw)` where any is given;
+    `kernel`: the event loop (engine.KERNELS)."""
     prefix = write_rankset(tmp, ranks, groups)
     feeders, g = open_rankset(prefix, window=window)
     nranks = max(ranks) + 1
     be = be or backend(ring_net(max(2, nranks)))
     timing = Captured(be, **captured_kw) if captured_kw else be
-    return Replayer(feeders, timing, groups=g, resources=Resources(limits or {}, per=lanes)).run()
+    return Replayer(feeders, timing, groups=g, resources=Resources(limits or {}, per=lanes), kernel=kernel).run()
 
 
 def events(result) -> dict:

@@ -1,0 +1,233 @@
+"""The compiled event loop (`replay/_kernel.c`) against the Python loop it was written from
+(engine.py, the reference): every event, its start, end, lane and what held it back, every
+send/receive pair, collective, rank row and diagnostic the same, and the same error where the
+input is bad; on generated jobs over random networks and algorithms, ASTRA-sim's and the text
+workloads' sets, a real 8-GPU capture as captured, and small sets made for each path of the loop.
+Where the compiled loop does not apply, the Python one runs and says so."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from _util import backend, coll, comp, recv, ring_net, run, send, write_rankset
+
+from chakra_tools.core.errors import InputError
+from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
+from chakra_tools.feed.feeder import DeadlockError
+from chakra_tools.frontends import TransformerConfig, generate
+from chakra_tools.replay import AS_CAPTURED, SystemSpec, api, engine, parse_limits, replay_rankset
+from chakra_tools.replay.api import open_rankset, recorded_starts
+from chakra_tools.replay.timing import Captured
+
+pytestmark = pytest.mark.skipif(engine.COMPILED is None, reason="the compiled kernel is not built (no C compiler)")
+
+COLUMNS = ("rank", "node", "type", "lane", "start", "end", "pred", "name")
+
+
+def same(python, compiled) -> None:
+    assert python.config["kernel"] == "python" and compiled.config["kernel"] == "compiled"
+    for column in COLUMNS:
+        assert list(getattr(compiled, f"ev_{column}")) == list(getattr(python, f"ev_{column}")), column
+    assert compiled.pairs == python.pairs
+    assert compiled.cross == python.cross
+    assert compiled.collectives == python.collectives
+    assert compiled.ranks == python.ranks
+    assert compiled.critical_path == python.critical_path
+    assert [str(d) for d in compiled.diagnostics] == [str(d) for d in python.diagnostics]
+    docs = [r.to_dict() for r in (python, compiled)]
+    for doc in docs:
+        del doc["config"]["kernel"]  # which loop ran: the one difference
+    assert docs[1] == docs[0]
+
+
+def both(replay):
+    """`replay(kernel)` under each loop, compared; the compiled result."""
+    python, compiled = replay("python"), replay("compiled")
+    same(python, compiled)
+    return compiled
+
+
+def network(tmp_path, topology, npus, name):
+    path = tmp_path / name
+    path.write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: [ {', '.join(map(str, npus))} ]\n"
+                    f"bandwidth: [ {', '.join('50.0' for _ in npus)} ]\nlatency: [ {', '.join('700.0' for _ in npus)} ]\n")
+    return path
+
+
+def test_random_jobs_networks_and_algorithms(tmp_path):
+    """Generated GPT layouts (tp, dp, pp, ZeRO stages: all-reduces, all-gathers, reduce-scatters
+    and pipeline sends) on networks of 1-4 dimensions of every topology, every collective
+    algorithm and both start rules."""
+    rng = random.Random(11)
+    kinds = set()
+    for case in range(10):
+        tp, dp, pp, mb = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([1, 2]), rng.choice([1, 2])
+        n = tp * dp * pp
+        work = tmp_path / f"c{case}"
+        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=mb * dp * 2, vocab=1024, tp=tp,
+                                   dp=dp, pp=pp, microbatches=mb, zero=rng.choice([0, 1, 2]))).write(work)
+        dims, left = [], n
+        while left > 1:
+            d = rng.choice([x for x in (2, 4) if left % x == 0])
+            dims.append(d)
+            left //= d
+        net = network(tmp_path, [rng.choice(["Ring", "Switch", "FullyConnected"]) for _ in dims], dims, f"n{case}.yml")
+        algos = rng.choice([["ring"], ["direct"], ["halvingDoubling"], ["doubleBinaryTree"], ["ring"] * len(dims)])
+        system = tmp_path / f"s{case}.json"
+        system.write_text(json.dumps({
+            "endpoint-delay": 10, "active-chunks-per-dimension": 1, "preferred-dataset-splits": rng.choice([1, 4]),
+            "collective-optimization": rng.choice(["localBWAware", "baseline"]), "local-mem-bw": 1600,
+            **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}))
+        spec, modes = SystemSpec(network=net, system=system), api.CaptureModes(coll_start=rng.choice(["arrival", "last"]))
+        result = both(lambda k: replay_rankset(work, spec, replicas="off", modes=modes, kernel=k))
+        kinds |= {c["comm_type"] for c in result.collectives}
+        kinds |= {"p2p"} if result.pairs else set()
+    assert {"ALL_REDUCE", "p2p"} <= kinds and kinds & {"ALL_GATHER", "REDUCE_SCATTER"}, kinds
+
+
+@pytest.fixture(scope="module")
+def mlp(shared_fixtures, tmp_path_factory):
+    from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
+
+    out = tmp_path_factory.mktemp("mlp")
+    wl = read_text_workload(shared_fixtures / "astra-sim/text_workloads/MLP_HybridParallel_Data_Model.txt")
+    rs, _ = text_to_rankset(wl, TextOptions(8, (4, 2)))
+    rs.write(out, "mlp", record_world=True)
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    dict(),
+    dict(modes=api.CaptureModes(coll_start="last")),
+    dict(limits=parse_limits("compute=2,comm=0"), memory_on_comm=False, window=64),
+    dict(modes=AS_CAPTURED.merged_with(lanes="kind")),
+], ids=["model", "from the last arrival", "limits and a small window", "as captured"])
+def test_a_text_workload_under_each_mode(mlp, options):
+    both(lambda k: replay_rankset(mlp, replicas="off", kernel=k, **options))
+
+
+@pytest.mark.parametrize("name, npus", [("all_reduce_4npus_1MB", 4), ("custom_ring_allreduce_8npus_1MB", 8)])
+def test_astra_sims_own_sets(shared_fixtures, name, npus):
+    """ASTRA-sim's examples: one all-reduce; a ring made of sends, receives and reductions."""
+    result = both(lambda k: replay_rankset(shared_fixtures / "astra-sim" / name, validate=False, kernel=k))
+    assert result.pairs or result.collectives
+
+
+@pytest.fixture(scope="module")
+def dlrm(shared_fixtures, unpack, tmp_path_factory):
+    """PARAM's 8-GPU DLRM run (host and device traces), converted."""
+    from chakra_tools.convert.run import convert as convert_pairs, inputs_from_files
+
+    hosts, devs = unpack("param/dlrm_8rank_host_et.tar.gz"), unpack("param/dlrm_8rank_kineto.tar.gz")
+    out = tmp_path_factory.mktemp("dlrm")
+    report = convert_pairs(inputs_from_files([str(next(hosts.rglob(f"dlrm_eg_{r}.json"))) for r in range(8)],
+                                             [str(next(devs.rglob(f"worker{r}_*.json"))) for r in range(8)], []),
+                           out, executor="serial")
+    assert not report.errors, report.errors[:3]
+    return out
+
+
+@pytest.mark.parametrize("modes", [AS_CAPTURED.merged_with(lanes="kind"), api.CaptureModes()],
+                         ids=["as captured", "model"])
+def test_a_real_gpu_capture(dlrm, modes):
+    """Recorded durations, gaps and starts (ranks that begin late), NCCL collectives (DLRM's
+    all_to_alls), host and device work side by side."""
+    result = both(lambda k: replay_rankset(dlrm, replicas="off", modes=modes, kernel=k))
+    assert result.collectives and len(result.ev_node) > 1000
+
+
+# -- each path of the loop, on sets made for it ---------------------------------------------------
+
+def load(i, us=10, deps=()):
+    return Node(i, f"load{i}", NodeType.MEM_LOAD_NODE, tuple(deps), duration_micros=us)
+
+
+SETS = {
+    "sends paired on tags, a receive posted late": (
+        {0: [send(1, dst=1, size=4096, tag=7), comp(2, us=5), send(3, dst=1, size=64, tag=8, deps=(2,))],
+         1: [comp(1, us=20), recv(2, src=0, size=64, tag=8, deps=(1,)), recv(3, src=0, size=4096, tag=7)]}, {}),
+    "a window smaller than the dependency distance": (
+        {0: [recv(1, src=1, size=8, tag=1), comp(2, deps=(1,)), comp(3, deps=(1,)), comp(4, deps=(1,)),
+             send(5, dst=1, size=8, tag=2)],
+         1: [recv(1, src=0, size=8, tag=2), send(2, dst=0, size=8, tag=1, deps=(1,))]}, dict(window=2)),
+    "memory nodes and a collective on one slot": (
+        {0: [load(1), load(2), coll(3, 1 << 20)], 1: [coll(3, 1 << 20)]}, {}),
+    "memory nodes on a lane of their own, two compute ops at once": (
+        {0: [load(1), load(2), coll(3, 1 << 20), comp(4), comp(5), comp(6, deps=(4, 5))], 1: [coll(3, 1 << 20)]},
+        dict(limits={"compute": 2, "mem": 0})),
+    "node ids past int64": (
+        {0: [comp(2**63 + 5, us=3), comp(2**63 + 6, us=2, deps=(2**63 + 5,))]}, {}),
+    "groups without a group file, sizes that differ": (
+        {r: [coll(1, 4096, pg="1.0"), coll(2, 4096 * (r + 1), deps=(1,), pg="2.0")] for r in (0, 1)}, {}),
+    "two groups, k-th meets k-th, host and device work side by side": (
+        {r: [comp(1, cpu=True), coll(2, 1024, pg="a", deps=(1,)), comp(3, us=4), coll(4, 2048, pg="b"),
+             coll(5, 512, pg="a", deps=(3,), kind=CommType.ALL_GATHER)] for r in range(4)},
+        dict(groups={"a": [0, 1, 2, 3], "b": [3, 2, 1, 0]})),
+}
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_made_sets(tmp_path, name):
+    ranks, kw = SETS[name]
+    both(lambda k: run(tmp_path / k, ranks, kernel=k, **kw))
+
+
+def test_ranks_that_begin_late_as_recorded(tmp_path):
+    def k(i, start, deps=()):
+        return Node(i, f"k{i}", NodeType.COMP_NODE, deps, start_time_micros=start, duration_micros=10,
+                    attrs=make_attrs(is_cpu_op=False))
+
+    prefix = write_rankset(tmp_path, {0: [k(1, 100), coll(2, 4096, deps=(1,))], 1: [k(1, 150), coll(2, 4096, deps=(1,))]})
+
+    def replay(kernel):
+        feeders, groups = open_rankset(prefix)
+        timing = Captured(backend(ring_net(2)), comm="model", start_ns=recorded_starts(feeders))
+        return engine.Replayer(feeders, timing, groups=groups, kernel=kernel).run()
+
+    assert both(replay).ranks[1]["start_ns"] == 50_000
+
+
+# -- bad input: the same error from either loop ----------------------------------------------------
+
+BAD = {
+    "a group the file does not name": ({0: [coll(1, 8, pg="9")], 1: [coll(1, 8, pg="9")]}, {"1": [0, 1]},
+                                       InputError),
+    "a rank outside its group": ({0: [coll(1, 8, pg="1")], 1: [coll(1, 8, pg="1")]}, {"1": [1]}, InputError),
+    "no collective kind": ({0: [Node(1, "c", NodeType.COMM_COLL_NODE, attrs=make_attrs(comm_type=99, comm_size=8))]},
+                           None, InputError),
+    "a send without a destination": ({0: [Node(1, "s", NodeType.COMM_SEND_NODE, attrs=make_attrs(comm_size=8))]},
+                                     None, InputError),
+    "a finish past the 64-bit clock": ({0: [comp(1, us=2**62), comp(2, us=2**62, deps=(1,))]}, None, InputError),
+    "groups issued in different orders": ({0: [coll(1, 8, pg="a"), coll(2, 8, pg="b", deps=(1,))],
+                                           1: [coll(1, 8, pg="b"), coll(2, 8, pg="a", deps=(1,))]},
+                                          {"a": [0, 1], "b": [0, 1]}, DeadlockError),
+    "a receive nobody sends": ({0: [recv(1, src=1, size=8, tag=3)], 1: [comp(1)]}, None, DeadlockError),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_input_gives_the_same_error(tmp_path, name):
+    ranks, groups, error = BAD[name]
+    messages = []
+    for kernel in engine.KERNELS[1:]:
+        with pytest.raises(error) as caught:
+            run(tmp_path / kernel, ranks, groups=groups, kernel=kernel)
+        messages.append(str(caught.value).replace(f"/{kernel}/", "/"))
+    assert messages[0] == messages[1]
+
+
+# -- where it does not run -------------------------------------------------------------------------
+
+def test_where_the_compiled_loop_does_not_apply_the_python_one_runs_and_says_why(tmp_path):
+    ranks = {r: [comp(1, tid=1), coll(2, 4096, deps=(1,))] for r in (0, 1)}
+    assert run(tmp_path / "a", ranks, lanes="stream").config["kernel"] == "python"
+    assert run(tmp_path / "b", ranks).config["kernel"] == "compiled"
+    with pytest.raises(InputError, match="does not run this replay: lanes are split per thread and stream"):
+        run(tmp_path / "c", ranks, lanes="stream", kernel="compiled")
+    prefix = write_rankset(tmp_path / "d", ranks)
+    with pytest.raises(InputError, match="congestion-aware"):
+        replay_rankset(prefix, SystemSpec(network_model="congestion-aware"), kernel="compiled")
+    with pytest.raises(InputError, match="kernel 'fast': use auto, compiled, python"):
+        run(tmp_path / "e", ranks, kernel="fast")
