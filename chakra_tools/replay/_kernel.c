@@ -12,11 +12,14 @@
  * those but the feeders and `compute_ns`, the kernel sets `engine._now`; what they schedule comes
  * back through `Kernel.at`, what they link through `Kernel.set_pred`.
  *
- *     Kernel(engine, states, lanes, slots, record_names, rendezvous, comm_types)
+ *     Kernel(engine, states, lanes, slots, record_names, rendezvous, comm_types[, heap, count])
  *         states: engine.RankState per rank, in the engine's order (a rank's feeder and caps);
  *         lanes: the event lane of (node type, is_cpu_op), as a list of 16 (type * 2 + cpu);
  *         slots: the resource of the same; rendezvous: the engine's dict (pg, k) -> members;
- *         comm_types: the collective kinds the engine takes
+ *         comm_types: the collective kinds the engine takes; heap, count: the engine's heap list and
+ *         counter where its timing policy runs its own events (congestion-aware): the loop then
+ *         keeps its entries there, as engine.py does, for the policy's events to interleave with,
+ *         and a collective goes to `engine._join`
  *     .issue(i)            rank i issues what it can (engine._issue)
  *     .begin(i, t)         rank i begins issuing at t
  *     .at(t, rank, nid)    (rank, nid) finishes at t
@@ -231,9 +234,13 @@ typedef struct {
     int8_t lane_of[NTYPES * 2], slot_of[NTYPES * 2];
     PyObject *engine, *compute_ns, *on_send, *on_recv, *on_mem, *cost_collective, *check_collective,
         *past_clock, *rendezvous, *comm_types, *cross;
+    /* a policy that runs its own events (congestion-aware): the engine's heap list and counter,
+     * which the policy pushes onto too, and its `_join` for the collectives; else NULL */
+    PyObject *pyheap, *count, *join;
     PyObject *groups; /* pg -> (group, frozenset of its ranks) */
 } Kernel;
 
+static PyObject *heappush, *heappop; /* _heapq's, for the shared heap */
 static PyObject *s_now, *s_next_issuable, *s_has_issuable, *s_info, *s_finish, *s_feeder, *s_caps, *s_rank,
     *s_coll_seq;
 
@@ -279,6 +286,9 @@ static void Kernel_dealloc(Kernel *self)
     Py_XDECREF(self->on_mem);
     Py_XDECREF(self->cost_collective);
     Py_XDECREF(self->cross);
+    Py_XDECREF(self->pyheap);
+    Py_XDECREF(self->count);
+    Py_XDECREF(self->join);
     Py_XDECREF(self->check_collective);
     Py_XDECREF(self->past_clock);
     Py_XDECREF(self->rendezvous);
@@ -311,11 +321,21 @@ static int lane_table(PyObject *seq, int8_t *out)
 
 static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
 {
-    PyObject *engine, *states, *lanes, *slots, *rendezvous, *comm_types;
+    PyObject *engine, *states, *lanes, *slots, *rendezvous, *comm_types, *pyheap = Py_None, *count = Py_None;
     int record_names;
-    if (!PyArg_ParseTuple(args, "OOOOpO!O", &engine, &states, &lanes, &slots, &record_names, &PyDict_Type,
-                          &rendezvous, &comm_types))
+    if (!PyArg_ParseTuple(args, "OOOOpO!O|OO", &engine, &states, &lanes, &slots, &record_names, &PyDict_Type,
+                          &rendezvous, &comm_types, &pyheap, &count))
         return -1;
+    if ((pyheap == Py_None) != (count == Py_None) || (pyheap != Py_None && !PyList_CheckExact(pyheap))) {
+        PyErr_SetString(PyExc_TypeError, "a shared heap is a list with its counter");
+        return -1;
+    }
+    if (pyheap != Py_None) {
+        self->pyheap = Py_NewRef(pyheap);
+        self->count = Py_NewRef(count);
+        if ((self->join = PyObject_GetAttrString(engine, "_join")) == NULL)
+            return -1;
+    }
     if (self->ranks != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a Kernel runs once");
         return -1;
@@ -405,8 +425,27 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
 
 /* -- the heap ---------------------------------------------------------------------------------- */
 
+/* onto the engine's own heap, as engine.py pushes: (time, next(count), rank, nid or _BEGIN) */
+static int push_shared(Kernel *self, int64_t t, Py_ssize_t rank, uint64_t nid, int begin)
+{
+    PyObject *seq = PyIter_Next(self->count);
+    if (seq == NULL)
+        return -1;
+    PyObject *entry = begin ? Py_BuildValue("(LNOi)", (long long)t, seq, self->ranks[rank].rank_obj, -1)
+                            : Py_BuildValue("(LNOK)", (long long)t, seq, self->ranks[rank].rank_obj,
+                                            (unsigned long long)nid);
+    if (entry == NULL)
+        return -1;
+    PyObject *res = PyObject_CallFunctionObjArgs(heappush, self->pyheap, entry, NULL);
+    Py_DECREF(entry);
+    Py_XDECREF(res);
+    return res ? 0 : -1;
+}
+
 static int push(Kernel *self, int64_t t, Py_ssize_t rank, uint64_t nid, int begin)
 {
+    if (self->pyheap != NULL)
+        return push_shared(self, t, rank, nid, begin);
     if (self->hn == self->hcap) {
         size_t cap = self->hcap ? self->hcap * 2 : 1024;
         Entry *h = PyMem_Realloc(self->heap, cap * sizeof(Entry));
@@ -592,10 +631,29 @@ done:
     return rc;
 }
 
+static int call_join(Kernel *self, Rank *r, uint64_t nid, PyObject *info, int64_t ev, int64_t k)
+{
+    if (set_now(self) < 0)
+        return -1;
+    PyObject *res = PyObject_CallFunction(self->join, "OKOLL", r->state, (unsigned long long)nid, info, (long long)ev,
+                                          (long long)k);
+    Py_XDECREF(res);
+    return res ? 0 : -1;
+}
+
 /* engine.on_coll: the k-th call of a rank on a group meets the k-th of every other member */
 static int on_coll(Kernel *self, Py_ssize_t i, uint64_t nid, PyObject *info, int64_t ev)
 {
     Rank *r = &self->ranks[i];
+    if (self->join != NULL) { /* the policy's collectives run as its own events: engine._join */
+        int64_t k, unused;
+        if (!map_pop(&r->seq, nid, &k, &unused)) {
+            PyErr_Format(PyExc_RuntimeError, "rank %S: node %llu: a collective started that was never issued",
+                         r->rank_obj, (unsigned long long)nid);
+            return -1;
+        }
+        return call_join(self, r, nid, info, ev, k);
+    }
     PyObject *pg = PyTuple_GET_ITEM(info, F_PG), *entry = NULL, *group;
     int ok = PySet_Contains(self->comm_types, PyTuple_GET_ITEM(info, F_COMM_TYPE));
     if (ok < 0)
@@ -937,8 +995,57 @@ static PyObject *Kernel_set_pred(Kernel *self, PyObject *const *args, Py_ssize_t
     return Py_NewRef(Py_None);
 }
 
+/* the shared heap run dry: engine._run's loop, entries (time, seq, rank, nid), or (time, seq,
+ * callback, _CALL) for the policy's own events */
+static PyObject *drain_shared(Kernel *self)
+{
+    while (PyList_GET_SIZE(self->pyheap)) {
+        PyObject *e = PyObject_CallFunctionObjArgs(heappop, self->pyheap, NULL);
+        if (e == NULL)
+            return NULL;
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4) {
+            Py_DECREF(e);
+            PyErr_SetString(PyExc_TypeError, "a heap entry is (time, seq, rank or callback, node)");
+            return NULL;
+        }
+        long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
+        long long kind = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 3));
+        int overflow = 0;
+        if (kind == -1 && PyErr_Occurred()) { /* a node id past int64 */
+            PyErr_Clear();
+            kind = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 3), &overflow);
+        }
+        int rc = -1;
+        Py_ssize_t i;
+        if ((t == -1 || kind == -1) && PyErr_Occurred())
+            goto next;
+        self->now = t;
+        if (!overflow && kind == -2) { /* a policy's callback (call_at) */
+            if (set_now(self) < 0)
+                goto next;
+            PyObject *res = PyObject_CallOneArg(PyTuple_GET_ITEM(e, 2), PyTuple_GET_ITEM(e, 0));
+            rc = res ? 0 : -1;
+            Py_XDECREF(res);
+        } else if (index_arg(self, PyTuple_GET_ITEM(e, 2), &i) == 0) {
+            if (!overflow && kind == -1)
+                rc = issue(self, i);
+            else {
+                uint64_t nid = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(e, 3));
+                rc = (nid == (uint64_t)-1 && PyErr_Occurred()) ? -1 : finish(self, i, nid, t);
+            }
+        }
+    next:
+        Py_DECREF(e);
+        if (rc < 0)
+            return NULL;
+    }
+    return set_now(self) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
 static PyObject *Kernel_drain(Kernel *self, PyObject *unused)
 {
+    if (self->pyheap != NULL)
+        return drain_shared(self);
     while (self->hn) {
         Entry e = pop(self);
         self->now = e.t;
@@ -950,7 +1057,7 @@ static PyObject *Kernel_drain(Kernel *self, PyObject *unused)
 
 static PyObject *Kernel_scheduled(Kernel *self, PyObject *unused)
 {
-    return PyLong_FromSize_t(self->hn);
+    return PyLong_FromSize_t(self->pyheap ? (size_t)PyList_GET_SIZE(self->pyheap) : self->hn);
 }
 
 /* one column as bytes, its storage freed: the result copies one column at a time */
@@ -1015,6 +1122,14 @@ PyMODINIT_FUNC PyInit__kernel(void)
         return NULL;
 #define INTERN(var, text)                                                                               \
     if ((var = PyUnicode_InternFromString(text)) == NULL)                                               \
+        return NULL;
+    PyObject *heapq = PyImport_ImportModule("_heapq");
+    if (heapq == NULL)
+        return NULL;
+    heappush = PyObject_GetAttrString(heapq, "heappush");
+    heappop = PyObject_GetAttrString(heapq, "heappop");
+    Py_DECREF(heapq);
+    if (heappush == NULL || heappop == NULL)
         return NULL;
     INTERN(s_now, "_now");
     INTERN(s_next_issuable, "next_issuable");

@@ -122,7 +122,6 @@ class Replayer:
         if kernel not in KERNELS:
             raise InputError(f"kernel {kernel!r}: use " + ", ".join(KERNELS))
         why = ("it is not built (no C compiler when installed)" if COMPILED is None else
-               "the timing policy runs its own events (congestion-aware)" if self._async else
                "lanes are split per thread and stream" if res.per != "kind" else
                "absent peers are assumed" if self.absent_peers else
                f"{type(self).__name__} changes the loop" if type(self) is not Replayer else None)
@@ -131,8 +130,11 @@ class Replayer:
         if why:
             raise InputError(f"the compiled replay kernel does not run this replay: {why}")
         slots = SLOT_TABLE if res.memory_on_comm else LANE_TABLE
+        # a policy that runs its own events pushes them onto this loop's heap: the compiled loop
+        # keeps its own there too (slower than its own heap, so only then)
+        shared = (self._heap, self._count) if self._async else ()
         k = COMPILED.Kernel(self, list(self.ranks.values()), LANE_TABLE, slots, self.result.record_events,
-                            self._rendezvous, COMM_TYPES)
+                            self._rendezvous, COMM_TYPES, *shared)
         self._at = k.at  # what the handlers left in Python schedule goes onto the compiled heap
         return k
 
@@ -302,9 +304,12 @@ class Replayer:
         self._at(self._now, r.rank, nid)
 
     def on_coll(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
+        self._join(r, nid, info, ev, r.seq_of.pop(nid))
+
+    def _join(self, r: RankState, nid: int, info: NodeInfo, ev: int, k: int) -> None:
+        """Rank `r`'s `k`-th collective on its group (node `nid`, event `ev`) joins the others."""
         group = self._check_collective(r, nid, info)
         pg = info.pg_name
-        k = r.seq_of.pop(nid)
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
         waiting.append((r.rank, nid, info, ev, self._now))

@@ -87,6 +87,20 @@ def test_random_jobs_networks_and_algorithms(tmp_path):
     assert {"ALL_REDUCE", "p2p"} <= kinds and kinds & {"ALL_GATHER", "REDUCE_SCATTER"}, kinds
 
 
+def test_a_policy_that_runs_its_own_events(tmp_path):
+    """The congestion-aware network: its messages and phases are events on the loop's heap
+    between the nodes' (the compiled loop keeps its entries on the engine's heap then); on
+    generated jobs with pipeline sends over one and two dimensions (and a real capture, below)."""
+    for case, (tp, dp, pp, topology, npus) in enumerate([(2, 2, 2, ["Switch"], [8]), (2, 4, 1, ["Ring", "Switch"], [2, 4]),
+                                                          (1, 2, 2, ["FullyConnected"], [4])]):
+        work = tmp_path / f"c{case}"
+        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=8 * dp, vocab=1024, tp=tp, dp=dp, pp=pp,
+                                   microbatches=2)).write(work)
+        spec = SystemSpec(network=network(tmp_path, topology, npus, f"n{case}.yml"), network_model="congestion-aware")
+        result = both(lambda k: replay_rankset(work, spec, replicas="off", kernel=k))
+        assert result.collectives and (result.pairs or pp == 1)
+
+
 @pytest.fixture(scope="module")
 def mlp(shared_fixtures, tmp_path_factory):
     from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
@@ -129,12 +143,15 @@ def dlrm(shared_fixtures, unpack, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("modes", [AS_CAPTURED.merged_with(lanes="kind"), api.CaptureModes()],
-                         ids=["as captured", "model"])
-def test_a_real_gpu_capture(dlrm, modes):
+@pytest.mark.parametrize("modes, model", [(AS_CAPTURED.merged_with(lanes="kind"), "congestion-unaware"),
+                                         (api.CaptureModes(), "congestion-unaware"),
+                                         (api.CaptureModes(), "congestion-aware")],
+                         ids=["as captured", "model", "congestion-aware"])
+def test_a_real_gpu_capture(dlrm, modes, model):
     """Recorded durations, gaps and starts (ranks that begin late), NCCL collectives (DLRM's
     all_to_alls), host and device work side by side."""
-    result = both(lambda k: replay_rankset(dlrm, replicas="off", modes=modes, kernel=k))
+    spec = SystemSpec(network_model=model)
+    result = both(lambda k: replay_rankset(dlrm, spec, replicas="off", modes=modes, kernel=k))
     assert result.collectives and len(result.ev_node) > 1000
 
 
@@ -226,8 +243,8 @@ def test_where_the_compiled_loop_does_not_apply_the_python_one_runs_and_says_why
     assert run(tmp_path / "b", ranks).config["kernel"] == "compiled"
     with pytest.raises(InputError, match="does not run this replay: lanes are split per thread and stream"):
         run(tmp_path / "c", ranks, lanes="stream", kernel="compiled")
-    prefix = write_rankset(tmp_path / "d", ranks)
-    with pytest.raises(InputError, match="congestion-aware"):
-        replay_rankset(prefix, SystemSpec(network_model="congestion-aware"), kernel="compiled")
+    prefix = write_rankset(tmp_path / "d", {0: ranks[0]}, {"0": [0, 1]})
+    with pytest.raises(InputError, match="absent peers are assumed"):
+        replay_rankset(prefix, absent_peers=True, kernel="compiled")
     with pytest.raises(InputError, match="kernel 'fast': use auto, compiled, python"):
         run(tmp_path / "e", ranks, kernel="fast")
