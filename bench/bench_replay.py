@@ -15,7 +15,8 @@ Workloads (generated here, deterministic):
   ASTRA-sim's analytical backend: 1-3 s.
 
 Each replay runs in its own subprocess; the figures are wall time, simulated nodes per second and
-peak RSS growth over the imports (`ru_maxrss`).
+peak RSS growth over the imports (`ru_maxrss`). The 8-rank workload runs twice: on the compiled
+event loop (`_kernel.c`, what a replay runs) and on the Python loop it is tested against.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def generate(kind: str, folder: Path, nodes: int) -> Path:
     return folder / "w"
 
 
-def _child(prefix: str) -> None:
+def _child(prefix: str, kernel: str) -> None:
     """Run one replay and print its figures as JSON (in a fresh process)."""
     from chakra_tools.replay import AnalyticalBackend, load_network, load_system
     from chakra_tools.replay.api import open_rankset
@@ -120,7 +121,7 @@ def _child(prefix: str) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     feeders, groups = open_rankset(prefix)
     be = AnalyticalBackend(load_network(folder / "net.yml"), load_system(folder / "sys.json"))
-    res = Replayer(feeders, be, groups=groups, record_events=False).run()
+    res = Replayer(feeders, be, groups=groups, record_events=False, kernel=kernel).run()
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     nodes = len(res.ev_node)
@@ -131,8 +132,8 @@ def _child(prefix: str) -> None:
                       "collectives": len(res.collectives)}))
 
 
-def measure(prefix: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(prefix)], check=True,
+def measure(prefix: Path, kernel: str = "auto") -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(prefix), "--kernel", kernel], check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -142,9 +143,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="8 x 10k nodes instead of 8 x 100k")
     ap.add_argument("--nodes", type=int, default=None, help="nodes per rank of the 8-rank workload")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--kernel", default="auto", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.child)
+        _child(args.child, args.kernel)
         return
     nodes = args.nodes or (10_000 if args.quick else 100_000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,6 +154,7 @@ def main() -> None:
         big = generate("8x100k", Path(tmp) / "big", nodes)
         resnet = generate("resnet50x64", Path(tmp) / "resnet", 0)
         a = measure(big)
+        py = measure(big, "python")
         b = measure(resnet)
     ref = REFERENCE["8x100k"]
     print(f"\nworkload 8 ranks x {nodes:,} nodes ({a['collectives']:,} all-reduces):")
@@ -161,6 +164,9 @@ def main() -> None:
           f"  (8 x 100k, measured elsewhere)")
     print(f"  ratio      {a['nodes_per_s'] / ref['nodes_per_s']:.2f}x the nodes/s (wall); "
           f"{a['nodes_per_cpu_s']:,.0f} nodes per CPU second ({a['nodes_per_cpu_s'] / ref['nodes_per_s']:.2f}x)")
+    print(f"  the Python loop: {py['nodes_per_cpu_s']:,.0f} nodes per CPU second, {py['cpu_s']:.2f} s CPU, "
+          f"{py['rss_mb']:.1f} MB; the compiled one {py['cpu_s'] / a['cpu_s']:.2f}x its speed"
+          + ("" if py["makespan_ns"] == a["makespan_ns"] else "  MAKESPANS DIFFER"))
     print(f"\nworkload ResNet-50 data parallel, 64 ranks ({b['nodes']:,} nodes, {b['collectives']} all-reduces):")
     print(f"  ours       {b['wall_s']:6.2f} s  {b['nodes_per_s']:>10,.0f} nodes/s  {b['rss_mb']:7.1f} MB"
           f"  (simulated step {b['makespan_ns'] / 1e6:.2f} ms)")

@@ -1091,6 +1091,183 @@ static PyObject *Kernel_take(Kernel *self, PyObject *arg)
     return PyErr_Format(PyExc_KeyError, "no column %R", arg);
 }
 
+/* ---- rank_stats: result.finalize's per-rank figures ------------------------------------------ */
+
+typedef struct {
+    int64_t s, e;
+} Span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const Span *x = a, *y = b;
+    return x->s < y->s ? -1 : x->s > y->s ? 1 : (x->e < y->e ? -1 : x->e > y->e);
+}
+
+/* the spans sorted and merged in place (result.union): how many are left */
+static size_t merge(Span *v, size_t n)
+{
+    qsort(v, n, sizeof(Span), span_cmp);
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].e <= v[i].s)
+            continue;
+        if (out && v[i].s <= v[out - 1].e) {
+            if (v[i].e > v[out - 1].e)
+                v[out - 1].e = v[i].e;
+        } else
+            v[out++] = v[i];
+    }
+    return out;
+}
+
+static int64_t span_length(const Span *v, size_t n)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += v[i].e - v[i].s;
+    return total;
+}
+
+static int64_t overlap(const Span *a, size_t na, const Span *b, size_t nb)
+{
+    size_t i = 0, j = 0;
+    int64_t total = 0;
+    while (i < na && j < nb) {
+        int64_t lo = a[i].s > b[j].s ? a[i].s : b[j].s, hi = a[i].e < b[j].e ? a[i].e : b[j].e;
+        if (hi > lo)
+            total += hi - lo;
+        if (a[i].e < b[j].e)
+            i++;
+        else
+            j++;
+    }
+    return total;
+}
+
+/* rank_stats(ranks, lanes, starts, ends, world, compute_lanes, comm_lanes): per rank of `world`
+ * (finish, compute, comm, overlap, busy, nodes), as result.ReplayResult._rank_stats computes
+ * them; the columns are the events' (8-byte ints but lanes, 1 byte); the lane sets as bit masks.
+ * None where the ranks are too sparse for an index by rank (the caller computes them itself). */
+static PyObject *rank_stats(PyObject *module, PyObject *args)
+{
+    PyObject *cols[4], *world, *out = NULL;
+    unsigned long comp_mask, comm_mask;
+    if (!PyArg_ParseTuple(args, "OOOOOkk", &cols[0], &cols[1], &cols[2], &cols[3], &world, &comp_mask, &comm_mask))
+        return NULL;
+    Py_buffer b[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (PyObject_GetBuffer(cols[got], &b[got], PyBUF_SIMPLE) < 0)
+            goto release;
+    Py_ssize_t n = b[1].len;
+    if (b[0].len != n * 8 || b[2].len != n * 8 || b[3].len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "rank_stats: columns of different lengths");
+        goto release;
+    }
+    const int64_t *rank = b[0].buf, *start = b[2].buf, *end = b[3].buf;
+    const int8_t *lane = b[1].buf;
+    PyObject *fast = PySequence_Fast(world, "world: a sequence of ranks");
+    if (fast == NULL)
+        goto release;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(fast);
+    int64_t top = -1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        long long r = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, j));
+        if ((r == -1 && PyErr_Occurred()) || r < 0) {
+            if (!PyErr_Occurred()) /* a negative rank: left to the Python path */
+                out = Py_NewRef(Py_None);
+            goto release_fast;
+        }
+        if (r > top)
+            top = r;
+    }
+    if (top > 16 * (int64_t)(m + n) + 1024) {
+        out = Py_NewRef(Py_None);
+        goto release_fast;
+    }
+    Py_ssize_t *index = PyMem_Malloc((size_t)(top + 1) * sizeof(Py_ssize_t));
+    size_t *count = PyMem_Calloc((size_t)m + 1, sizeof(size_t)), *order = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(size_t));
+    Span *spans = NULL;
+    if (index == NULL || count == NULL || order == NULL) {
+        PyErr_NoMemory();
+        goto free_all;
+    }
+    for (int64_t r = 0; r <= top; r++)
+        index[r] = -1;
+    for (Py_ssize_t j = 0; j < m; j++)
+        index[PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, j))] = j;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (rank[i] < 0 || rank[i] > top || index[rank[i]] < 0) {
+            PyErr_Format(PyExc_ValueError, "rank_stats: event %zd's rank %lld is not in the world", i, (long long)rank[i]);
+            goto free_all;
+        }
+        count[index[rank[i]] + 1]++;
+    }
+    size_t most = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (count[j + 1] > most)
+            most = count[j + 1];
+        count[j + 1] += count[j];
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        order[count[index[rank[i]]]++] = (size_t)i;
+    /* count[j] is now where rank j's events end; they begin where rank j - 1's end */
+    spans = PyMem_Malloc((most ? most : 1) * 3 * sizeof(Span));
+    out = PyList_New(m);
+    if (spans == NULL || out == NULL) {
+        Py_CLEAR(out);
+        if (spans == NULL)
+            PyErr_NoMemory();
+        goto free_all;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        size_t lo = j ? count[j - 1] : 0, hi = count[j], nc = 0, nm = 0, na = 0;
+        Span *comp = spans, *comm = spans + most, *all = spans + 2 * most;
+        int64_t finish = 0;
+        for (size_t k = lo; k < hi; k++) {
+            size_t i = order[k];
+            Span sp = {start[i], end[i]};
+            if (end[i] > finish)
+                finish = end[i];
+            unsigned long bit = (lane[i] >= 0 && lane[i] < 63) ? 1UL << lane[i] : 0;
+            if (comp_mask & bit)
+                comp[nc++] = sp;
+            if (comm_mask & bit)
+                comm[nm++] = sp;
+            all[na++] = sp;
+        }
+        nc = merge(comp, nc);
+        nm = merge(comm, nm);
+        na = merge(all, na);
+        PyObject *row = Py_BuildValue("(LLLLLn)", (long long)finish, (long long)span_length(comp, nc),
+                                      (long long)span_length(comm, nm), (long long)overlap(comp, nc, comm, nm),
+                                      (long long)span_length(all, na), (Py_ssize_t)(hi - lo));
+        if (row == NULL) {
+            Py_CLEAR(out);
+            goto free_all;
+        }
+        PyList_SET_ITEM(out, j, row);
+    }
+free_all:
+    PyMem_Free(index);
+    PyMem_Free(count);
+    PyMem_Free(order);
+    PyMem_Free(spans);
+release_fast:
+    Py_XDECREF(fast);
+release:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&b[k]);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"rank_stats", (PyCFunction)rank_stats, METH_VARARGS,
+     "rank_stats(ranks, lanes, starts, ends, world, compute_mask, comm_mask) -> per rank (finish, compute, "
+     "comm, overlap, busy, nodes), or None"},
+    {NULL},
+};
+
 static PyMethodDef Kernel_methods[] = {
     {"issue", (PyCFunction)Kernel_issue, METH_O, "issue(i): rank index i issues what it can"},
     {"begin", (PyCFunction)(void (*)(void))Kernel_begin, METH_FASTCALL, "begin(i, t): rank index i begins at t"},
@@ -1114,7 +1291,8 @@ static PyTypeObject KernelType = {
     .tp_methods = Kernel_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "The replayer's event loop in C.", -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "The replayer's event loop in C.", -1,
+                                    module_methods};
 
 PyMODINIT_FUNC PyInit__kernel(void)
 {

@@ -17,6 +17,7 @@ from array import array
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from chakra_tools.core import native
 from chakra_tools.core.errors import Diagnostics
 from chakra_tools.core.lanes import LANES, WORK
 from chakra_tools.core.measured import Measured
@@ -26,6 +27,8 @@ from chakra_tools.core.model import CommType, NodeType
 LANE_NAMES = LANES
 _COMPUTE_LANES = tuple(i for i, lane in enumerate(LANES) if WORK[lane] in ("host", "compute"))
 _COMM_LANES = tuple(i for i, lane in enumerate(LANES) if WORK[lane] == "comm")
+#: the rank figures in C (`_kernel.rank_stats`), None where not built: `_rank_stats` is the reference
+COMPILED = native.load("chakra_tools.replay._kernel")
 
 
 def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -65,6 +68,17 @@ def intersect(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int
         else:
             j += 1
     return total
+
+
+def _mask(lanes: Sequence[int]) -> int:
+    return sum(1 << lane for lane in lanes)
+
+
+def _rank_row(rank: int, start: int, finish: int, compute: int, comm: int, overlap: int, busy: int,
+              nodes: int) -> dict:
+    return {"rank": rank, "start_ns": start, "finish_ns": finish, "compute_ns": compute, "comm_ns": comm,
+            "exposed_comm_ns": comm - overlap, "overlap_ns": overlap, "idle_ns": max(0, finish - start - busy),
+            "nodes": nodes}
 
 
 class ReplayResult:
@@ -140,25 +154,28 @@ class ReplayResult:
                  start_ns: dict[int, int] | None = None) -> None:
         self.config = config
         self.diagnostics = diagnostics
-        per_rank: dict[int, dict[int, list]] = {r: {} for r in world}
-        for rank, lane, start, end in zip(self.ev_rank, self.ev_lane, self.ev_start, self.ev_end):
-            per_rank[rank].setdefault(lane, []).append((start, end))
         starts = start_ns or {}
-        self.ranks = [self._rank_stats(r, per_rank[r], starts.get(r, 0)) for r in world]
+        stats = None if COMPILED is None else COMPILED.rank_stats(
+            self.ev_rank, self.ev_lane, self.ev_start, self.ev_end, world, _mask(_COMPUTE_LANES), _mask(_COMM_LANES))
+        if stats is not None:
+            self.ranks = [_rank_row(r, starts.get(r, 0), *row) for r, row in zip(world, stats)]
+        else:
+            per_rank: dict[int, dict[int, list]] = {r: {} for r in world}
+            for rank, lane, start, end in zip(self.ev_rank, self.ev_lane, self.ev_start, self.ev_end):
+                per_rank[rank].setdefault(lane, []).append((start, end))
+            self.ranks = [self._rank_stats(r, per_rank[r], starts.get(r, 0)) for r in world]
         self.makespan_ns = max((r["finish_ns"] for r in self.ranks), default=0)
         self.critical_path = self._critical_path()
 
     @staticmethod
     def _rank_stats(rank: int, lanes: dict[int, list], start: int = 0) -> dict:
+        """A rank's row from its events' spans per lane (`_kernel.rank_stats` is this in C)."""
         comp = union(iv for lane in _COMPUTE_LANES for iv in lanes.get(lane, ()))
         comm = union(iv for lane in _COMM_LANES for iv in lanes.get(lane, ()))
         busy = union(iv for ivs in lanes.values() for iv in ivs)
         finish = max((e for ivs in lanes.values() for _, e in ivs), default=0)
-        overlap = intersect(comp, comm)
-        comm_ns = length(comm)
-        return {"rank": rank, "start_ns": start, "finish_ns": finish, "compute_ns": length(comp),
-                "comm_ns": comm_ns, "exposed_comm_ns": comm_ns - overlap, "overlap_ns": overlap,
-                "idle_ns": max(0, finish - start - length(busy)), "nodes": sum(len(v) for v in lanes.values())}
+        return _rank_row(rank, start, finish, length(comp), length(comm), intersect(comp, comm), length(busy),
+                         sum(len(v) for v in lanes.values()))
 
     def _critical_path(self) -> list[int]:
         if not len(self.ev_end):

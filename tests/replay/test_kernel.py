@@ -248,3 +248,47 @@ def test_where_the_compiled_loop_does_not_apply_the_python_one_runs_and_says_why
         replay_rankset(prefix, absent_peers=True, kernel="compiled")
     with pytest.raises(InputError, match="kernel 'fast': use auto, compiled, python"):
         run(tmp_path / "e", ranks, kernel="fast")
+
+
+# -- the ranks' figures: compiled (`_kernel.rank_stats`) and the Python reference -------------------
+
+def python_rows(result, world, starts=None):
+    from chakra_tools.replay.result import ReplayResult
+
+    lanes: dict = {r: {} for r in world}
+    for rank, lane, start, end in zip(result.ev_rank, result.ev_lane, result.ev_start, result.ev_end):
+        lanes[rank].setdefault(lane, []).append((start, end))
+    return [ReplayResult._rank_stats(r, lanes[r], (starts or {}).get(r, 0)) for r in world]
+
+
+def test_rank_figures_compiled_and_python_agree_on_random_spans():
+    """Spans that nest, touch, repeat and have no length, on every lane, sparse ranks, a rank
+    with no event: compute, communication, their overlap, idle time and finish alike."""
+    from array import array
+
+    from chakra_tools.replay.result import ReplayResult
+
+    rng, idle = random.Random(5), 0
+    for case in range(30):
+        world = sorted(rng.sample(range(40), rng.randint(1, 8)))
+        result = ReplayResult()
+        for _ in range(rng.randint(0, 300)):
+            s = rng.choice([0, 5, 10]) + rng.randint(0, 200)
+            result.add(rng.choice(world), 0, "", 4, rng.randint(0, 5), s, -1)
+            result.ev_end[-1] = s + rng.choice([0, 0, 1, rng.randint(0, 80)])
+        starts = {r: rng.randint(0, 20) for r in world}
+        result.finalize(world, {}, result.diagnostics, starts)
+        assert result.ranks == python_rows(result, world, starts), case
+        idle += sum(r["idle_ns"] for r in result.ranks)
+        assert isinstance(result.ev_lane, array)
+    assert idle
+
+
+def test_rank_figures_of_a_real_replay(dlrm):
+    rows = []
+    for modes in (AS_CAPTURED, api.CaptureModes()):
+        result = replay_rankset(dlrm, replicas="off", modes=modes)
+        assert result.ranks == python_rows(result, [r["rank"] for r in result.ranks],
+                                           {r["rank"]: r["start_ns"] for r in result.ranks})
+        rows += result.ranks
+    assert [k for k in ("overlap_ns", "exposed_comm_ns", "compute_ns") if not any(r[k] for r in rows)] == []
