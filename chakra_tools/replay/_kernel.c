@@ -240,7 +240,6 @@ typedef struct {
     PyObject *groups; /* pg -> (group, frozenset of its ranks) */
 } Kernel;
 
-static PyObject *heappush, *heappop; /* _heapq's, for the shared heap */
 static PyObject *s_now, *s_next_issuable, *s_has_issuable, *s_info, *s_finish, *s_feeder, *s_caps, *s_rank,
     *s_coll_seq;
 
@@ -425,6 +424,97 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
 
 /* -- the heap ---------------------------------------------------------------------------------- */
 
+/* The engine's heap list, kept here as heapq keeps it: its entries are (time, seq, ...) with seq
+ * unique, so (time, seq) orders them as tuple comparison does; the policy's compiled phases push
+ * with heapq itself and read the top. Entries move within the list without reference changes. */
+static int shared_key(PyObject *e, long long *t, long long *seq)
+{
+    if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) < 2) {
+        PyErr_SetString(PyExc_TypeError, "a heap entry is (time, seq, ...)");
+        return -1;
+    }
+    *t = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
+    *seq = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1));
+    return ((*t == -1 || *seq == -1) && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* 1 where a orders before b, 0 where not, -1 on error */
+static int shared_lt(PyObject *a, PyObject *b)
+{
+    long long ta, sa, tb, sb;
+    if (shared_key(a, &ta, &sa) < 0 || shared_key(b, &tb, &sb) < 0)
+        return -1;
+    return ta < tb || (ta == tb && sa < sb);
+}
+
+static int shared_heappush(PyObject *heap, PyObject *entry)
+{
+    if (PyList_Append(heap, entry) < 0)
+        return -1;
+    PyObject **v = ((PyListObject *)heap)->ob_item;
+    Py_ssize_t i = PyList_GET_SIZE(heap) - 1;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        int lt = shared_lt(v[i], v[parent]);
+        if (lt < 0)
+            return -1;
+        if (!lt)
+            break;
+        PyObject *x = v[i];
+        v[i] = v[parent];
+        v[parent] = x;
+        i = parent;
+    }
+    return 0;
+}
+
+/* the smallest entry (a new reference), taken off */
+static PyObject *shared_heappop(PyObject *heap)
+{
+    Py_ssize_t n = PyList_GET_SIZE(heap);
+    PyObject **v = ((PyListObject *)heap)->ob_item;
+    PyObject *top = v[0], *last = v[n - 1];
+    Py_INCREF(top);
+    Py_INCREF(last);
+    if (PyList_SetSlice(heap, n - 1, n, NULL) < 0) { /* drops the list's reference to last */
+        Py_DECREF(top);
+        Py_DECREF(last);
+        return NULL;
+    }
+    n--;
+    if (n == 0) {
+        Py_DECREF(last);
+        return top;
+    }
+    v = ((PyListObject *)heap)->ob_item;
+    Py_DECREF(v[0]); /* top: the reference we hold stays */
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n) {
+            int lt = shared_lt(v[c + 1], v[c]);
+            if (lt < 0)
+                goto fail;
+            c += lt;
+        }
+        int lt = shared_lt(v[c], last);
+        if (lt < 0)
+            goto fail;
+        if (!lt)
+            break;
+        v[i] = v[c];
+        i = c;
+    }
+    v[i] = last; /* the reference taken above */
+    return top;
+fail:
+    v[i] = last; /* the heap is left valid as a list, if out of order */
+    Py_DECREF(top);
+    return NULL;
+}
+
 /* onto the engine's own heap, as engine.py pushes: (time, next(count), rank, nid or _BEGIN) */
 static int push_shared(Kernel *self, int64_t t, Py_ssize_t rank, uint64_t nid, int begin)
 {
@@ -436,10 +526,9 @@ static int push_shared(Kernel *self, int64_t t, Py_ssize_t rank, uint64_t nid, i
                                             (unsigned long long)nid);
     if (entry == NULL)
         return -1;
-    PyObject *res = PyObject_CallFunctionObjArgs(heappush, self->pyheap, entry, NULL);
+    int rc = shared_heappush(self->pyheap, entry);
     Py_DECREF(entry);
-    Py_XDECREF(res);
-    return res ? 0 : -1;
+    return rc;
 }
 
 static int push(Kernel *self, int64_t t, Py_ssize_t rank, uint64_t nid, int begin)
@@ -1000,7 +1089,7 @@ static PyObject *Kernel_set_pred(Kernel *self, PyObject *const *args, Py_ssize_t
 static PyObject *drain_shared(Kernel *self)
 {
     while (PyList_GET_SIZE(self->pyheap)) {
-        PyObject *e = PyObject_CallFunctionObjArgs(heappop, self->pyheap, NULL);
+        PyObject *e = shared_heappop(self->pyheap);
         if (e == NULL)
             return NULL;
         if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4) {
@@ -1300,14 +1389,6 @@ PyMODINIT_FUNC PyInit__kernel(void)
         return NULL;
 #define INTERN(var, text)                                                                               \
     if ((var = PyUnicode_InternFromString(text)) == NULL)                                               \
-        return NULL;
-    PyObject *heapq = PyImport_ImportModule("_heapq");
-    if (heapq == NULL)
-        return NULL;
-    heappush = PyObject_GetAttrString(heapq, "heappush");
-    heappop = PyObject_GetAttrString(heapq, "heappop");
-    Py_DECREF(heapq);
-    if (heappush == NULL || heappop == NULL)
         return NULL;
     INTERN(s_now, "_now");
     INTERN(s_next_issuable, "next_issuable");

@@ -19,7 +19,7 @@ says so once (`run_notes`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Sequence
 
@@ -54,6 +54,9 @@ class _Plan:
     chunks: int
     phases: tuple[_Phase, ...]
     dims: tuple[int, ...]
+    #: (phase, id of one of its rings) -> its compiled `StepPlan`, made by the first run to need it
+    #: (a plan is one collective's on one group: every run of it reads the same)
+    step_plans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @cached_property
     def ring_at(self) -> list[dict[int, int]]:
@@ -251,6 +254,7 @@ class _Run:
             self.chunks_left = [plan.chunks] * n
             self.end = [0] * n
             self.shared: dict[tuple, object] = {}  # (chunk, phase, ring index) -> its Steps, PerPacket or Tree
+            self.kinds = [self._kind(phase) for phase in plan.phases]
 
     def join(self, rank: int, now: int, done: Done) -> bool:
         """A member arrives; True once every member has finished (the run can be forgotten)."""
@@ -287,16 +291,17 @@ class _Run:
             self.queued[k][d].append((c, p))
 
     def _begin(self, k: int, c: int, p: int, t: int) -> None:
-        phase = self.plan.phases[p]
+        self._shared(c, p, k, self.kinds[p]).begin(k, t)
+
+    def _kind(self, phase: _Phase) -> type:
+        """How a phase runs message by message (phases.py)."""
         if phase.tree is not None:
-            self._shared(c, p, k, Tree).begin(k, t)
-            return
+            return Tree
         if phase.steps[0].per_packet:
-            self._shared(c, p, k, PerPacket).begin(k, t)
-        elif COMPILED is not None and not isinstance(self.policy.network.state, LinkStateTwin):
-            self._shared(c, p, k, CompiledSteps).begin(k, t)
-        else:
-            self._shared(c, p, k, Steps).begin(k, t)
+            return PerPacket
+        if COMPILED is not None and not isinstance(self.policy.network.state, LinkStateTwin):
+            return CompiledSteps
+        return Steps
 
     def _shared(self, c: int, p: int, k: int, kind: type):
         """The state of chunk c's phase p on member k's ring that its members share (a
@@ -326,3 +331,4 @@ class _Run:
             self.finished += 1
             if self.finished == len(self.ranks):  # every member done: the run and its phases can go
                 self.policy._runs.pop(self.key, None)
+                self.shared.clear()  # its phases call back into it: freed now, not by the collector

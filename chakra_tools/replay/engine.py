@@ -29,6 +29,7 @@ import itertools
 from typing import Callable, Mapping, Sequence
 
 from chakra_tools.core import native
+from chakra_tools.core.collector import gc_relaxed
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
 from chakra_tools.core.model import CommType, NodeType
 from chakra_tools.feed.feeder import ETFeeder
@@ -163,10 +164,11 @@ class Replayer:
 
     def run(self) -> ReplayResult:
         begins = {r: self.timing.begin_ns(r) for r in self.ranks}
-        if self._kernel is not None:
-            self._run_compiled(begins)
-        else:
-            self._run(begins)
+        with gc_relaxed():
+            if self._kernel is not None:
+                self._run_compiled(begins)
+            else:
+                self._run(begins)
         self._check_done()
         for code, note in getattr(self.timing, "run_notes", list)():
             self.diagnostics.add(Diagnostic("warning", code, note))

@@ -90,9 +90,12 @@ class CompiledSteps:
 
     def __init__(self, run: "_Run", c: int, p: int, ring: tuple[int, ...]):
         self.ring = ring
-        ranks = tuple(run.ranks[k] for k in ring)
         policy = run.policy
-        plan = policy._compiled_plan(run.plan.phases[p].steps, ranks)
+        made = run.plan.step_plans  # every chunk's phase p on this ring runs the same plan
+        plan = made.get((p, id(ring)))
+        if plan is None:
+            plan = made[(p, id(ring))] = policy._compiled_plan(run.plan.phases[p].steps,
+                                                               tuple(run.ranks[k] for k in ring))
         self.steps = COMPILED.Steps(policy.network.state, *policy._heap, plan, policy.network.queues,
                                     lambda i, t: run._phase_done(ring[i], c, p, t))
 
