@@ -40,12 +40,13 @@ VARINT, I64, LEN, I32 = 0, 1, 2, 5
 _U64 = (1 << 64) - 1
 
 
-def message_fields(msg: bytes) -> list[tuple[int, int, int | bytes, int]]:
-    """(field number, wire type, value, end) of a message's top-level fields: varints as ints, fixed
-    32/64-bit values as their bytes, length-delimited ones as bytes; `end`, where the field ends
-    (its own bytes are msg[the field before's end:end]). ValueError if malformed."""
+def message_fields(msg: bytes, limit: int | None = None) -> list[tuple[int, int, int | bytes, int]]:
+    """(field number, wire type, value, end) of a message's top-level fields (the first `limit`
+    of them): varints as ints, fixed 32/64-bit values as their bytes, length-delimited ones as
+    bytes; `end`, where the field ends (its own bytes are msg[the field before's end:end]).
+    ValueError if malformed."""
     out, pos, n = [], 0, len(msg)
-    while pos < n:
+    while pos < n and (limit is None or len(out) < limit):
         tag, pos = decode_varint(msg, pos)
         if tag < 0:
             raise ValueError("message ends inside a tag")

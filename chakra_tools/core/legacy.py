@@ -80,8 +80,13 @@ def is_legacy_node(msg: bytes) -> bool:
 
 
 def legacy_metadata(msg: bytes) -> bool:
-    """A legacy GlobalMetadata: only field 1, each a legacy attribute (a name, then its type)."""
+    """A legacy GlobalMetadata: only field 1, each a legacy attribute (a name, then its type).
+    Today's metadata is told by its first field (its version string) without parsing the rest:
+    every rank file's metadata is sniffed before a replay."""
     try:
+        first = message_fields(msg, limit=1)
+        if not first or not (first[0][0] == 1 and first[0][1] == _LEN and _is_legacy_attr(first[0][2])):
+            return False
         top = fields(msg)
         return bool(top) and all(num == 1 and wire == _LEN and _is_legacy_attr(v) for num, wire, v in top)
     except ValueError:
