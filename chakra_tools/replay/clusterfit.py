@@ -219,11 +219,10 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
 
 def _slope_and_floor(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(ns per byte, ns at zero bytes) of (size, time) points: the slope between the two largest
-    sizes, the floor the least of what the two smallest sizes take beyond their bytes (never
-    below zero). Behind a shaper the small sizes ride its bucket and take less than their bytes:
-    on the test bed the floor between machines comes out 0 in every run, and the smallest size
-    alone (1 KiB: 49-579 us in four runs, its one-way time being mostly waking the ranks on 2
-    cores) moved the what-if errors both ways, within their run-to-run spread."""
+    sizes, the floor the least of what the two smallest take beyond their bytes (at least 0).
+    Behind a shaper small sizes ride its bucket: on the test bed the floor between machines is 0
+    in every run; the smallest size alone (1 KiB: 49-579 us in four runs, mostly waking the
+    ranks on 2 cores) moved the what-if errors both ways, within their run-to-run spread."""
     points = sorted(points)
     if len(points) < 2:
         raise InputError("the probe measured one size only: latency and bandwidth cannot be told apart")

@@ -17,6 +17,8 @@ from .resources import RankState
 
 #: the collective kinds a COMM_COLL node may name
 COMM_TYPES = frozenset(int(t) for t in CommType)
+#: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
+PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
 
 
 class Communicators:
@@ -57,3 +59,25 @@ class Communicators:
         if n is None:
             n = self._present_in[pg] = sum(1 for g in group if g in self.present)
         return n
+
+
+def mismatches(members: Sequence[tuple], costed: str) -> list[tuple[str, str, int, int]]:
+    """(code, message, rank, node) for each member of a collective (engine's (rank, nid, info,
+    ...) tuples) whose kind or size differs from the first member's; `costed` says how the
+    collective is priced despite it."""
+    first = members[0][2]
+    out = []
+    for rank, nid, info, *_ in members[1:]:
+        sizes_differ = info.comm_size != first.comm_size and first.comm_type not in PER_RANK_SIZES
+        if info.comm_type != first.comm_type or sizes_differ:
+            out.append(("collective-mismatch", f"collective on pg {first.pg_name!r}: {_kind(info)} "
+                        f"{info.comm_size} B here, {_kind(first)} {first.comm_size} B on rank {members[0][0]}: "
+                        f"costed {costed}", rank, nid))
+    return out
+
+
+def _kind(info: NodeInfo) -> str:
+    try:
+        return CommType(info.comm_type).name
+    except (TypeError, ValueError):
+        return str(info.comm_type)

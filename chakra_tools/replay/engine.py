@@ -31,12 +31,12 @@ from typing import Callable, Mapping, Sequence
 from chakra_tools.core import native
 from chakra_tools.core.collector import gc_relaxed
 from chakra_tools.core.errors import Diagnostic, Diagnostics, InputError
-from chakra_tools.core.model import CommType, NodeType
+from chakra_tools.core.model import NodeType
 from chakra_tools.feed.feeder import ETFeeder
 from chakra_tools.feed.info import NodeInfo
 from chakra_tools.feed.protocol import Backend
 
-from .communicators import COMM_TYPES, Communicators
+from .communicators import COMM_TYPES, Communicators, mismatches
 from .deadlock import deadlock
 from .messages import Messages
 from .resources import LANE_TABLE, SLOT_TABLE, RankState, Resources, lane_of
@@ -59,8 +59,6 @@ _CALL = -2  # heap entry: a timing policy's callback (the callable in place of t
 #: a replay's clock is int64 nanoseconds (292 years); durations that add up past it are bad input
 _MAX_NS = (1 << 63) - 1
 
-#: collectives whose size legitimately differs per rank (alltoallv splits, a root's buffer)
-_PER_RANK_SIZES = frozenset((int(CommType.ALL_TO_ALL), int(CommType.GATHER), int(CommType.SCATTER)))
 
 
 class Replayer:
@@ -350,14 +348,9 @@ class Replayer:
             self.result.collective(members, group, members[0][2], size, start, max(ends))
 
     def _check_sizes(self, members: list, costed: str) -> int:
-        """Warn of members whose collective differs from the first's; the largest size."""
-        first = members[0][2]
-        for rank, nid, info, *_ in members[1:]:
-            sizes_differ = info.comm_size != first.comm_size and first.comm_type not in _PER_RANK_SIZES
-            if info.comm_type != first.comm_type or sizes_differ:
-                self._warn("collective-mismatch", f"collective on pg {first.pg_name!r}: "
-                           f"{_kind(info)} {info.comm_size} B here, {_kind(first)} {first.comm_size} B "
-                           f"on rank {members[0][0]}: costed {costed}", rank, nid)
+        """The largest member's size; a warning for each member whose call differs from the first's."""
+        for code, message, rank, nid in mismatches(members, costed):
+            self._warn(code, message, rank, nid)
         return max(m[2].comm_size for m in members)
 
     def _start_collective(self, members: list, group: tuple[int, ...]) -> None:
@@ -395,11 +388,3 @@ def _sequence(r: RankState, nid: int, info: NodeInfo) -> None:
     k = r.coll_seq.get(pg, 0)
     r.coll_seq[pg] = k + 1
     r.seq_of[nid] = k
-
-
-def _kind(info: NodeInfo) -> str:
-    try:
-        return CommType(info.comm_type).name
-    except (TypeError, ValueError):
-        return str(info.comm_type)
-
