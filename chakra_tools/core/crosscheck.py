@@ -199,7 +199,8 @@ def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics,
                                    f"send of {size} B to rank {dst} tag {tag} is received as {rsize} B "
                                    f"(rank {dst} node {rid} {rname!r})",
                                    file=s.file, rank=r, node_id=nid, node_name=name))
-    for (src, dst, tag), queue in sorted(recvs.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    left = [(key, queue) for key, queue in recvs.items() if queue]  # none, where every receive paired
+    for (src, dst, tag), queue in sorted(left, key=lambda kv: tuple(map(str, kv[0]))):
         if src not in scans and not absent_peers:
             continue
         for rid, rname, rsize in queue:

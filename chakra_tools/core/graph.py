@@ -10,6 +10,7 @@ the edge, in `to_networkx()`.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -281,13 +282,13 @@ def _rank_files(p: Path) -> dict[int, Path]:
         m = RANK_FILE.match(p.name)
         return {int(m.group("rank")) if m else 0: p}
     if p.is_dir():
-        candidates = [c for c in sorted(p.iterdir()) if RANK_FILE.match(c.name)]
+        candidates = [c for c in sorted(p.iterdir(), key=os.fspath) if RANK_FILE.match(c.name)]
         prefixes = {RANK_FILE.match(c.name).group("prefix") for c in candidates}
         if len(prefixes) > 1:
             raise InputError(f"{p}: holds several rank sets ({', '.join(sorted(prefixes))}); "
                              "name one by its prefix, e.g. " + str(p / sorted(prefixes)[0]))
     else:
-        candidates = [c for c in sorted(p.parent.glob(p.name + ".*.et*"))
+        candidates = [c for c in sorted(p.parent.glob(p.name + ".*.et*"), key=os.fspath)
                       if (m := RANK_FILE.match(c.name)) and m.group("prefix") == p.name]
     files = {int(RANK_FILE.match(c.name).group("rank")): c for c in candidates}
     if not files:
