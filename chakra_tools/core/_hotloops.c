@@ -1185,6 +1185,55 @@ static PyObject *scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(nLn)", pos, taken, last);
 }
 
+/* ---- pattern_of: shape_of's refs as the places of their first appearances (core/shapes.py) -----
+ *
+ *     pattern_of(refs) -> (pattern, groups, ranks)
+ *         (twin: hotloops._pattern_of_twin). Each ref (a str: a group; else a rank) as 2 x the
+ *         index of its first appearance among its kind, + 1 for a rank; the distinct groups and
+ *         ranks in order of first appearance.
+ */
+static PyObject *pattern_of(PyObject *self, PyObject *refs)
+{
+    PyObject *fast = PySequence_Fast(refs, "pattern_of(refs): a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *seen[2] = {PyDict_New(), PyDict_New()}, *order[2] = {PyList_New(0), PyList_New(0)};
+    PyObject *pattern = PyTuple_New(n), *out = NULL;
+    if (!seen[0] || !seen[1] || !order[0] || !order[1] || !pattern)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ref = PySequence_Fast_GET_ITEM(fast, i);
+        int kind = !PyUnicode_CheckExact(ref); /* 0: a group, 1: a rank */
+        PyObject *at = PyDict_GetItemWithError(seen[kind], ref); /* borrowed */
+        Py_ssize_t index;
+        if (at == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            index = PyList_GET_SIZE(order[kind]);
+            PyObject *idx = PyLong_FromSsize_t(index);
+            int rc = idx ? PyDict_SetItem(seen[kind], ref, idx) : -1;
+            Py_XDECREF(idx);
+            if (rc < 0 || PyList_Append(order[kind], ref) < 0)
+                goto done;
+        } else
+            index = PyLong_AsSsize_t(at);
+        PyObject *slot = PyLong_FromSsize_t(index * 2 + kind);
+        if (slot == NULL)
+            goto done;
+        PyTuple_SET_ITEM(pattern, i, slot);
+    }
+    out = Py_BuildValue("(ONN)", pattern, PyList_AsTuple(order[0]), PyList_AsTuple(order[1]));
+done:
+    Py_DECREF(fast);
+    Py_XDECREF(seen[0]);
+    Py_XDECREF(seen[1]);
+    Py_XDECREF(order[0]);
+    Py_XDECREF(order[1]);
+    Py_XDECREF(pattern);
+    return out;
+}
+
 /* ---- shape_of: a rank file's graph up to the ranks it names (replay/replicas.py) ---------------
  *
  *     shape_of(buf, pos) -> (a, b, refs) or None
@@ -2748,6 +2797,8 @@ static PyMethodDef methods[] = {
     {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, first, count, contract, pgs, sink, max_comm_type[, colls, kinds]) -> (pos, n, last): the\n"
      "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},
+    {"pattern_of", (PyCFunction)pattern_of, METH_O,
+     "pattern_of(refs) -> (pattern, groups, ranks): shape_of's refs as the places of their first appearances."},
     {"shape_of", (PyCFunction)(void (*)(void))shape_of, METH_FASTCALL,
      "shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the ranks and\n"
      "groups they name (pg_name, comm_src, comm_dst), which are listed in refs."},

@@ -113,6 +113,18 @@ def _shape_of_twin(buf: bytes, pos: int) -> tuple[int, int, list] | None:
     return a, b, refs
 
 
+def _pattern_of_twin(refs: list) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]:
+    """`_hotloops.pattern_of` in Python: each ref as 2 x the index of its first appearance among
+    its kind (groups are strings, ranks the rest), + 1 for a rank; the distinct ones in order."""
+    groups: dict[str, int] = {}
+    ranks: dict[int, int] = {}
+    pattern = []
+    for ref in refs:
+        table = groups if type(ref) is str else ranks
+        pattern.append(table.setdefault(ref, len(table)) * 2 + (table is ranks))
+    return tuple(pattern), tuple(groups), tuple(ranks)
+
+
 #: the attributes whose values name ranks or groups (shape_of lists them instead of hashing them)
 _REFS = {"pg_name": "pg", "comm_src": "rank", "comm_dst": "rank"}
 
@@ -166,13 +178,15 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: finish_node(window, nid) -> the children it freed, the node finished in the feeder's window as
 #: `feed.ETFeeder._finish_record` finishes it; or None, nothing changed: "finish it yourself"
 #: shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the values of
-#: pg_name, comm_src and comm_dst, which refs lists in order (see _hotloops.c; replay/replicas.py)
+#: pg_name, comm_src and comm_dst, which refs lists in order (see _hotloops.c; core/shapes.py)
+#: pattern_of(refs) -> (pattern, groups, ranks): those refs as the places of their first appearances
 #: Window(...) -> a feeder's window of loaded nodes held as C records, which load_node, load_frames
 #: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
 #: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
           "scan_frames": _scan_frames_twin, "node_parses": _node_parses_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
-          "finish_node": _finish_node_twin, "shape_of": _shape_of_twin, "Window": None}
+          "finish_node": _finish_node_twin, "shape_of": _shape_of_twin, "pattern_of": _pattern_of_twin,
+          "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "scan_frames": _scan_frames_compiled,
@@ -182,6 +196,7 @@ _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_fram
                                             "load_frames": COMPILED.load_frames,
                                             "finish_node": COMPILED.finish_node,
                                             "shape_of": COMPILED.shape_of,
+                                            "pattern_of": COMPILED.pattern_of,
                                             "Window": COMPILED.Window}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
@@ -192,6 +207,7 @@ load_node = _PICKED["load_node"]
 load_frames = _PICKED["load_frames"]
 finish_node = _PICKED["finish_node"]
 shape_of = _PICKED["shape_of"]
+pattern_of = _PICKED["pattern_of"]
 Window = _PICKED["Window"]
 
 
@@ -199,11 +215,11 @@ Window = _PICKED["Window"]
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
     global encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames
-    global finish_node, shape_of, Window
+    global finish_node, shape_of, pattern_of, Window
     try:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         shape_of, Window) = (_TWINS[k] for k in _TWINS)
+         shape_of, pattern_of, Window) = (_TWINS[k] for k in _TWINS)
         yield
     finally:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         shape_of, Window) = (_PICKED[k] for k in _TWINS)
+         shape_of, pattern_of, Window) = (_PICKED[k] for k in _TWINS)

@@ -16,7 +16,7 @@ compact `RankScan`).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
@@ -30,6 +30,7 @@ from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType
+from .shapes import scan_by_shape
 
 _CONTRACT_NAMES = frozenset(CONTRACT)
 _COMM_TYPES = frozenset(t for t in NodeType if t.is_comm)
@@ -256,6 +257,8 @@ class ValidationReport:
     #: the job's rank count as the files record it (our GlobalMetadata `world_size`); None where
     #: they do not (ASTRA-sim's, Chakra's): a missing highest rank that nothing names is then unseen
     world_size: int | None = None
+    #: rank -> its file's shape (core/shapes.py), where the validation read them (`by_shape`)
+    shapes: dict | None = field(default=None, repr=False)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -287,31 +290,17 @@ class ValidationReport:
         }
 
 
-def _world_size(meta) -> int | None:
-    """As recorded, however large: crosscheck.check_world_size judges it."""
-    a = meta.attrs.get("world_size") if meta is not None else None
-    return a.value if a is not None and type(a.value) is int else None
-
-
-def _conversion(meta) -> str | None:
-    a = meta.attrs.get("conversion") if meta is not None else None
-    return a.value if a is not None and isinstance(a.value, str) else None
-
-
-def _recorded_rank(meta) -> int | None:
-    a = meta.attrs.get("rank") if meta is not None else None
-    return a.value if a is not None and type(a.value) is int and a.value >= 0 else None
-
-
 def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
                   examples_per_code: int = 50, target: str | None = None,
-                  absent_peers: bool = False) -> ValidationReport:
+                  absent_peers: bool = False, by_shape: bool = False) -> ValidationReport:
     """Validate a file, folder or prefix by streaming each rank's file once.
 
     A comm_group.json beside the files is used unless `comm_group` names one. `target`
     ("astra-sim") adds what that consumer rejects or mis-runs (core/consumers.py). The files
     are taken as a whole job (a rank they name without a file is an error) unless `absent_peers`
-    (`--absent-peers assume`: one part of a larger job).
+    (`--absent-peers assume`: one part of a larger job). `by_shape`: one file of each shape
+    (core/shapes.py) is checked node by node, the others by renaming its findings
+    (`shapes.scan_by_shape`); the same report, and `report.shapes` keeps the shapes read.
     """
     files = find_rank_files(path)
     first = next(iter(files.values()))
@@ -319,19 +308,25 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         comm_group = first.parent / "comm_group.json"
     groups = read_comm_groups(comm_group) if comm_group else None
     out = Diagnostics(examples_per_code)
-    scans = {}
+    shapes = {} if by_shape and target is None else None
     with gc_paused():  # each rank's scan is kept: nothing for the collector to find
-        for rank, f in files.items():
-            reader = TraceReader(f, rank=rank, diagnostics=out, skippable=True)
-            again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
-            scans[rank] = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again,
-                                    target=target)
-            scans[rank].world_size = _world_size(reader.metadata)
-            scans[rank].recorded_rank = _recorded_rank(reader.metadata)
-            scans[rank].conversion = _conversion(reader.metadata)
+        if shapes is not None:
+            scans = scan_by_shape(files, groups, out, shapes, _scan_file)
+        else:
+            scans = {rank: _scan_file(rank, f, groups, out, target) for rank, f in files.items()}
         declared = check_across_ranks(scans, groups, out, absent_peers=absent_peers,
                                       groups_file=comm_group and str(comm_group))
-    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path), declared)
+    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path), declared,
+                            shapes)
+
+
+def _scan_file(rank: int, f: Path, groups, out: Diagnostics, target: str | None) -> RankScan:
+    """One rank file read and checked node by node."""
+    reader = TraceReader(f, rank=rank, diagnostics=out, skippable=True)
+    again = functools.partial(TraceReader, f, rank=rank, diagnostics=Diagnostics())
+    scan = scan_rank(reader, rank=rank, file=str(f), comm_groups=groups, out=out, again=again, target=target)
+    scan.read_metadata(reader.metadata)
+    return scan
 
 
 def validate_graph(graph: Graph, comm_groups: Mapping[str, tuple[int, ...]] | None = None, *,
@@ -355,8 +350,6 @@ def validate_rankset(rankset: RankSet, *, target: str | None = None, absent_peer
         nodes = list(g) + g.duplicates
         scans[g.rank] = scan_rank(nodes, rank=g.rank, file=g.source, comm_groups=groups, out=out,
                                   again=functools.partial(iter, nodes), graph=g, target=target)
-        scans[g.rank].world_size = _world_size(g.metadata)
-        scans[g.rank].recorded_rank = _recorded_rank(g.metadata)
-        scans[g.rank].conversion = _conversion(g.metadata)
+        scans[g.rank].read_metadata(g.metadata)
     check_across_ranks(scans, groups, out, absent_peers=absent_peers)
     return list(out)

@@ -24,7 +24,7 @@ from .config import default_network
 from .congestion import CapturedCongestionAware, CongestionAware
 from .library import LibraryBackend
 from .sharing import SharedUplinks
-from .replicas import REPLICAS, Classes, ClassesRefused, Mirrored, classes_for, expand, on_refused
+from .replicas import REPLICAS, Classes, ClassesRefused, Mirrored, classes_for, expand, is_large, on_refused
 from .engine import Replayer
 from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
 from .fidelity import compare_with_manifest, measured_of
@@ -228,9 +228,10 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     """
     if replicas not in REPLICAS:
         raise InputError(f"--replicas {replicas!r}: use " + ", ".join(REPLICAS))
-    if validate:
-        _refuse_invalid(path, comm_group, on_warning, absent_peers)
     files = find_rank_files(path)
+    # a large set is validated one file per shape (core/shapes.py), the shapes kept for the classes
+    shapes = _refuse_invalid(path, comm_group, on_warning, absent_peers,
+                             by_shape=is_large(len(files))) if validate else None
     groups = comm_groups_of(files, comm_group)
     # with absent peers the network holds the whole job: a group may name ranks above the set's
     npus = max([*files, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(files)
@@ -245,8 +246,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         _warn_network_larger(path, set(files), backend, on_warning)
     run = dict(groups=groups, modes=modes, limits=limits, record_events=record_events,
                memory_on_comm=memory_on_comm, absent_peers=absent_peers, kernel=kernel)
-    classes, declined = classes_for(path, files, groups, backend, replicas,
-                                    modelled=modes.modelled and modes.lanes == "kind", absent_peers=absent_peers)
+    classes, declined = classes_for(path, files, groups, backend, replicas, modelled=modes.modelled and
+                                    modes.lanes == "kind", absent_peers=absent_peers, shapes=shapes)
     result = None
     if classes is not None:
         feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present)
@@ -335,18 +336,22 @@ def _warn_nothing_recorded(feeders: dict, modes: CaptureModes, on_warning: Calla
 
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
-                    on_warning: Callable[[Diagnostic], None] | None, absent_peers: bool = False) -> None:
+                    on_warning: Callable[[Diagnostic], None] | None, absent_peers: bool = False,
+                    by_shape: bool = False) -> dict | None:
     """Raise `RanksetRefused` if the rank set has validation errors: a rank it names without a
     file among them, unless `absent_peers` (then each partial-group finding, a group naming
-    absent ranks the replay takes as arriving, goes to `on_warning`)."""
+    absent ranks the replay takes as arriving, goes to `on_warning`). `by_shape`: see
+    `validate_path`; the shapes it read are returned (else None)."""
     from chakra_tools.core.validate import validate_path
 
-    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE, absent_peers=absent_peers)
+    report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE, absent_peers=absent_peers,
+                           by_shape=by_shape)
     for d in report.diagnostics:
         if d.code == "partial-group" and on_warning is not None:
             on_warning(d)
     if report.errors:
         raise RanksetRefused(path, report)
+    return report.shapes
 
 
 #: the replays a calibration is checked with: everything modelled (trace-replay's default), and

@@ -9,7 +9,7 @@ of 4 pipeline stages replays as 4 ranks.
 
 Exact, not approximate, and checked at both ends:
 
-- *before*: each rank file's shape (`hotloops.shape_of`: every byte of its nodes but the groups and
+- *before*: each rank file's shape (core/shapes.py: every byte of its nodes but the groups and
   ranks they name) and the job's groups are refined into classes (colour refinement: a rank's
   class is its shape, the classes of its groups' members in order, its neighbours in each group
   and its peers, with the groups' and messages' places on the network); then `find_classes`
@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from chakra_tools.core import hotloops
 from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError
-from chakra_tools.core.framing import decode_varint, looks_like_metadata, open_binary
+from chakra_tools.core.shapes import RankShape, read_shape
 
 from .backend import AnalyticalBackend
 from .timing import Modelled, Staggered
@@ -45,42 +44,6 @@ class ClassesRefused(ChakraToolsError):
     """The rank set cannot be replayed by replica classes exactly; the message says why."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class RankShape:
-    """One rank file's graph up to the ranks and groups it names (`read_shape`).
-
-    `digest`: its nodes' bytes but those names (the metadata, which no node's timing reads, left
-    out: a rank's host, a scaled copy's rank, differ between replicas); `pattern`: each
-    name in file order as the index of its first appearance (groups and ranks counted apart);
-    `groups`, `ranks`: the distinct group names and rank numbers, in order of first appearance
-    (a rank's own number among them: a send names its source)."""
-
-    digest: tuple
-    pattern: tuple[int, ...]
-    groups: tuple[str, ...]
-    ranks: tuple[int, ...]
-
-
-def read_shape(path: str | Path) -> RankShape | None:
-    """The shape of the rank file at `path`; None where it cannot be read so (a malformed frame,
-    a pg_name that is no string): that rank is then like no other."""
-    with open_binary(path) as f:
-        buf = f.read()
-    size, pos = decode_varint(buf, 0)
-    pos = pos + size if size > 0 and looks_like_metadata(buf[pos:pos + size]) else 0
-    shaped = hotloops.shape_of(buf, pos)
-    if shaped is None:
-        return None
-    a, b, refs = shaped
-    groups: dict[str, int] = {}
-    ranks: dict[int, int] = {}
-    pattern = []
-    for ref in refs:
-        table = groups if type(ref) is str else ranks
-        pattern.append(table.setdefault(ref, len(table)) * 2 + (table is ranks))
-    return RankShape((a, b), tuple(pattern), tuple(groups), tuple(ranks))
 
 
 @dataclass(frozen=True)
@@ -109,11 +72,19 @@ REPLICAS = ("auto", "on", "off")
 AUTO_RANKS = 256
 
 
+def is_large(files: int) -> bool:
+    """Whether a set of this many rank files is large: `auto` replays it by classes where it
+    can, and it is validated one file per shape (core/shapes.py)."""
+    return files >= AUTO_RANKS
+
+
 def classes_for(path: str | Path, files: Mapping[int, Path], groups: Mapping[str, Sequence[int]], backend,
-                replicas: str, *, modelled: bool, absent_peers: bool) -> tuple[Classes | None, str | None]:
+                replicas: str, *, modelled: bool, absent_peers: bool,
+                shapes: Mapping[int, RankShape | None] | None = None) -> tuple[Classes | None, str | None]:
     """What `--replicas` (`REPLICAS`) makes of the rank set at `path`: (the classes to replay by,
-    None) or (None, why not; None where not asked). `modelled`: the replay's timing is the model's."""
-    if replicas == "off" or (replicas == "auto" and len(files) < AUTO_RANKS):
+    None) or (None, why not; None where not asked). `modelled`: the replay's timing is the model's;
+    `shapes`: the files' shapes where the validation read them (else they are read here)."""
+    if replicas == "off" or (replicas == "auto" and not is_large(len(files))):
         return None, None
     why = refusal(backend, modelled)
     if why is None and absent_peers:
@@ -121,7 +92,9 @@ def classes_for(path: str | Path, files: Mapping[int, Path], groups: Mapping[str
     if why is None:
         try:
             with gc_paused():  # a shape per rank, all kept
-                return find_classes({r: read_shape(f) for r, f in files.items()}, groups, backend), None
+                if shapes is None:
+                    shapes = {r: read_shape(f) for r, f in files.items()}
+                return find_classes(shapes, groups, backend), None
         except ClassesRefused as e:
             why = str(e)
     if replicas == "on":

@@ -16,7 +16,8 @@ from chakra_tools.core.graph import find_rank_files
 from chakra_tools.frontends import TransformerConfig, generate
 from chakra_tools.replay import SystemSpec, api, replay_rankset, replicas
 from chakra_tools.replay.api import comm_groups_of
-from chakra_tools.replay.replicas import ClassesRefused, find_classes, read_shape
+from chakra_tools.core.shapes import read_shape
+from chakra_tools.replay.replicas import ClassesRefused, find_classes
 
 # tp 2 x dp 4 x pp 2: ranks t + 2d + 8p
 JOB = dict(layers=2, hidden=256, heads=4, seq=128, batch=32, vocab=1024, tp=2, dp=4, pp=2, microbatches=4, zero=1)

@@ -1,0 +1,126 @@
+"""A rank file's shape: its graph up to the ranks and groups its nodes name, read in one pass and
+hashed in C (`hotloops.shape_of`).
+
+Two files of one shape differ in nothing but which ranks and groups their nodes name, so what
+holds of one file's nodes holds of the other's once those names are swapped (`RankShape.renaming`).
+Replica classes start from shapes (replay/replicas.py), and validation checks one file of each
+shape in full and the others by that renaming (core/validate.py, `by_shape`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from google.protobuf.message import DecodeError
+
+from . import hotloops
+from .crosscheck import RankScan
+from .errors import Diagnostics
+from .etio import metadata_from_pb
+from .framing import decode_varint, looks_like_metadata, open_binary
+from .legacy import legacy_metadata
+from .schema import et_def_pb2 as pb
+
+
+@dataclass(frozen=True)
+class RankShape:
+    """One rank file's graph up to the ranks and groups it names (`read_shape`).
+
+    `digest`: its nodes' bytes but those names (the metadata, which no node's timing reads, left
+    out: a rank's host, a scaled copy's rank, differ between replicas); `pattern`: each
+    name in file order as the index of its first appearance (groups and ranks counted apart);
+    `groups`, `ranks`: the distinct group names and rank numbers, in order of first appearance
+    (a rank's own number among them: a send names its source)."""
+
+    digest: tuple
+    pattern: tuple[int, ...]
+    groups: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+    def renaming(self, other: RankShape) -> tuple[dict[str, str], dict[int, int]]:
+        """What each group and rank this file names is called in `other`, a file of the same
+        shape (equal digest and pattern: the names sit in the same places)."""
+        return dict(zip(self.groups, other.groups)), dict(zip(self.ranks, other.ranks))
+
+
+def read_shape(path: str | Path) -> RankShape | None:
+    """The shape of the rank file at `path`; None where it cannot be read so (a malformed frame,
+    a pg_name that is no string): that rank is then like no other."""
+    return read_shape_and_metadata(path)[0]
+
+
+def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes | None]:
+    """`read_shape`, and the file's GlobalMetadata message as it lies in the file (None where it
+    has none), from the one read."""
+    with open_binary(path) as f:
+        buf = f.read()
+    size, pos = decode_varint(buf, 0)
+    metadata = buf[pos:pos + size] if size > 0 and looks_like_metadata(buf[pos:pos + size]) else None
+    shaped = hotloops.shape_of(buf, pos + size if metadata is not None else 0)
+    if shaped is None:
+        return None, metadata
+    a, b, refs = shaped
+    return RankShape((a, b), *hotloops.pattern_of(refs)), metadata
+
+
+def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: dict,
+                  scan_file: Callable[..., RankScan]) -> dict[int, RankScan]:
+    """Each rank's scan, the first file of each shape read node by node, the others' made from
+    it: a file of the same shape holds the same nodes but for the groups and ranks they name, so
+    it has the same findings, and the same communication with those names swapped. Only where
+    the first file had no finding at all, and the other's names pass what the node checks ask
+    of them (`_renamed`); anything else is read node by node too (`scan_file(rank, file, groups,
+    out, None)`, validate.py's). `shapes` gets every shape."""
+    scans: dict[int, RankScan] = {}
+    clean: dict[tuple, tuple[int, RankScan | None]] = {}  # shape -> its first rank, its scan if clean
+    for rank, f in files.items():
+        shape, metadata = read_shape_and_metadata(f)
+        shapes[rank] = shape
+        key = None if shape is None else (shape.digest, shape.pattern)
+        first = clean.get(key) if key is not None else None
+        if first is not None and first[1] is not None:
+            scan = _renamed(first[1], shapes[first[0]], shape, rank, f, metadata, groups)
+            if scan is not None:
+                scans[rank] = scan
+                continue
+        found = len(out)
+        scans[rank] = scan_file(rank, f, groups, out, None)
+        if key is not None and key not in clean:
+            clean[key] = (rank, scans[rank] if len(out) == found else None)
+    return scans
+
+
+def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path, metadata: bytes | None,
+             groups) -> RankScan | None:
+    """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`, of
+    the same shape `other`; None where that file must be read node by node: no metadata, or a
+    legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks,
+    a peer that is the rank itself)."""
+    if metadata is None or legacy_metadata(metadata):
+        return None
+    pgs, peers = shape.renaming(other)
+    if not all(_plain_pg(pg, groups) for pg in other.groups):
+        return None
+    for mine, theirs in peers.items():
+        if (theirs == rank) != (mine == scan.rank) or theirs < 0:
+            return None
+    try:
+        meta = metadata_from_pb(pb.GlobalMetadata.FromString(metadata))
+    except DecodeError:
+        return None
+    out = RankScan(rank, str(f), scan.nodes)
+    out.read_metadata(meta)
+    for pg, calls in scan.collectives.items():
+        out.collectives[pgs.get(pg, pg)] = list(calls)
+    out.sends = [(nid, name, peers.get(dst, dst), tag, size) for nid, name, dst, tag, size in scan.sends]
+    out.recvs = [(nid, name, peers.get(src, src), tag, size) for nid, name, src, tag, size in scan.recvs]
+    out.peers = {peers.get(p, p): list(first) for p, first in scan.peers.items()}
+    return out
+
+
+def _plain_pg(pg: str, groups) -> bool:
+    """A pg_name the node checks take without a word: none, "0", or a decimal id of the
+    comm-group file (any decimal id without one)."""
+    return pg in ("", "0") or (pg.isascii() and pg.isdecimal() and (groups is None or pg in groups))
