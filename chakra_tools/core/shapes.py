@@ -24,6 +24,11 @@ from .legacy import legacy_metadata
 from .schema import et_def_pb2 as pb
 
 
+#: a set of this many rank files is validated one file per shape by default (and, under
+#: `trace-replay --replicas auto`, replayed by classes: replay/replicas.py's AUTO_RANKS)
+LARGE_SET = 256
+
+
 @dataclass(frozen=True)
 class RankShape:
     """One rank file's graph up to the ranks and groups it names (`read_shape`).

@@ -30,7 +30,7 @@ from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType
-from .shapes import scan_by_shape
+from .shapes import LARGE_SET, scan_by_shape
 
 _CONTRACT_NAMES = frozenset(CONTRACT)
 _COMM_TYPES = frozenset(t for t in NodeType if t.is_comm)
@@ -292,7 +292,7 @@ class ValidationReport:
 
 def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
                   examples_per_code: int = 50, target: str | None = None,
-                  absent_peers: bool = False, by_shape: bool = False) -> ValidationReport:
+                  absent_peers: bool = False, by_shape: bool | None = None) -> ValidationReport:
     """Validate a file, folder or prefix by streaming each rank's file once.
 
     A comm_group.json beside the files is used unless `comm_group` names one. `target`
@@ -300,7 +300,8 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     are taken as a whole job (a rank they name without a file is an error) unless `absent_peers`
     (`--absent-peers assume`: one part of a larger job). `by_shape`: one file of each shape
     (core/shapes.py) is checked node by node, the others by renaming its findings
-    (`shapes.scan_by_shape`); the same report, and `report.shapes` keeps the shapes read.
+    (`shapes.scan_by_shape`); the same report, and `report.shapes` keeps the shapes read. None:
+    so for a set of `LARGE_SET` files or more (a set of distinct files would be read twice).
     """
     files = find_rank_files(path)
     first = next(iter(files.values()))
@@ -308,6 +309,8 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
         comm_group = first.parent / "comm_group.json"
     groups = read_comm_groups(comm_group) if comm_group else None
     out = Diagnostics(examples_per_code)
+    if by_shape is None:
+        by_shape = len(files) >= LARGE_SET
     shapes = {} if by_shape and target is None else None
     with gc_paused():  # each rank's scan is kept: nothing for the collector to find
         if shapes is not None:

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 
 from chakra_tools.core.collector import gc_paused
 from chakra_tools.core.errors import ChakraToolsError
-from chakra_tools.core.shapes import RankShape, read_shape
+from chakra_tools.core.shapes import LARGE_SET, RankShape, read_shape
 
 from .backend import AnalyticalBackend
 from .timing import Modelled, Staggered
@@ -69,7 +69,7 @@ class Classes:
 #: `trace-replay --replicas`: auto (classes where the set has `AUTO_RANKS` ranks or more and they
 #: replay exactly, else every rank), on (classes or an error saying why not), off (every rank)
 REPLICAS = ("auto", "on", "off")
-AUTO_RANKS = 256
+AUTO_RANKS = LARGE_SET
 
 
 def is_large(files: int) -> bool:
