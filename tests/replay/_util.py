@@ -66,3 +66,46 @@ def events(result) -> dict:
     """(rank, node) -> (start, end)."""
     return {(result.ev_rank[i], result.ev_node[i]): (result.ev_start[i], result.ev_end[i])
             for i in range(len(result.ev_node))}
+
+
+def random_gpt_case(rng, tmp_path, case: int):
+    """A random generated GPT (tp, dp, pp, microbatches, ZeRO stage) on a random network of 1-4
+    dimensions of every topology, with a random collective algorithm, chunking, optimization and
+    start rule: (its folder, SystemSpec, CaptureModes, its layout (tp, dp, pp), the network's
+    dimensions, the algorithms)."""
+    import json
+
+    from chakra_tools.frontends import TransformerConfig, generate
+    from chakra_tools.replay import CaptureModes, SystemSpec
+
+    tp, dp, pp, mb = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([1, 2]), rng.choice([1, 2])
+    n = tp * dp * pp
+    work = tmp_path / f"c{case}"
+    generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=mb * dp * 2, vocab=1024, tp=tp,
+                               dp=dp, pp=pp, microbatches=mb, zero=rng.choice([0, 1, 2]))).write(work)
+    dims, left = [], n
+    while left > 1:
+        d = rng.choice([x for x in (2, 4) if left % x == 0])
+        dims.append(d)
+        left //= d
+    net = network_file(tmp_path, [rng.choice(["Ring", "Switch", "FullyConnected"]) for _ in dims], dims,
+                       f"n{case}.yml")
+    algos = rng.choice([["ring"], ["direct"], ["halvingDoubling"], ["doubleBinaryTree"], ["ring"] * len(dims)])
+    system = tmp_path / f"s{case}.json"
+    system.write_text(json.dumps({
+        "endpoint-delay": 10, "active-chunks-per-dimension": 1, "preferred-dataset-splits": rng.choice([1, 4]),
+        "collective-optimization": rng.choice(["localBWAware", "baseline"]), "local-mem-bw": 1600,
+        **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}))
+    modes = CaptureModes(coll_start=rng.choice(["arrival", "last"]))
+    return work, SystemSpec(network=net, system=system), modes, (tp, dp, pp), dims, algos
+
+
+def network_file(tmp_path, topology, npus, name="net.yml"):
+    """An ASTRA-sim network file of those dimensions, 50 GB/s and 700 ns each."""
+    path = tmp_path / name
+    def row(values) -> str:
+        return "[ " + ", ".join(map(str, values)) + " ]"
+
+    path.write_text(f"topology: {row(topology)}\nnpus_count: {row(npus)}\nbandwidth: {row(['50.0'] * len(npus))}\n"
+                    f"latency: {row(['700.0'] * len(npus))}\n")
+    return path

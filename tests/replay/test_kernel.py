@@ -7,11 +7,10 @@ Where the compiled loop does not apply, the Python one runs and says so."""
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
-from _util import backend, coll, comp, recv, ring_net, run, send, write_rankset
+from _util import backend, coll, comp, network_file, random_gpt_case, recv, ring_net, run, send, write_rankset
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
@@ -49,13 +48,6 @@ def both(replay):
     return compiled
 
 
-def network(tmp_path, topology, npus, name):
-    path = tmp_path / name
-    path.write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: [ {', '.join(map(str, npus))} ]\n"
-                    f"bandwidth: [ {', '.join('50.0' for _ in npus)} ]\nlatency: [ {', '.join('700.0' for _ in npus)} ]\n")
-    return path
-
-
 def test_random_jobs_networks_and_algorithms(tmp_path):
     """Generated GPT layouts (tp, dp, pp, ZeRO stages: all-reduces, all-gathers, reduce-scatters
     and pipeline sends) on networks of 1-4 dimensions of every topology, every collective
@@ -63,24 +55,7 @@ def test_random_jobs_networks_and_algorithms(tmp_path):
     rng = random.Random(11)
     kinds = set()
     for case in range(10):
-        tp, dp, pp, mb = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([1, 2]), rng.choice([1, 2])
-        n = tp * dp * pp
-        work = tmp_path / f"c{case}"
-        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=mb * dp * 2, vocab=1024, tp=tp,
-                                   dp=dp, pp=pp, microbatches=mb, zero=rng.choice([0, 1, 2]))).write(work)
-        dims, left = [], n
-        while left > 1:
-            d = rng.choice([x for x in (2, 4) if left % x == 0])
-            dims.append(d)
-            left //= d
-        net = network(tmp_path, [rng.choice(["Ring", "Switch", "FullyConnected"]) for _ in dims], dims, f"n{case}.yml")
-        algos = rng.choice([["ring"], ["direct"], ["halvingDoubling"], ["doubleBinaryTree"], ["ring"] * len(dims)])
-        system = tmp_path / f"s{case}.json"
-        system.write_text(json.dumps({
-            "endpoint-delay": 10, "active-chunks-per-dimension": 1, "preferred-dataset-splits": rng.choice([1, 4]),
-            "collective-optimization": rng.choice(["localBWAware", "baseline"]), "local-mem-bw": 1600,
-            **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}))
-        spec, modes = SystemSpec(network=net, system=system), api.CaptureModes(coll_start=rng.choice(["arrival", "last"]))
+        work, spec, modes, *_ = random_gpt_case(rng, tmp_path, case)
         result = both(lambda k: replay_rankset(work, spec, replicas="off", modes=modes, kernel=k))
         kinds |= {c["comm_type"] for c in result.collectives}
         kinds |= {"p2p"} if result.pairs else set()
@@ -91,25 +66,15 @@ def test_a_policy_that_runs_its_own_events(tmp_path):
     """The congestion-aware network: its messages and phases are events on the loop's heap
     between the nodes' (the compiled loop keeps its entries on the engine's heap then); on
     generated jobs with pipeline sends over one and two dimensions (and a real capture, below)."""
-    for case, (tp, dp, pp, topology, npus) in enumerate([(2, 2, 2, ["Switch"], [8]), (2, 4, 1, ["Ring", "Switch"], [2, 4]),
-                                                          (1, 2, 2, ["FullyConnected"], [4])]):
+    cases = [(2, 2, 2, ["Switch"], [8]), (2, 4, 1, ["Ring", "Switch"], [2, 4]), (1, 2, 2, ["FullyConnected"], [4])]
+    for case, (tp, dp, pp, topology, npus) in enumerate(cases):
         work = tmp_path / f"c{case}"
-        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=8 * dp, vocab=1024, tp=tp, dp=dp, pp=pp,
-                                   microbatches=2)).write(work)
-        spec = SystemSpec(network=network(tmp_path, topology, npus, f"n{case}.yml"), network_model="congestion-aware")
+        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=8 * dp, vocab=1024, tp=tp, dp=dp,
+                                   pp=pp, microbatches=2)).write(work)
+        net = network_file(tmp_path, topology, npus, f"n{case}.yml")
+        spec = SystemSpec(network=net, network_model="congestion-aware")
         result = both(lambda k: replay_rankset(work, spec, replicas="off", kernel=k))
         assert result.collectives and (result.pairs or pp == 1)
-
-
-@pytest.fixture(scope="module")
-def mlp(shared_fixtures, tmp_path_factory):
-    from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
-
-    out = tmp_path_factory.mktemp("mlp")
-    wl = read_text_workload(shared_fixtures / "astra-sim/text_workloads/MLP_HybridParallel_Data_Model.txt")
-    rs, _ = text_to_rankset(wl, TextOptions(8, (4, 2)))
-    rs.write(out, "mlp", record_world=True)
-    return out
 
 
 @pytest.mark.parametrize("options", [
@@ -196,7 +161,8 @@ def test_ranks_that_begin_late_as_recorded(tmp_path):
         return Node(i, f"k{i}", NodeType.COMP_NODE, deps, start_time_micros=start, duration_micros=10,
                     attrs=make_attrs(is_cpu_op=False))
 
-    prefix = write_rankset(tmp_path, {0: [k(1, 100), coll(2, 4096, deps=(1,))], 1: [k(1, 150), coll(2, 4096, deps=(1,))]})
+    prefix = write_rankset(tmp_path, {0: [k(1, 100), coll(2, 4096, deps=(1,))],
+                                      1: [k(1, 150), coll(2, 4096, deps=(1,))]})
 
     def replay(kernel):
         feeders, groups = open_rankset(prefix)

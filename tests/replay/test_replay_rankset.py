@@ -28,17 +28,6 @@ from test_replay_validates_first import unsized_all_reduce
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def mlp(shared_fixtures, tmp_path_factory):
-    from chakra_tools.frontends import TextOptions, read_text_workload, text_to_rankset
-
-    out = tmp_path_factory.mktemp("mlp")
-    wl = read_text_workload(shared_fixtures / "astra-sim/text_workloads/MLP_HybridParallel_Data_Model.txt")
-    rs, _ = text_to_rankset(wl, TextOptions(8, (4, 2)))
-    rs.write(out, "mlp", record_world=True)
-    return out
-
-
 def test_merged_with_puts_the_chosen_modes_over_these():
     assert AS_CAPTURED.merged_with(comm="model", lanes=None) == CaptureModes("model", "timeline", "recorded", "stream")
     assert CaptureModes().merged_with(host_time=None, align="", coll_start="last") == CaptureModes(coll_start="last")

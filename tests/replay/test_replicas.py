@@ -8,6 +8,8 @@ import glob
 import pytest
 from typer.testing import CliRunner
 
+from _util import network_file, random_gpt_case
+
 from chakra_tools.cli.replay import app
 from chakra_tools.core import hotloops
 from chakra_tools.core.etio import TraceReader, write_trace
@@ -30,13 +32,6 @@ def job(tmp_path_factory):
     return out
 
 
-def network(tmp_path, topology, npus, name="net.yml"):
-    path = tmp_path / name
-    path.write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: [ {', '.join(map(str, npus))} ]\n"
-                    f"bandwidth: [ {', '.join('50.0' for _ in npus)} ]\nlatency: [ {', '.join('700.0' for _ in npus)} ]\n")
-    return path
-
-
 def both(path, spec=None, **kw):
     full = replay_rankset(path, spec, replicas="off", record_events=False, **kw)
     by_class = replay_rankset(path, spec, replicas="on", record_events=False, **kw)
@@ -46,7 +41,7 @@ def both(path, spec=None, **kw):
 @pytest.mark.parametrize("topology, npus", [(["Switch"], [16]), (["Ring", "Switch"], [4, 4]),
                                             (["Ring", "Switch"], [2, 8]), (["FullyConnected", "Ring"], [8, 2])])
 def test_one_rank_per_stage_gives_every_rank_exactly(job, tmp_path, topology, npus):
-    full, by_class = both(job, SystemSpec(network=network(tmp_path, topology, npus)))
+    full, by_class = both(job, SystemSpec(network=network_file(tmp_path, topology, npus)))
     assert by_class.config["replicas"]["replayed"] == [0, 8]  # the two pipeline stages
     assert by_class.config["replicas"]["classes"] == {"0": 8, "8": 8}
     assert by_class.makespan_ns == full.makespan_ns
@@ -55,7 +50,7 @@ def test_one_rank_per_stage_gives_every_rank_exactly(job, tmp_path, topology, np
 
 
 def test_collective_start_last_too(job, tmp_path):
-    spec = SystemSpec(network=network(tmp_path, ["Ring", "Switch"], [4, 4]))
+    spec = SystemSpec(network=network_file(tmp_path, ["Ring", "Switch"], [4, 4]))
     modes = api.CaptureModes(coll_start="last")
     full, by_class = both(job, spec, modes=modes)
     assert by_class.ranks == full.ranks and by_class.config["replicas"]["replayed"] == [0, 8]
@@ -64,7 +59,7 @@ def test_collective_start_last_too(job, tmp_path):
 def test_a_network_that_sets_replicas_apart_is_found_during_the_replay(job, tmp_path, monkeypatch):
     """One Ring of 16: the data-parallel group (8, 10, 12, 14) runs as a ring whose last link
     is 6 hops long, so its members end at different times: no replica is its representative."""
-    spec = SystemSpec(network=network(tmp_path, ["Ring"], [16]))
+    spec = SystemSpec(network=network_file(tmp_path, ["Ring"], [16]))
     with pytest.raises(ClassesRefused, match=r"ends rank \d+ at \d+ ns and rank \d+, whose replica it is"):
         replay_rankset(job, spec, replicas="on", record_events=False)
     monkeypatch.setattr(replicas, "AUTO_RANKS", 2)
@@ -99,7 +94,7 @@ def test_one_slow_replica_sets_its_peers_apart(job, tmp_path, monkeypatch):
 
 
 def test_what_cannot_replay_by_classes_says_why(job, tmp_path):
-    net = network(tmp_path, ["Ring", "Switch"], [4, 4])
+    net = network_file(tmp_path, ["Ring", "Switch"], [4, 4])
     aware = SystemSpec(network=net, network_model="congestion-aware")
     with pytest.raises(ClassesRefused, match="congestion-aware network: replicas' messages share links"):
         replay_rankset(job, aware, replicas="on", record_events=False)
@@ -129,12 +124,12 @@ def test_shape_compiled_and_python_agree(job, shared_fixtures):
 
 
 def test_cli_says_what_it_replayed(job, tmp_path):
-    net = network(tmp_path, ["Ring", "Switch"], [4, 4])
+    net = network_file(tmp_path, ["Ring", "Switch"], [4, 4])
     res = CliRunner().invoke(app, [str(job), "-n", str(net), "--replicas", "on"])
     assert res.exit_code == 0, res.output
     assert "0-7" in res.stdout and "8-15" in res.stdout
     assert "replayed 2 of 16 ranks, one per class of replicas" in res.stderr
-    bad = CliRunner().invoke(app, [str(job), "-n", str(network(tmp_path, ["Ring"], [16], "ring.yml")),
+    bad = CliRunner().invoke(app, [str(job), "-n", str(network_file(tmp_path, ["Ring"], [16], "ring.yml")),
                                    "--replicas", "on"])
     assert bad.exit_code == 1 and "--replicas off replays every rank" in bad.output
 
@@ -191,34 +186,16 @@ def test_random_jobs_networks_and_algorithms_by_classes_equal_the_full_replay(tm
     every collective algorithm, both optimizations and both start rules: every set replayed by
     classes gives the full replay's rows, and where the model sets replicas apart (trees) the
     replay falls back to every rank."""
-    import json
     import random
 
     monkeypatch.setattr(replicas, "AUTO_RANKS", 2)
     rng = random.Random(7)
     used = {"classes": 0, "all": 0}
     for case in range(16):
-        tp, dp, pp, mb = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([1, 2]), rng.choice([1, 2])
-        n = tp * dp * pp
-        work = tmp_path / f"c{case}"
-        generate(TransformerConfig(layers=1, hidden=256, heads=4, seq=128, batch=mb * dp * 2, vocab=1024, tp=tp,
-                                   dp=dp, pp=pp, microbatches=mb, zero=rng.choice([0, 1, 2]))).write(work)
-        dims, left = [], n
-        while left > 1:
-            d = rng.choice([x for x in (2, 4) if left % x == 0])
-            dims.append(d)
-            left //= d
-        net = network(tmp_path, [rng.choice(["Ring", "Switch", "FullyConnected"]) for _ in dims], dims, f"n{case}.yml")
-        algos = rng.choice([["ring"], ["direct"], ["halvingDoubling"], ["doubleBinaryTree"], ["ring"] * len(dims)])
-        system = tmp_path / f"s{case}.json"
-        system.write_text(json.dumps({
-            "endpoint-delay": 10, "active-chunks-per-dimension": 1, "preferred-dataset-splits": rng.choice([1, 4]),
-            "collective-optimization": rng.choice(["localBWAware", "baseline"]), "local-mem-bw": 1600,
-            **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}}))
-        spec, modes = SystemSpec(network=net, system=system), api.CaptureModes(coll_start=rng.choice(["arrival", "last"]))
+        work, spec, modes, layout, dims, algos = random_gpt_case(rng, tmp_path, case)
         full = replay_rankset(work, spec, replicas="off", record_events=False, modes=modes)
         auto = replay_rankset(work, spec, record_events=False, modes=modes)
-        assert auto.ranks == full.ranks, (case, tp, dp, pp, dims, algos)
+        assert auto.ranks == full.ranks, (case, layout, dims, algos)
         used["classes" if isinstance(auto.config["replicas"]["replayed"], list) else "all"] += 1
     assert used["classes"] >= 10, used
 
