@@ -47,6 +47,9 @@ class RankScan:
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
 
+    #: the GlobalMetadata attributes `read_metadata` takes
+    METADATA = frozenset(("world_size", "rank", "conversion"))
+
     def read_metadata(self, meta) -> None:
         """What the cross-rank checks take from the file's GlobalMetadata (a core.model.Metadata,
         or None): the job's rank count, the rank it holds, the conversion that wrote it."""

@@ -164,8 +164,9 @@ def metadata_to_pb(meta: Metadata):
     return m
 
 
-def metadata_from_pb(m) -> Metadata:
-    return Metadata(m.version, {a.name: _attr_from_pb(a) for a in m.attr}, True)
+def metadata_from_pb(m, names: frozenset[str] | None = None) -> Metadata:
+    """The `Metadata` of a GlobalMetadata message; with `names`, only those attributes decoded."""
+    return Metadata(m.version, {a.name: _attr_from_pb(a) for a in m.attr if names is None or a.name in names}, True)
 
 
 # --------------------------------------------------------------------------------------------

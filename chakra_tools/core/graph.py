@@ -281,16 +281,21 @@ def _rank_files(p: Path) -> dict[int, Path]:
             raise InputError(f"{p}: not a Chakra rank file{_what_it_is(p)}")
         m = RANK_FILE.match(p.name)
         return {int(m.group("rank")) if m else 0: p}
+    # names, not Path objects, until a file is known to be one (131,072 of them: seconds apart)
+    folder = p if p.is_dir() else p.parent
+    try:
+        names = sorted(e.name for e in os.scandir(folder)) if folder.is_dir() else []
+    except OSError:
+        names = []
+    found = [(m, name) for name in names if (m := RANK_FILE.match(name))]
     if p.is_dir():
-        candidates = [c for c in sorted(p.iterdir(), key=os.fspath) if RANK_FILE.match(c.name)]
-        prefixes = {RANK_FILE.match(c.name).group("prefix") for c in candidates}
+        prefixes = {m.group("prefix") for m, _ in found}
         if len(prefixes) > 1:
             raise InputError(f"{p}: holds several rank sets ({', '.join(sorted(prefixes))}); "
                              "name one by its prefix, e.g. " + str(p / sorted(prefixes)[0]))
     else:
-        candidates = [c for c in sorted(p.parent.glob(p.name + ".*.et*"), key=os.fspath)
-                      if (m := RANK_FILE.match(c.name)) and m.group("prefix") == p.name]
-    files = {int(RANK_FILE.match(c.name).group("rank")): c for c in candidates}
+        found = [(m, name) for m, name in found if m.group("prefix") == p.name]
+    files = {int(m.group("rank")): folder / name for m, name in found}
     if not files:
         raise InputError(f"{p}: no trace files (expected a .et file, a folder of <prefix>.<rank>.et "
                          f"files, or such a prefix){_what_it_is(p)}")

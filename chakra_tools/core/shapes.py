@@ -112,7 +112,7 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
         if (theirs == rank) != (mine == scan.rank) or theirs < 0:
             return None
     try:
-        meta = metadata_from_pb(pb.GlobalMetadata.FromString(metadata))
+        meta = metadata_from_pb(pb.GlobalMetadata.FromString(metadata), RankScan.METADATA)
     except DecodeError:
         return None
     out = RankScan(rank, str(f), scan.nodes)

@@ -39,10 +39,11 @@ REPLAY_WINDOW = 8192
 
 def open_rankset(path: str | Path, comm_group: str | Path | None = None, *,
                  resolve: Sequence[str] = ("data", "ctrl"), window: int = REPLAY_WINDOW,
-                 ranks: Sequence[int] | None = None) -> tuple[dict[int, ETFeeder], dict[str, tuple[int, ...]]]:
+                 ranks: Sequence[int] | None = None,
+                 files: Mapping[int, Path] | None = None) -> tuple[dict[int, ETFeeder], dict[str, tuple[int, ...]]]:
     """One feeder per rank file of a rank set (only `ranks`' where given), and its comm groups
-    (the file beside the traces if any)."""
-    files = find_rank_files(path)
+    (the file beside the traces if any). `files`: the set's files where the caller listed them."""
+    files = find_rank_files(path) if files is None else files
     feeders = {r: ETFeeder(f, resolve=resolve, window=window, rank=r, eager_info=True)
                for r, f in files.items() if ranks is None or r in ranks}
     return feeders, comm_groups_of(files, comm_group)
@@ -230,8 +231,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         raise InputError(f"--replicas {replicas!r}: use " + ", ".join(REPLICAS))
     files = find_rank_files(path)
     # a large set is validated one file per shape (core/shapes.py), the shapes kept for the classes
-    shapes = _refuse_invalid(path, comm_group, on_warning, absent_peers,
-                             by_shape=is_large(len(files))) if validate else None
+    shapes = _refuse_invalid(path, comm_group, on_warning, absent_peers, by_shape=is_large(len(files)),
+                             files=files) if validate else None
     groups = comm_groups_of(files, comm_group)
     # with absent peers the network holds the whole job: a group may name ranks above the set's
     npus = max([*files, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(files)
@@ -250,7 +251,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                                     modes.lanes == "kind", absent_peers=absent_peers, shapes=shapes)
     result = None
     if classes is not None:
-        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present)
+        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present,
+                                  files=files)
         try:
             result = run_replay(path, feeders, backend, classes=classes, **run)
         except ClassesRefused as e:
@@ -258,7 +260,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                 raise on_refused(path, str(e)) from e
             declined, backend = str(e), spec.backend(npus + 1, str(path))  # the model starts afresh
     if result is None:
-        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window)
+        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, files=files)
         if on_warning is not None:
             _warn_recorded_on_scaled(path, feeders, modes, on_warning)
             _warn_nothing_recorded(feeders, modes, on_warning)
@@ -337,7 +339,7 @@ def _warn_nothing_recorded(feeders: dict, modes: CaptureModes, on_warning: Calla
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
                     on_warning: Callable[[Diagnostic], None] | None, absent_peers: bool = False,
-                    by_shape: bool = False) -> dict | None:
+                    by_shape: bool = False, files: Mapping[int, Path] | None = None) -> dict | None:
     """Raise `RanksetRefused` if the rank set has validation errors: a rank it names without a
     file among them, unless `absent_peers` (then each partial-group finding, a group naming
     absent ranks the replay takes as arriving, goes to `on_warning`). `by_shape`: see
@@ -345,7 +347,7 @@ def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
     from chakra_tools.core.validate import validate_path
 
     report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE, absent_peers=absent_peers,
-                           by_shape=by_shape)
+                           by_shape=by_shape, files=files)
     for d in report.diagnostics:
         if d.code == "partial-group" and on_warning is not None:
             on_warning(d)
