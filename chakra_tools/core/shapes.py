@@ -118,7 +118,7 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     out = RankScan(rank, str(f), scan.nodes)
     out.read_metadata(meta)
     for pg, calls in scan.collectives.items():
-        out.collectives[pgs.get(pg, pg)] = list(calls)
+        out.collectives[pgs.get(pg, pg)] = calls  # the same records, read-only once scanned
     out.sends = [(nid, name, peers.get(dst, dst), tag, size) for nid, name, dst, tag, size in scan.sends]
     out.recvs = [(nid, name, peers.get(src, src), tag, size) for nid, name, src, tag, size in scan.recvs]
     out.peers = {peers.get(p, p): list(first) for p, first in scan.peers.items()}
