@@ -243,17 +243,47 @@ typedef struct {
 static PyObject *s_now, *s_next_issuable, *s_has_issuable, *s_info, *s_finish, *s_feeder, *s_caps, *s_rank,
     *s_coll_seq;
 
-static void Kernel_clear_ranks(Kernel *self)
+/* The kernel holds its engine, which holds it (a cycle the collector breaks through these). */
+#define KERNEL_OBJECTS(X)                                                                              \
+    X(index_of) X(names) X(engine) X(compute_ns) X(on_send) X(on_recv) X(on_mem) X(cost_collective)   \
+        X(check_collective) X(past_clock) X(rendezvous) X(comm_types) X(cross) X(pyheap) X(count)      \
+            X(join) X(groups)
+#define RANK_OBJECTS(X) X(state) X(rank_obj) X(next_issuable) X(has_issuable) X(info) X(finish) X(coll_seq)
+
+static int Kernel_traverse(Kernel *self, visitproc visit, void *arg)
 {
+#define VISIT(f) Py_VISIT(self->f);
+    KERNEL_OBJECTS(VISIT)
+#undef VISIT
     for (Py_ssize_t i = 0; i < self->n; i++) {
         Rank *r = &self->ranks[i];
-        Py_XDECREF(r->state);
-        Py_XDECREF(r->rank_obj);
-        Py_XDECREF(r->next_issuable);
-        Py_XDECREF(r->has_issuable);
-        Py_XDECREF(r->info);
-        Py_XDECREF(r->finish);
-        Py_XDECREF(r->coll_seq);
+#define VISIT(f) Py_VISIT(r->f);
+        RANK_OBJECTS(VISIT)
+#undef VISIT
+    }
+    return 0;
+}
+
+static int Kernel_clear(Kernel *self)
+{
+#define CLEAR(f) Py_CLEAR(self->f);
+    KERNEL_OBJECTS(CLEAR)
+#undef CLEAR
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Rank *r = &self->ranks[i];
+#define CLEAR(f) Py_CLEAR(r->f);
+        RANK_OBJECTS(CLEAR)
+#undef CLEAR
+    }
+    return 0;
+}
+
+static void Kernel_dealloc(Kernel *self)
+{
+    PyObject_GC_UnTrack(self);
+    Kernel_clear(self);
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        Rank *r = &self->ranks[i];
         for (int l = 0; l < NLANES; l++)
             PyMem_Free(r->deferred[l].v);
         map_free(&r->freed);
@@ -261,13 +291,6 @@ static void Kernel_clear_ranks(Kernel *self)
         map_free(&r->seq);
     }
     PyMem_Free(self->ranks);
-    self->ranks = NULL;
-    self->n = 0;
-}
-
-static void Kernel_dealloc(Kernel *self)
-{
-    Kernel_clear_ranks(self);
     PyMem_Free(self->heap);
     PyMem_Free(self->ev_rank);
     PyMem_Free(self->ev_start);
@@ -276,23 +299,6 @@ static void Kernel_dealloc(Kernel *self)
     PyMem_Free(self->ev_node);
     PyMem_Free(self->ev_type);
     PyMem_Free(self->ev_lane);
-    Py_XDECREF(self->index_of);
-    Py_XDECREF(self->names);
-    Py_XDECREF(self->engine);
-    Py_XDECREF(self->compute_ns);
-    Py_XDECREF(self->on_send);
-    Py_XDECREF(self->on_recv);
-    Py_XDECREF(self->on_mem);
-    Py_XDECREF(self->cost_collective);
-    Py_XDECREF(self->cross);
-    Py_XDECREF(self->pyheap);
-    Py_XDECREF(self->count);
-    Py_XDECREF(self->join);
-    Py_XDECREF(self->check_collective);
-    Py_XDECREF(self->past_clock);
-    Py_XDECREF(self->rendezvous);
-    Py_XDECREF(self->comm_types);
-    Py_XDECREF(self->groups);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1373,10 +1379,12 @@ static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "chakra_tools.replay._kernel.Kernel",
     .tp_basicsize = sizeof(Kernel),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Kernel_init,
     .tp_dealloc = (destructor)Kernel_dealloc,
+    .tp_traverse = (traverseproc)Kernel_traverse,
+    .tp_clear = (inquiry)Kernel_clear,
     .tp_methods = Kernel_methods,
 };
 

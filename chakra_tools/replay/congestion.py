@@ -86,6 +86,11 @@ class CongestionAware(Staggered):
         self._at = at
         self.network.reset()
 
+    def unbind(self) -> None:
+        """The replay is done: let go of its loop (see engine.Replayer._let_go)."""
+        self._at = None
+        self._heap = None
+
     def bind_heap(self, heap: list, counter, tag: int) -> None:
         """The engine's heap, its sequence counter and the tag of a callback entry: the compiled
         loop pushes `(time, next(counter), callback, tag)` as `at` would."""

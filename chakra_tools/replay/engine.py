@@ -95,8 +95,7 @@ class Replayer:
         self._count = itertools.count(1)  # each heap entry's sequence number: ties in insertion order
         self._now = 0
         self._rendezvous: dict[tuple, list] = {}
-        #: a policy that runs communication as events of this loop (congestion.CongestionAware):
-        #: members join a collective as they arrive, messages report their own arrival
+        #: a policy whose communication runs as events of this loop (congestion-aware)
         self._async = bool(getattr(self.timing, "asynchronous", False))
         self.messages = Messages(self, self._async and bool(getattr(self.timing, "asynchronous_sends", True)))
         self.on_send, self.on_recv = self.messages.on_send, self.messages.on_recv
@@ -104,9 +103,8 @@ class Replayer:
             self.timing.bind(self.call_at)
             # a compiled policy pushes its events itself: the same entries call_at pushes
             getattr(self.timing, "bind_heap", lambda *a: None)(self._heap, self._count, _CALL)
-        # an asynchronous collective, (pg, k) -> its members once all joined (members, group, size,
-        # start), and the ends of the members done so far (which may come before all have joined)
-        self._joined: dict[tuple, tuple[list, tuple[int, ...], int, int]] = {}
+        # an asynchronous collective (pg, k): its members, group, size, start once all joined; its
+        self._joined: dict[tuple, tuple[list, tuple[int, ...], int, int]] = {}  # members' ends so far
         self._ended: dict[tuple, list[int]] = {}
         self._compute_ns = self.timing.compute_ns
         self._kernel = self._compiled_kernel(kernel, res)
@@ -162,6 +160,7 @@ class Replayer:
 
     def run(self) -> ReplayResult:
         begins = {r: self.timing.begin_ns(r) for r in self.ranks}
+        kernel = "python" if self._kernel is None else "compiled"
         with gc_relaxed():
             if self._kernel is not None:
                 self._run_compiled(begins)
@@ -176,8 +175,16 @@ class Replayer:
             self._warn("unknown-pg", f"no comm-group file: pg_name {names} taken as every rank", rank, nid)
         self.result.finalize(self.world, self.timing.describe(), self.diagnostics,
                              {r: ns for r, ns in begins.items() if ns})
-        self.result.config["kernel"] = "python" if self._kernel is None else "compiled"
+        self.result.config["kernel"] = kernel
+        self._let_go()
         return self.result
+
+    def _let_go(self) -> None:
+        """Break the cycles through the engine (its handlers, messages, a scheduling policy): what
+        a replay held is freed as it returns, not at a full collection (a sweep grew a replay each)."""
+        self.messages.e = None
+        self._handlers.clear()  # its own bound methods
+        getattr(self.timing, "unbind", lambda: None)()
 
     def _run(self, begins: dict[int, int]) -> None:
         for r in self.ranks.values():
@@ -210,11 +217,15 @@ class Replayer:
                 kernel.begin(i, begins[r])
             else:
                 kernel.issue(i)
-        while True:
-            kernel.drain()
-            if not self._unstick():
-                break
-        self.result.adopt(kernel.take)
+        try:
+            while True:
+                kernel.drain()
+                if not self._unstick():
+                    break
+            self.result.adopt(kernel.take)
+        finally:  # the kernel and this engine hold each other
+            self._kernel = None
+            del self._at, self._issue
 
     def _scheduled(self) -> bool:
         return bool(self._kernel.scheduled() if self._kernel is not None else self._heap)
@@ -375,8 +386,7 @@ class Replayer:
 
     # -- the end --------------------------------------------------------------------------------
     def _check_done(self) -> None:
-        stuck = [r for r in self.ranks.values() if not r.feeder.done]
-        if stuck:
+        if stuck := [r for r in self.ranks.values() if not r.feeder.done]:
             raise deadlock(self, stuck)
 
     def _warn(self, code: str, message: str, rank: int, nid: int) -> None:

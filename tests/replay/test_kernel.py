@@ -258,3 +258,31 @@ def test_rank_figures_of_a_real_replay(dlrm):
                                            {r["rank"]: r["start_ns"] for r in result.ranks})
         rows += result.ranks
     assert [k for k in ("overlap_ns", "exposed_comm_ns", "compute_ns") if not any(r[k] for r in rows)] == []
+
+
+@pytest.mark.parametrize("kernel, model", [("compiled", "congestion-unaware"), ("python", "congestion-unaware"),
+                                           ("compiled", "congestion-aware")])
+def test_a_finished_replay_lets_go_of_what_it_held(tmp_path, kernel, model):
+    """With the collector off, the engine, its feeders and the policy are freed as soon as the
+    replay returns: nothing of it waits for a full collection (a sweep of replays in one process
+    grew by a replay each before: the engine's handlers, its kernel and a scheduling policy
+    held it)."""
+    import gc
+    import weakref
+
+    prefix = write_rankset(tmp_path, {r: [comp(1), coll(2, 1 << 16, deps=(1,)), send(3, dst=1 - r, size=64),
+                                          recv(4, src=1 - r, size=64)] for r in (0, 1)})
+    backend_ = SystemSpec(network_model=model).backend(2)
+    feeders, groups = open_rankset(prefix)
+    timing = api.CaptureModes().timing(prefix, feeders, backend_)
+    replayer = engine.Replayer(feeders, timing, groups=groups, kernel=kernel)
+    held = [weakref.ref(x) for x in (replayer, timing, feeders[0])]
+    del feeders, timing
+    gc.disable()
+    try:
+        result = replayer.run()
+        del replayer
+        assert [ref() for ref in held] == [None] * 3
+    finally:
+        gc.enable()
+    assert result.collectives and result.pairs
