@@ -7,10 +7,14 @@
  * What stays in Python is what is pluggable or rare, called from here with the engine's own
  * methods: the feeders (`next_issuable`, `has_issuable`, `info`, `finish`), the timing policy
  * (`compute_ns` per compute node; `engine._cost_collective` once a collective's members have all
- * arrived, which says how long each takes), the point-to-point and memory handlers (`engine.on_send`, `on_recv`, `on_mem`), and
- * every error (the engine's checks raise them with the file and the node). Before calling any of
- * those but the feeders and `compute_ns`, the kernel sets `engine._now`; what they schedule comes
- * back through `Kernel.at`, what they link through `Kernel.set_pred`.
+ * arrived, which says how long each takes), the point-to-point and memory handlers
+ * (`engine.on_send`, `on_recv`, `on_mem`), and every error (the engine's checks raise them with
+ * the file and the node). Before calling any of those but the feeders and `compute_ns`, the kernel
+ * sets `engine._now`; what they schedule comes back through `Kernel.at`, what they link through
+ * `Kernel.set_pred`. The kernel and its engine hold each other: a collected type, which the engine
+ * drops at the end of its run.
+ *
+ * Also here: `rank_stats`, each rank's figures of a replay's events (result.py's reference).
  *
  *     Kernel(engine, states, lanes, slots, record_names, rendezvous, comm_types[, heap, count])
  *         states: engine.RankState per rank, in the engine's order (a rank's feeder and caps);
