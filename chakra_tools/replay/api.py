@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
@@ -21,17 +21,16 @@ from chakra_tools.feed.protocol import Backend
 from .backend import AnalyticalBackend
 from .calibrate import COMM_MODES
 from .config import default_network
-from .congestion import CapturedCongestionAware, CongestionAware
-from .library import LibraryBackend
-from .sharing import SharedUplinks
 from .replicas import REPLICAS, Classes, ClassesRefused, Mirrored, classes_for, expand, is_large, on_refused
 from .engine import Replayer
 from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
 from .fidelity import compare_with_manifest, measured_of
-from .netfit import Calibration
 from .spec import SystemSpec
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered
+
+if TYPE_CHECKING:
+    from .netfit import Calibration
 
 #: per-rank feeder window of a replay: every rank holds one, and a stalled replay reads further
 REPLAY_WINDOW = 8192
@@ -123,7 +122,11 @@ class CaptureModes:
         once more for the recorded timeline when a mode needs it)."""
         self.check()
         links = getattr(backend, "links", None)
+        # the congestion-aware and cluster policies are imported where used: a plain replay's
+        # command starts without them (25 ms of a 256-rank replay's 0.22 s)
         if links is not None:
+            from .congestion import CapturedCongestionAware, CongestionAware
+
             if self.comm != "model" or self.coll_start != "arrival":
                 raise InputError("--network-model congestion-aware prices communication on the links, each member of "
                                  "a collective from its own arrival: with --as-captured add --comm model; drop "
@@ -131,7 +134,11 @@ class CaptureModes:
             if self.modelled:
                 return CongestionAware(backend, links)
             return CapturedCongestionAware(backend, links, **self._captured(path, feeders))
+        from .library import LibraryBackend
+
         if self.modelled and isinstance(backend, LibraryBackend):
+            from .sharing import SharedUplinks
+
             return SharedUplinks(backend)  # gloo's calls start together: the start mode is moot
         if self.modelled:
             return Staggered(backend) if self.coll_start == "arrival" else Modelled(backend)

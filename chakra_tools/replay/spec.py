@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from chakra_tools.core.errors import InputError
 
@@ -25,8 +25,9 @@ from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_net
                      load_system)
 from .links import LinkChange, changed_network
 from .linknet import LinkNetwork, of_network
-from .calfile import read_calibration
-from .netfit import Calibration
+
+if TYPE_CHECKING:
+    from .netfit import Calibration
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class SystemSpec:
         return to_network(read_infragraph(self.network))
 
     def _calibration(self) -> Calibration:
+        from .calfile import read_calibration  # (with the fit's modules: not on a plain replay's path)
+
         if self.network is not None:
             raise InputError("--network-fit prices communication from the calibration: give it or --network, not both")
         cal = read_calibration(self.kind_fit)
