@@ -101,12 +101,12 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
              groups) -> RankScan | None:
     """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`, of
     the same shape `other`; None where that file must be read node by node: no metadata, or a
-    legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks,
-    a peer that is the rank itself)."""
+    legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks or
+    of another size, a peer that is the rank itself)."""
     if metadata is None or legacy_metadata(metadata):
         return None
     pgs, peers = shape.renaming(other)
-    if not all(_plain_pg(pg, groups) for pg in other.groups):
+    if not all(_judged_alike(mine, theirs, groups) for mine, theirs in pgs.items()):
         return None
     for mine, theirs in peers.items():
         if (theirs == rank) != (mine == scan.rank) or theirs < 0:
@@ -125,7 +125,11 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     return out
 
 
-def _plain_pg(pg: str, groups) -> bool:
-    """A pg_name the node checks take without a word: none, "0", or a decimal id of the
-    comm-group file (any decimal id without one)."""
-    return pg in ("", "0") or (pg.isascii() and pg.isdecimal() and (groups is None or pg in groups))
+def _judged_alike(mine: str, theirs: str, groups) -> bool:
+    """Whether the node checks (validate._check_pg) judge the same nodes on pg_name `theirs` as
+    they did on `mine`, which drew no finding: both none or "0", or both ids of the comm-group
+    file whose groups have one size (a collective may record its group's size)."""
+    if mine in ("", "0"):
+        return theirs in ("", "0")
+    return (groups is not None and theirs.isdecimal() and mine in groups and theirs in groups
+            and len(groups[theirs]) == len(groups[mine]))

@@ -129,3 +129,24 @@ def test_a_finding_in_every_file_is_reported_for_every_file(job, tmp_path):
         write_trace(f, [with_attr(n, is_cpu_op=True) if n.type.name == "COMM_COLL_NODE" else n for n in nodes], meta)
     full = both(out)
     assert full[3]
+
+
+def test_a_replica_on_a_group_of_another_size_is_found_either_way(job, tmp_path):
+    """Collectives that record their group's size (`group_size`, as captures' do): rank 3's
+    two-rank group renamed, everywhere in its file, to a four-rank one. Its shape is its
+    replicas' (names are left out of it), yet the node check of the recorded size must still
+    speak, as it does file by file."""
+    import json
+
+    out = tmp_path / "sized"
+    shutil.copytree(job, out)
+    groups = {k: len(v) for k, v in json.loads((out / "comm_group.json").read_text()).items()}
+    for rank, f in find_rank_files(out).items():
+        reader = TraceReader(f)
+        nodes, meta = list(reader), reader.metadata
+        sized = [with_attr(n, group_size=groups[n.pg_name]) if n.type.name == "COMM_COLL_NODE" else n for n in nodes]
+        if rank == 3:
+            sized = [with_attr(n, pg_name="3") if n.pg_name == "5" else n for n in sized]
+        write_trace(f, sized, meta)
+    full = both(out)
+    assert "group-size-mismatch" in full[3]
