@@ -48,13 +48,13 @@ class RankScan:
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
 
     #: the GlobalMetadata attributes `read_metadata` takes
-    METADATA = frozenset(("world_size", "rank", "conversion"))
+    METADATA = ("world_size", "rank", "conversion")
 
     def read_metadata(self, meta) -> None:
         """What the cross-rank checks take from the file's GlobalMetadata (a core.model.Metadata,
         or None): the job's rank count, the rank it holds, the conversion that wrote it."""
         attrs = meta.attrs if meta is not None else {}
-        world, rank, conversion = (attrs.get(k) for k in ("world_size", "rank", "conversion"))
+        world, rank, conversion = (attrs.get(k) for k in self.METADATA)
         self.world_size = world.value if world is not None and type(world.value) is int else None
         self.recorded_rank = rank.value if rank is not None and type(rank.value) is int and rank.value >= 0 else None
         self.conversion = conversion.value if conversion is not None and isinstance(conversion.value, str) else None

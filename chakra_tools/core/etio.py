@@ -19,7 +19,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Callable, Iterable, Iterator, Sequence
 
 from google.protobuf.message import DecodeError
@@ -164,7 +164,7 @@ def metadata_to_pb(meta: Metadata):
     return m
 
 
-def metadata_from_pb(m, names: frozenset[str] | None = None) -> Metadata:
+def metadata_from_pb(m, names: Collection[str] | None = None) -> Metadata:
     """The `Metadata` of a GlobalMetadata message; with `names`, only those attributes decoded."""
     return Metadata(m.version, {a.name: _attr_from_pb(a) for a in m.attr if names is None or a.name in names}, True)
 

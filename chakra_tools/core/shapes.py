@@ -62,7 +62,9 @@ def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes |
     with open_binary(path) as f:
         buf = f.read()
     size, pos = decode_varint(buf, 0)
-    metadata = buf[pos:pos + size] if size > 0 and looks_like_metadata(buf[pos:pos + size]) else None
+    metadata = buf[pos:pos + size] if size > 0 else None
+    if metadata is not None and not looks_like_metadata(metadata):
+        metadata = None
     shaped = hotloops.shape_of(buf, pos + size if metadata is not None else 0)
     if shaped is None:
         return None, metadata

@@ -415,7 +415,11 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
     self->comm_types = Py_NewRef(comm_types);
     self->names = record_names ? PyList_New(0) : NULL;
     self->groups = PyDict_New();
-    self->compute_ns = PyObject_GetAttrString(engine, "_compute_ns");
+    PyObject *timing = PyObject_GetAttrString(engine, "timing"), *comms = PyObject_GetAttrString(engine, "comms");
+    self->compute_ns = timing ? PyObject_GetAttrString(timing, "compute_ns") : NULL;
+    self->check_collective = comms ? PyObject_GetAttrString(comms, "group_of") : NULL; /* raises on bad input */
+    Py_XDECREF(timing);
+    Py_XDECREF(comms);
     self->on_send = PyObject_GetAttrString(engine, "on_send");
     self->on_recv = PyObject_GetAttrString(engine, "on_recv");
     self->on_mem = PyObject_GetAttrString(engine, "on_mem");
@@ -423,7 +427,6 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
     PyObject *result = PyObject_GetAttrString(engine, "result");
     self->cross = result ? PyObject_GetAttrString(result, "cross") : NULL; /* events whose pred is a peer */
     Py_XDECREF(result);
-    self->check_collective = PyObject_GetAttrString(engine, "_check_collective");
     self->past_clock = PyObject_GetAttrString(engine, "_past_clock");
     if ((record_names && self->names == NULL) || !self->groups || !self->compute_ns || !self->on_send
         || !self->on_recv || !self->on_mem || !self->cost_collective || !self->check_collective

@@ -103,10 +103,10 @@ class Replayer:
             self.timing.bind(self.call_at)
             # a compiled policy pushes its events itself: the same entries call_at pushes
             getattr(self.timing, "bind_heap", lambda *a: None)(self._heap, self._count, _CALL)
-        # an asynchronous collective (pg, k): its members, group, size, start once all joined; its
-        self._joined: dict[tuple, tuple[list, tuple[int, ...], int, int]] = {}  # members' ends so far
+        # an asynchronous collective (pg, k): its members, group, size and start once all joined,
+        # and the ends of its members done so far (which may come before all have joined)
+        self._joined: dict[tuple, tuple[list, tuple[int, ...], int, int]] = {}
         self._ended: dict[tuple, list[int]] = {}
-        self._compute_ns = self.timing.compute_ns
         self._kernel = self._compiled_kernel(kernel, res)
         self._handlers: dict[int, Callable] = {
             _COMP: self.on_comp, _COLL: self.on_coll, _SEND: self.on_send, _RECV: self.on_recv,
@@ -319,7 +319,7 @@ class Replayer:
 
     def _join(self, r: RankState, nid: int, info: NodeInfo, ev: int, k: int) -> None:
         """Rank `r`'s `k`-th collective on its group (node `nid`, event `ev`) joins the others."""
-        group = self._check_collective(r, nid, info)
+        group = self.comms.group_of(r, nid, info)
         pg = info.pg_name
         key = (pg, k)  # the group follows from pg; hashing it per rank would cost O(group)
         waiting = self._rendezvous.setdefault(key, [])
@@ -380,9 +380,6 @@ class Replayer:
         ns = self.timing.collective_ns(members, group, size)
         self.result.collective(members, group, first, size, self._now, self._now + max(ns))
         return ns
-
-    def _check_collective(self, r: RankState, nid: int, info: NodeInfo) -> tuple[int, ...]:
-        return self.comms.group_of(r, nid, info)
 
     # -- the end --------------------------------------------------------------------------------
     def _check_done(self) -> None:
