@@ -120,6 +120,7 @@ class Builder:
         self._launched: list[tuple[int, object]] | None = None
         self._launch_ts: dict | None = None  # correlation -> its runtime call's start (`_call_ts`)
         self.launched_at: dict[int, float] = {}  # device node -> when its launch was called
+        self.worker_ops: set[int] = set()  # host op ids of lone gloo backend ops (gloo's worker threads)
         self._warned: set[tuple[str, str]] = set()
 
     # -- driver -------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ class Builder:
         if rec.stream is not None:
             rec.attrs["stream"] = int(rec.stream)
         elif not nccl:
-            self._worker_lane(rec, op, ev)
+            self._worker_lane(rec, call, op, ev)
             self._caller_times(rec, call, op, ev)
         blocking = not nccl and (call.is_async is not True or self._waits_inside(call)
                                  or self._returned_after(call, op, ev))
@@ -277,7 +278,12 @@ class Builder:
         worker took the call up later; `call_end_us`, when the call returned, where that was
         after the backend op began (an op of the call before it, funcol's
         `_wrap_tensor_autograd`, did not wait for it, whatever edge it has); `launch_only`, where
-        the backend op is not in the window and the span is the launch's, no end known."""
+        the backend op is not in the window and the span is the launch's, no end known;
+        `worker_only`, where the worker's `gloo:` op is all there is (a device trace alone): no
+        thread of the rank was seen making the call or waiting for it."""
+        if op.id in self.worker_ops:  # the worker's own record is the call's span; no caller seen
+            rec.attrs["worker_only"] = True
+            return
         if call.backend is None or call.backend not in self.lk.op_event:
             rec.attrs["launch_only"] = True
         called = self._dispatched_at(call)
@@ -303,7 +309,7 @@ class Builder:
         by_id = self.host_by_id
         return any(m in by_id and by_id[m].name.endswith("wait_tensor") for m in call.members)
 
-    def _worker_lane(self, rec: Rec, op: HostOp, ev: Event | None) -> None:
+    def _worker_lane(self, rec: Rec, call: CommCall, op: HostOp, ev: Event | None) -> None:
         """A call whose backend op ran on another thread (gloo's worker threads, two by default,
         each running one collective at a time) gets that thread as its `stream`: `--lanes
         stream` then runs it on that worker's lane, so two asynchronous collectives (DDP's
@@ -312,6 +318,11 @@ class Builder:
         if ev is not None and call_ev is not None and ev is not call_ev and ev.tid != call_ev.tid \
                 and type(ev.tid) is int:
             rec.attrs["stream"] = ev.tid
+        elif call.backend is None and op.name.startswith("gloo:") and type(op.tid) is int:
+            # a device trace alone, without the caller's c10d op: its `gloo:` op is the worker's
+            # record, on the worker's thread, which is no host thread handing over (`_cross_thread`)
+            self.worker_ops.add(op.id)
+            rec.attrs["stream"] = op.tid
 
     def _returned_after(self, call: CommCall, op: HostOp, ev: Event | None) -> bool:
         """An asynchronous call that returned only once its backend op had ended (gloo queued it
@@ -399,7 +410,7 @@ class Builder:
         if self.dev is None:
             return self._cross_thread_untimed()
         timed = sorted((ev.ts, ev.end, op.tid, nid) for op in self.host.ops
-                       if (nid := self.op_node.get(op.id)) is not None
+                       if op.id not in self.worker_ops and (nid := self.op_node.get(op.id)) is not None
                        and (ev := self.op_event.get(op.id)) is not None)
         last: dict = {}  # thread -> (end, node) of the op that started last on it
         prev_tid = None

@@ -104,9 +104,10 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end = _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end, unlinked = \
+        _collect(nodes)
     starts = [h[0] for h in host]
-    issued = sorted(called for _, _, _, called in comms)
+    issued = sorted(called for _, nid, _, called in comms if nid not in unlinked)
     ends, blocked = {}, []
     arrived = {nid: start for (start, _), nid, _, _ in comms}
     for (_, end), nid, deps, start in comms:
@@ -117,6 +118,8 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
                 continue
             end = waiter
         ends[nid] = done = _completion(starts, start, end, waiters.get(nid))
+        if nid in unlinked:
+            continue
         if not _independent_starts_inside(host, starts, (start, done), nid) \
                 and _free_for(host, starts, start, nid, deps):
             blocked.append((start, done))
@@ -205,11 +208,15 @@ class _Collected(NamedTuple):
     device_spans: list  # (start, end) ns of device stalls where they lay (`blocked_spans_ns`)
     queued: dict  # device node id -> `queued_ns`
     launched_end: dict  # host op id -> when the last device work it launched ended (ns)
+    # calls recorded by gloo's worker alone (`worker_only`): no host thread was seen making or
+    # waiting for them, so none blocked one; the host keeps its recorded time around them
+    unlinked: set
 
 
 def _collect(nodes: Iterable[Node]) -> _Collected:
     host, comms, host_blocked, on_device, marks, device_spans, queued = [], [], {}, False, set(), [], {}
     launched_end: dict[int, int] = {}
+    unlinked: set[int] = set()
     for node in nodes:
         if node.type == _COMP and not node.is_cpu_op:
             on_device = True
@@ -239,6 +246,8 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
             worker = node.attrs.get("stream")
             end = None if node.attrs.get("launch_only") is not None else start + node_ns(node)
             waits_from = max(start, int(returned.value) * 1000) if returned is not None else start
+            if node.attrs.get("worker_only") is not None:
+                unlinked.add(node.id)
             comms.append(((arrival, end), node.id, node.deps,
                           (start, waits_from, None if worker is None else worker.value)))
     host.sort(key=lambda h: (h[0], h[1]))
@@ -253,7 +262,8 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
                 waiters[d] = min(start, waiters.get(d, start))
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
-    return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end)
+    return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end,
+                      unlinked)
 
 
 def _arrivals(comms: list) -> list:

@@ -18,6 +18,10 @@ What each layout does per step, per layer of its stage:
   (backward) on the tensor-parallel group after each layer;
 - `--pp P`: P stages, `--microbatches M` of GPipe: all forwards (each receives its activations
   from the previous stage and sends them on), then all backwards the other way;
+- `--moe`: each layer's MLP is a mixture of experts spread over the data-parallel group (expert
+  parallelism equal to data parallelism, as DeepSpeed-MoE places it by default): an all-to-all
+  of the activations to the experts before the layer's wait and one back after it, in the
+  forward and again in the backward;
 - any mix of these; data-parallel groups all-reduce (or reduce-scatter) the gradients.
 
     torchrun --nproc-per-node 4 -m chakra_tools.testbed.surrogate --layers 6 --bucket-kib 256
@@ -58,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--microbatches", type=int, default=1)
     p.add_argument("--fsdp", action="store_true", help="shard parameters and gradients (FSDP2)")
+    p.add_argument("--moe", action="store_true",
+                   help="experts over the data-parallel group: an all-to-all of the activations before and "
+                        "after each layer's wait, forward and backward")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2, help="steps left out of --result")
     p.add_argument("--result", type=Path, help="rank 0 writes the measured step here (JSON)")
@@ -86,6 +93,7 @@ class Job:
         act = args.activation_kib * 1024 // FLOAT
         self.act = torch.ones(act)
         self.act_in = torch.zeros(act)
+        self.routed = torch.zeros(act)
         grad = args.bucket_kib * 1024 // FLOAT
         dp = self.layout.dp
         shard = -(-grad // dp)
@@ -117,14 +125,18 @@ class Job:
             self._recv(-1)
             for layer in range(a.layers):
                 self._gather(layer)
+                self._to_experts()
                 wait(a.fwd_ms, f"layer{layer}.forward")
+                self._to_experts()
                 self._tp_all_reduce()
             pending += self._send(+1)
         for m in range(a.microbatches):
             self._recv(+1)
             for layer in reversed(range(a.layers)):
                 self._gather(layer)
+                self._to_experts()
                 wait(a.bwd_ms, f"layer{layer}.backward")
+                self._to_experts()
                 self._tp_all_reduce()
                 if m == a.microbatches - 1:
                     pending += self._reduce_gradient(layer)
@@ -147,6 +159,12 @@ class Job:
             return [dist.reduce_scatter_tensor(self.shards[layer], self.grads[layer],
                                                group=self.dp_group, async_op=True)]
         return [dist.all_reduce(self.grads[layer], group=self.dp_group, async_op=True)]
+
+    def _to_experts(self) -> None:
+        """Tokens to their experts or back: an all-to-all of the activations, an equal share to
+        every member of the data-parallel group."""
+        if self.args.moe and self.dp_group is not None:
+            dist.all_to_all_single(self.routed, self.act, group=self.dp_group)
 
     def _tp_all_reduce(self) -> None:
         if self.tp_group is not None:
