@@ -40,36 +40,16 @@ from chakra_tools.core.model import NodeType
 from .calls import CommCall, WaitMark, comm_attrs_from_kineto, kernel_call
 from .devcomm import is_comm_kernel, kernel_kind, says_comm
 from .cost import REGISTRY as COST_REGISTRY, op_cost
-from . import hotloops
+from . import hotloops, threads
 from .hostet import HostOp, HostTrace
 from .kineto import DeviceTrace, Event
-from .link import Link, runtime_calls_by_op
+from .link import Link
 from .readers import waited_calls
+from .devedges import DeviceEdges
+from .spans import EPS_US, covered, first_from, last_before
 
 _COMP = NodeType.COMP_NODE
 PG_INIT_NAME = "process_group:init"
-#: runtime calls that may wait for the device (copies and sets wait where memory is pageable)
-#: (prefixes) runtime and driver calls that may hold their thread until device work ends; a free
-#: synchronises the device first (the caching allocator's `empty_cache`, an allocation retried)
-BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                  "cudaMemcpy", "cudaMemset", "cudaFree", "cuCtxSynchronize", "cuStreamSynchronize",
-                  "cuEventSynchronize", "cuMemcpy", "cuMemFree", "hipDeviceSynchronize",
-                  "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemset", "hipFree")
-#: (prefixes) calls that enqueue device work: they wait only when the launch queue is full
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel",
-                "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
-#: a launch this much longer than the rank's median launch found the launch queue full
-STALL_FACTOR, STALL_MIN_US = 10.0, 50.0
-EPS_US = 1.0  # clock slack between a call's return and the device work it waited for
-#: a synchronous copy (pageable memory) can be recorded ending after the call that made it
-#: returned: the device's clock against the host's (31 us in PARAM's resnet trace, 25 ms copies)
-COPY_SKEW_US = 100.0
-#: a call that waited for device work returns this soon after the work ends; one that returned
-#: later was busy on the host (lazy module loading, cudaFree's driver work) and keeps its time
-RETURN_US = 50.0
-#: device work that started this much later than its launch, its stream and its dependencies
-#: allow waited for something the trace does not show (`Builder._device_queueing`)
-QUEUED_US = 50.0
 
 
 class Rec:
@@ -95,7 +75,7 @@ class BuildResult:
     has_durations: bool = True
 
 
-class Builder:
+class Builder(DeviceEdges):
     """Turns (host trace, device trace, link) into node records; one method per step.
 
     `hotloops.emit_plain_ops` emits runs of plain host ops (no call's member, nothing
@@ -395,219 +375,23 @@ class Builder:
             if r.call is not None and r.stream is not None:
                 for s, items in self.streams.items():
                     if s != r.stream:
-                        last = _last_before(items, r.ts)
+                        last = last_before(items, r.ts)
                         if last is not None:
                             r.deps.append(last)
 
     def _cross_thread(self) -> None:
-        """Where the timeline switches thread, order the new op after the one that ran before.
-
-        With a device trace every host op has its time, so a switch is seen at any depth: the
-        autograd engine's thread starts the backward pass while the main thread sits in
-        `loss.backward()`, and the main thread goes on when that thread is done. The op that
-        started last on the thread left (if it had ended) precedes the op that starts now, both
-        ways. The main thread's wait leaves the op it waited in (`_thread_waits`)."""
+        """Where the timeline switches host thread, order the new op after the one that ran
+        before, and take the time a thread waited for the other out of its op (threads.py).
+        gloo's worker records (`worker_ops`) are no host thread: nothing hands over to them."""
         if self.dev is None:
-            return self._cross_thread_untimed()
+            tops = [(op.tid, op.id, self.op_node[op.id]) for op in self.host.ops
+                    if op.parent in self.host.roots and op.id in self.op_node]
+            return threads.order_untimed_switches(self.recs, tops)
         timed = sorted((ev.ts, ev.end, op.tid, nid) for op in self.host.ops
                        if op.id not in self.worker_ops and (nid := self.op_node.get(op.id)) is not None
                        and (ev := self.op_event.get(op.id)) is not None)
-        last: dict = {}  # thread -> (end, node) of the op that started last on it
-        prev_tid = None
-        for ts, end, tid, nid in timed:
-            if prev_tid is not None and prev_tid != tid:
-                src_end, src = last[prev_tid]
-                if src < nid and src_end <= ts + EPS_US:
-                    self.recs[nid - 1].deps.append(src)
-            last[tid] = (end, nid)
-            prev_tid = tid
-        self._thread_waits(timed)
-
-    def _thread_waits(self, timed: list[tuple]) -> None:
-        """Take out of a host op the time its thread waited, doing nothing traced, while another
-        thread ran and until that thread was done (the main thread inside `loss.backward()`),
-        and keep it as `thread_wait_ns`: the replay re-creates it from the edges `_cross_thread`
-        adds. A thread that went on before the other was done ran beside it and keeps its time."""
-        by_tid: dict = defaultdict(list)
-        for item in timed:
-            by_tid[item[2]].append(item)
-        starts = {t: [it[0] for it in items] for t, items in by_tid.items()}
-        stacks: dict = defaultdict(list)  # thread -> [(end, node)] of its ops running, innermost last
-        i, n = 0, len(timed)
-        while i < n:
-            ts, end, tid, nid = timed[i]
-            stack = stacks[tid]
-            while stack and stack[-1][0] <= ts:
-                stack.pop()
-            stack.append((end, nid))
-            j = i + 1
-            if j < n and timed[j][2] != tid:
-                self._wait_through(timed, j, tid, stacks[tid], starts[tid])
-            i = j
-
-    def _wait_through(self, timed: list[tuple], j: int, tid, stack: list, own_starts: list) -> None:
-        """Thread `tid` handed over at timed[j]: charge the wait to its innermost op still
-        running, if the thread resumed only once the others' ops of that stretch had ended, and
-        make the op that took over wait for that op."""
-        t = timed[j][0]
-        while stack and stack[-1][0] <= t:
-            stack.pop()
-        if not stack:
-            return
-        k = bisect.bisect_right(own_starts, t)
-        resume = own_starts[k] if k < len(own_starts) else None
-        others_end = t
-        for m in range(j, len(timed)):
-            ts, end = timed[m][0], timed[m][1]
-            if resume is not None and ts >= resume:
-                break
-            others_end = max(others_end, end)
-        if resume is not None and others_end > resume + EPS_US:
-            return  # the thread went on while the others still ran: it did not wait
-        waiter = self.recs[stack[-1][1] - 1]
-        if waiter.type != _COMP or not waiter.attrs.get("is_cpu_op"):
-            return
-        forked = timed[j][3]
-        if waiter.id < forked and waiter.id not in self.recs[forked - 1].deps:
-            self.recs[forked - 1].deps.append(waiter.id)  # the other thread began once it waited
-        waited = max(0.0, min(others_end, stack[-1][0]) - t)
-        waited = min(waited, waiter.dur_us)
-        if waited > 0:
-            waiter.dur_us -= waited
-            waiter.attrs["thread_wait_ns"] = waiter.attrs.get("thread_wait_ns", 0) + int(round(waited * 1000))
-
-    def _cross_thread_untimed(self) -> None:
-        """Without times, host traces order their top-level ops by id: a switch of thread there
-        orders the new op after the previous one."""
-        tops = [(op, self.op_node[op.id]) for op in self.host.ops
-                if op.parent in self.host.roots and op.id in self.op_node]
-        prev = None
-        for op, nid in tops:
-            if prev is not None and prev[0].tid != op.tid and prev[0].id < op.id:
-                self.recs[nid - 1].deps.append(prev[1])
-            prev = (op, nid)
-
-    def _blocking_edges(self) -> None:
-        """Where a runtime call held its host thread until device work finished, take that time
-        out of the host op's own duration (`blocked_ns`, and where it lay: `blocked_spans_ns`)
-        and make the thread's next host op wait for that device work instead, so the replay
-        re-creates the stall from its own schedule.
-
-        A call blocked when device work ended while it ran: a synchronisation
-        (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize), a copy that waits
-        for its stream (cudaMemcpy, cudaMemcpyAsync from pageable memory or to the host: what
-        `.item()`, `.cpu()` do), or a kernel launch that found the launch queue full (it lasted
-        far longer than the rank's usual launch), and it returned as that work ended (within
-        `RETURN_US`). The blocked time runs from the call's start to the end of that work.
-        """
-        if self.dev is None or not self.streams:
-            return
-        # pending when a call began: launched before it (a kernel may start long after its launch)
-        device = sorted((r.ts + r.dur_us, r.id, self.launched_at.get(r.id, r.ts), r.call is not None,
-                         "Pageable" in r.name)
-                        for r in self.recs if r.stream is not None)
-        device_ends = [d[0] for d in device]
-        host_by_tid: dict = defaultdict(list)
-        for r in self.recs:
-            if r.stream is None and r.type == _COMP and r.attrs.get("is_cpu_op"):
-                host_by_tid[r.tid].append((r.ts, r.id))
-        for items in host_by_tid.values():
-            items.sort()
-        stall_us = _launch_stall_us(self.dev.runtime)
-        tails: dict = {}  # thread -> its host tail node (see `_host_tail`)
-        for call, op_id in sorted(((c, op_id) for op_id, calls in runtime_calls_by_op(self.lk, self.dev).items()
-                                   for c in calls if _may_block(c, stall_us)), key=lambda co: co[0].ts):
-            node = self.op_node.get(op_id)
-            rec = self.recs[node - 1] if node is not None else None
-            if rec is None or rec.stream is not None or not rec.attrs.get("is_cpu_op"):
-                continue
-            waited = _waited_for(device, device_ends, call)
-            if waited is None:
-                continue  # it did not return as pending device work ended: busy on the host
-            end, waited_id = waited[:2]
-            blocked = min(end, call.end) - call.ts
-            waiter = _first_from(host_by_tid.get(rec.tid, ()), call.end - EPS_US)
-            if waiter is None and self.op_event.get(op_id) is not None:  # nothing on the thread after it
-                tail = tails.get(rec.tid)
-                if tail is None:
-                    tail = tails[rec.tid] = self._host_tail(rec, call, self.op_event[op_id].end)
-                rec = tail
-            rec.dur_us = max(rec.dur_us - blocked, 0.0)
-            rec.attrs["blocked_ns"] = rec.attrs.get("blocked_ns", 0) + int(round(blocked * 1000))
-            # where it was: a parent's stall may lie after its last child (the re-timing's)
-            rec.attrs.setdefault("blocked_spans_ns", []).extend(
-                (int(round(call.ts * 1000)), int(round((call.ts + blocked) * 1000))))
-            if waiter is not None and waiter != node:
-                self.recs[waiter - 1].deps.append(waited_id)
-            elif waiter is None:
-                rec.deps.append(waited_id)
-
-    def _host_tail(self, rec: Rec, call: Event, op_end: float) -> Rec:
-        """The host time from a blocking call that no host op on its thread follows to the end
-        of the op it ran in (`torch.cuda.synchronize()` at a step's end, then Python until
-        `ProfilerStep#N` closed): a host node of its own, after the thread's last node and the
-        device work the call waited for, since no next op can carry that wait. Its op keeps the
-        time before the call."""
-        moved = max(0.0, min(op_end - call.ts, rec.dur_us))
-        rec.dur_us -= moved
-        tail = self._new(call.name, _COMP, ts=call.ts, dur_us=moved, tid=rec.tid)
-        tail.attrs["is_cpu_op"] = True
-        if type(rec.tid) is int:
-            tail.attrs["tid"] = rec.tid
-        tail.deps.append(self.chain.get(rec.tid, rec.id))
-        self.chain[rec.tid] = tail.id
-        return tail
-
-    def _event_wait_edges(self) -> None:
-        """A stream made to wait for another stream's event (`cudaEventRecord` on one,
-        `cudaStreamWaitEvent` on the other: NCCL's streams and DDP's, side streams): the first
-        work launched on the waiting stream after the wait depends on the last work launched on
-        the other before the record. Only CUPTI's `Stream Wait Event` records (Kineto, PyTorch
-        2.4 and later) say which streams; older traces leave it to `_device_queueing`."""
-        if self.dev is None or not self.dev.syncs:
-            return
-        launched: dict = defaultdict(list)  # stream -> (launch time, node) in launch order
-        for r in self.recs:
-            if r.stream is not None:
-                launched[r.stream].append((self.launched_at.get(r.id, r.ts), r.id))
-        for items in launched.values():
-            items.sort()
-        for sync in self.dev.syncs:
-            a = sync.args
-            if a.get("cuda_sync_kind", sync.name) != "Stream Wait Event":
-                continue
-            recorded = self._call_ts(a.get("wait_on_cuda_event_record_corr_id"))
-            waited = self._call_ts(a.get("correlation"))
-            if recorded is None or waited is None:
-                continue
-            source = _last_before(launched.get(a.get("wait_on_stream"), []), recorded)
-            target = _first_from(launched.get(a.get("stream"), []), waited)
-            if source is None or target is None or source == target:
-                continue
-            src, tgt = self.recs[source - 1], self.recs[target - 1]
-            if tgt.ts >= src.ts and source not in tgt.deps:  # as recorded: it began after
-                tgt.deps.append(source)
-
-    def _device_queueing(self) -> None:
-        """Device work that started later than anything in the trace allows (its launch, the
-        work before it on its stream, the nodes it depends on) waited for something the trace
-        does not show: kernels of a CUDA graph, another stream's event, a peer. That wait is
-        kept as `queued_ns` (over `QUEUED_US`), which a replay of the recorded timeline
-        re-creates before the node; the model leaves it out."""
-        recs = self.recs
-        for items in self.streams.values():
-            prev_end = None
-            for ts, nid in items:
-                rec = recs[nid - 1]
-                launch = self.launched_at.get(nid)
-                if launch is not None and rec.type == _COMP:
-                    ready = max([launch, *(recs[d - 1].ts + recs[d - 1].dur_us for d in rec.deps
-                                           if recs[d - 1].ts > 0)])
-                    if prev_end is not None:
-                        ready = max(ready, prev_end)
-                    if ts - ready > QUEUED_US:
-                        rec.attrs["queued_ns"] = int(round((ts - ready) * 1000))
-                prev_end = ts + rec.dur_us if prev_end is None else max(prev_end, ts + rec.dur_us)
+        threads.order_switches(self.recs, timed)
+        threads.take_out_thread_waits(self.recs, timed)
 
     def _wait_edges(self, waits: list[WaitMark]) -> None:
         """A wait after the collective it waits for: by sequence number (`record_param_comms`
@@ -655,7 +439,7 @@ class Builder:
             end = r.ts + r.dur_us
             if returned is None or returned.end >= end or self._waits_inside(call):
                 continue
-            nxt = _first_from(host.get(r.tid, ()), returned.end - EPS_US)
+            nxt = first_from(host.get(r.tid, ()), returned.end - EPS_US)
             if nxt is not None and self.recs[nxt - 1].ts >= end - EPS_US:
                 self.recs[nxt - 1].deps.append(r.id)
 
@@ -734,7 +518,7 @@ class Builder:
                 since = ev.ts - waited
                 thread = spans[ev.tid]
                 lo, hi = bisect.bisect_left(thread, (since,)), bisect.bisect_left(thread, (ev.ts,))
-                inside = _covered(thread[lo:hi], since)
+                inside = covered(thread[lo:hi], since)
                 since = ev.ts - max(0.0, waited - inside)
             else:
                 thread = ends[ev.tid]
@@ -865,55 +649,3 @@ def _node_type(call: CommCall) -> NodeType:
     if call.op == "recv":
         return NodeType.COMM_RECV_NODE
     return NodeType.COMM_COLL_NODE
-
-
-def _launch_stall_us(runtime: list[Event]) -> float:
-    """How long a kernel launch must last to have waited for a free slot in the launch queue."""
-    durations = sorted(r.dur for r in runtime if r.name.startswith(LAUNCH_CALLS))
-    if not durations:
-        return float("inf")
-    return max(STALL_FACTOR * durations[len(durations) // 2], STALL_MIN_US)
-
-
-def _may_block(call: Event, stall_us: float) -> bool:
-    name = call.name
-    return name.startswith(BLOCKING_CALLS) or (name.startswith(LAUNCH_CALLS) and call.dur >= stall_us)
-
-
-def _waited_for(device: list[tuple[float, int, float, bool, bool]], ends: list[float], call: Event):
-    """The device work (end, node, start, is a collective, is a pageable copy) a blocking call
-    waited for, None if none: the last to end within `RETURN_US` before the call returned that was pending when the
-    call began; a copy or set also waits for the copy it issued itself (a pageable one, which
-    Kineto names so, recorded ending up to `COPY_SKEW_US` after the call returned), but never for
-    another stream's collective (a copy queues on its own stream, not behind NCCL's)."""
-    is_copy = "Memcpy" in call.name or "Memset" in call.name
-    i = bisect.bisect_right(ends, call.end + (COPY_SKEW_US if is_copy else EPS_US)) - 1
-    while i >= 0 and ends[i] > max(call.ts, call.end - RETURN_US):
-        own = is_copy and device[i][4] and device[i][2] == call.ts  # the pageable copy this call made
-        if own or (ends[i] <= call.end + EPS_US and not (is_copy and device[i][3])
-                   and (is_copy or device[i][2] < call.ts)):
-            return device[i]
-        i -= 1
-    return None
-
-
-def _first_from(items, t: float) -> int | None:
-    """The id of the first (start, id) in `items` (sorted) starting at or after `t`."""
-    i = bisect.bisect_left(items, (t, -1))
-    return items[i][1] if i < len(items) else None
-
-
-def _last_before(items: list[tuple[float, int]], t: float) -> int | None:
-    i = bisect.bisect_left(items, (t, -1))
-    return items[i - 1][1] if i else None
-
-
-def _covered(spans, start: float) -> float:
-    """The time the (start, end) spans cover from `start` on, overlaps counted once."""
-    total, reach = 0.0, start
-    for a, b in sorted(spans):
-        a = max(a, reach)
-        if b > a:
-            total += b - a
-            reach = b
-    return total
