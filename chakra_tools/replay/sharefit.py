@@ -10,6 +10,10 @@ rule, so it is measured where it shows: the capture is replayed on its own probe
 shared links' `Level.shared_efficiency` is the one under which the replay takes the step the
 capture measured of itself (bisection; the replayed step only grows as it falls).
 
+The step it is matched to is the capture's typical one: a window of three or more profiler steps
+counts each step at their median (one step of four that a busy host stretched by 15%, FSDP's
+138 ms beside 114-118, would otherwise be blamed on the links and priced into every what-if).
+
 It is left at 1 (nothing lost) where the capture cannot say: a rank set without the measured
 windows a conversion keeps (a scaled one), a replay already as long as the capture (the model
 does not make calls faster together), or a job whose calls never share a link (the efficiency
@@ -21,7 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 from typing import Callable
+
+from chakra_tools.core.measured import Measured
 
 from .api import CaptureModes, open_rankset, replay
 from .fabric import Fabric
@@ -51,6 +58,21 @@ class SharingFit:
                 "error_after": self.error_after, "replays": self.replays, "reason": self.reason}
 
 
+def typical_steps(m: Measured) -> Measured:
+    """`m` with each of its profiler steps taken at their median length (the window keeps what
+    lies outside them); as it is with fewer than three steps.
+
+    >>> typical_steps(Measured((0, 520), ((10, 110), (110, 210), (210, 400), (400, 500)))).window_ns
+    (0, 430)
+    """
+    if len(m.steps_ns) < 3:
+        return m
+    lengths = [end - start for start, end in m.steps_ns]
+    typical = round(median(lengths)) * len(lengths)
+    start, end = m.window_ns
+    return replace(m, window_ns=(start, end - sum(lengths) + typical))
+
+
 def with_efficiency(fabric: Fabric, efficiency: float) -> Fabric:
     """`fabric` with every shared level at `efficiency`."""
     return Fabric(tuple(replace(lv, shared_efficiency=efficiency) if lv.shared else lv for lv in fabric.levels))
@@ -64,7 +86,7 @@ def fit_sharing(path: str | Path, cal: Calibration, *, comm_group: str | Path | 
     if cluster is None or not any(lv.shared for lv in cluster.fabric.levels):
         return cal, None
     feeders, _ = open_rankset(path, comm_group)
-    measured = measured_of(feeders)
+    measured = {rank: typical_steps(m) for rank, m in measured_of(feeders).items()}
     if not measured:
         found = SharingFit(1.0, None, None, 0, "the rank set carries no measured step (a scaled set?): nothing "
                                                "lost assumed")

@@ -126,6 +126,34 @@ def test_fit_sharing_reads_the_efficiency_off_the_capture(tmp_path):
     assert f"calls sharing an uplink: {found.efficiency:.0%} of its rate" in format_calibration(back)
 
 
+def test_fit_sharing_takes_the_captures_typical_step_not_one_a_busy_host_stretched(tmp_path):
+    """Four profiler steps of the two calls at 80% together, one of them stretched by 40% (a host
+    that lost its core for a while): the fit reads 80% off the typical step; over the window as a
+    whole it would blame the stretched step on the links."""
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.measured import Measured
+    from chakra_tools.core.model import Metadata
+    from chakra_tools.replay.sharefit import fit_sharing, typical_steps
+
+    step = _rs_ag_ns(tmp_path / "lossy", LOSSY)
+    lengths = [step, step, round(1.4 * step), step]
+    bounds, t = [], 10_000
+    for n in lengths:
+        bounds.append((t, t + n))
+        t += n
+    measured = Measured((10_000, t), tuple(bounds))
+    assert typical_steps(measured).duration_ns == 4 * step
+    nodes = []
+    for k in range(4):  # each step's two calls after the step before
+        deps = (2 * k - 1, 2 * k) if k else ()
+        nodes += [coll(2 * k + 1 + i, size, deps=deps, kind=kind) for i, (kind, size) in enumerate(RS_AG)]
+    meta = Metadata(attrs=measured.attrs())
+    (tmp_path / "cap").mkdir()
+    RankSet({r: Graph(nodes, rank=r, metadata=meta) for r in range(4)}, {}).write(tmp_path / "cap", "t")
+    _, found = fit_sharing(tmp_path / "cap" / "t", _calibration(FABRIC))
+    assert abs(found.efficiency - 0.8) <= 0.01, found
+
+
 def test_fit_sharing_leaves_the_links_alone_where_the_capture_cannot_tell(tmp_path):
     """One call at a time (nothing shared, however short the replay), and a replay already as
     long as the capture (the model does not make calls faster together): nothing lost."""
