@@ -121,7 +121,7 @@ def replay(
     if manifest and modes != AS_CAPTURED and not as_json:
         typer.echo("note: this compares a replay on the simulated system with the capture's own run; "
                    "--as-captured replays it as it ran (docs/reference/trace-replay.md)", err=True)
-    elif result.fidelity and modes == CaptureModes() and not as_json:
+    elif result.fidelity and modes == CaptureModes() and network_fit is None and not as_json:
         typer.echo("note: these rank files carry their capture's timeline, which the default leaves aside (host "
                    "ops back to back, one lane per kind, as ASTRA-sim runs them): start a what-if from the modelled "
                    "baseline, --as-captured --comm model (the recorded host timeline and streams, communication "

@@ -24,7 +24,7 @@ from .config import default_network
 from .replicas import REPLICAS, Classes, ClassesRefused, Mirrored, classes_for, expand, is_large, on_refused
 from .engine import Replayer
 from .resources import DEFAULT_LIMITS, LANE_SPLITS, Resources
-from .fidelity import compare_with_manifest, measured_of
+from .fidelity import compare_with_manifest, mark_what_if, measured_of
 from .spec import SystemSpec
 from .result import ReplayResult
 from .timing import Captured, Modelled, Staggered
@@ -274,7 +274,9 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         result = run_replay(path, feeders, backend, **run)
         if declined:
             result.config["replicas"] = {"ranks": len(files), "replayed": "all", "why": declined}
-    result.compare(manifest=manifest, measured=measured_of(feeders))
+    if result.compare(manifest=manifest, measured=measured_of(feeders)) and spec.links:
+        # the measured run had the links as they were: a what-if differs from it by design
+        mark_what_if(result.fidelity, ", ".join(c.text for c in spec.links))
     for note in getattr(backend, "unused_scales", list)() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "scale-unused", note, file=str(path)))
     if on_warning is not None and not any(r["nodes"] for r in result.ranks):

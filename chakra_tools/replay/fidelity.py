@@ -99,6 +99,15 @@ def headline(cmp: dict) -> dict:
     return {"basis": "step", "what": "the ranks' mean step time against the makespan per step", **cmp["step"]}
 
 
+def mark_what_if(cmp: dict, changes: str) -> dict:
+    """`cmp` (a comparison) as the change a what-if (`changes`: the links it changed) makes to
+    the run that was measured, not an error of the replay: every output says so."""
+    cmp["what_if"] = changes
+    if cmp.get("headline"):
+        cmp["headline"]["what_if"] = changes
+    return cmp
+
+
 def _check_same_job(man: RunManifest, ranks: list[int]) -> None:
     """A comparison only of a replay with the run it came from (or a run of its size): ranks the
     run did not have are refused, not compared with whatever rank 0 measured."""
@@ -202,19 +211,21 @@ def format_comparison(cmp: dict) -> str:
     """The headline error first, then the details, each saying what it compares (ms throughout)."""
     head = cmp.get("headline") or headline(cmp)
     per = " window" if cmp.get("source") == "trace" else "/step"
+    word = "change" if cmp.get("what_if") else "error"  # a what-if is set against the run measured
     lines = [headline_line(head),
              "details:",
-             f"  {'rank':>5} {'measured' + per:>16} {'predicted' + per:>17} {'error':>8}"]
+             f"  {'rank':>5} {'measured' + per:>16} {'predicted' + per:>17} "
+             f"{word:>8}"]
     for r in cmp["ranks"]:
         lines.append(f"  {r['rank']:>5} {r['measured_ns'] / 1e6:>13.3f} ms {r['predicted_ns'] / 1e6:>14.3f} ms "
                      f"{r['error'] * 100:>+7.1f}%")
-    lines.append(f"  mean |error| over ranks {cmp['mean_abs_error'] * 100:.1f}% (each rank's own steps, which "
+    lines.append(f"  mean |{word}| over ranks {cmp['mean_abs_error'] * 100:.1f}% (each rank's own steps, which "
                  "start at different instants)")
     st = cmp.get("step")
     if st and head["basis"] != "step":
         lines.append(f"  step (the ranks' mean step time vs the makespan per step): measured "
                      f"{st['measured_ns'] / 1e6:.3f} ms, predicted {st['predicted_ns'] / 1e6:.3f} ms, "
-                     f"error {st['error'] * 100:+.1f}%")
+                     f"{word} {st['error'] * 100:+.1f}%")
     steps = cmp.get("profiler_steps_ns")
     if steps:
         lines.append(f"  ProfilerStep ranges in the window: {steps['count']}, "
@@ -224,5 +235,5 @@ def format_comparison(cmp: dict) -> str:
         lines.append(f"  {st['count']} step(s) from the first ProfilerStep's start to the last one's (the work "
                      f"around them left out; mean over {st['ranks']} rank(s)): measured "
                      f"{st['measured_ns'] / 1e6:.3f} ms, predicted {st['predicted_ns'] / 1e6:.3f} ms, "
-                     f"error {st['error'] * 100:+.1f}%")
+                     f"{word} {st['error'] * 100:+.1f}%")
     return "\n".join(lines)
