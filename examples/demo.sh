@@ -27,10 +27,10 @@ trace-visualize graph "$OUT/et" --rank 0 -o "$OUT/rank0.graphml"
 
 step "front end: a generated 8-rank GPT workload (tp=2, dp=2, pp=2), replayed on a 2-level network"
 trace-convert generate --config examples/workloads/gpt_8rank.yml -o "$OUT/gpt8"
-trace-replay "$OUT/gpt8" --network examples/configs/ring8_switch4.yml | tail -12
+trace-replay "$OUT/gpt8" --network examples/configs/ring4_switch2.yml | tail -12
 
 step "the bundled ASTRA-sim ring all-reduce (8 ranks of send/recv): validate and replay"
 trace-validate traces/examples/custom_ring_allreduce | tail -1
-trace-replay traces/examples/custom_ring_allreduce --network examples/configs/ring8_switch4.yml | sed -n "1p;\$p"
+trace-replay traces/examples/custom_ring_allreduce --network examples/configs/ring4_switch2.yml | sed -n "1p;\$p"
 
 printf '\nDone. Open %s/report.html in a browser and %s/timeline.json.gz in https://ui.perfetto.dev\n' "$OUT" "$OUT"

@@ -233,6 +233,22 @@ def test_example_configs_load_and_cost_a_collective():
     assert load_memory(cfg / "memory_pool.json").memory_type == "MEMORY_POOL"
 
 
+def test_the_bundled_8_rank_examples_fit_their_network():
+    """`make demo` replays the bundled 8-rank sets on ring4_switch2.yml: 8 NPUs over two levels, so a
+    newcomer's first run warns of nothing (ring8_switch4's 32 NPUs left 24 without a file)."""
+    from pathlib import Path
+
+    from chakra_tools.replay import SystemSpec, replay_rankset
+
+    root = Path(__file__).resolve().parents[2]
+    net = root / "examples" / "configs" / "ring4_switch2.yml"
+    assert load_network(net).npus == 8 and len(load_network(net).dims) == 2
+    heard = []
+    result = replay_rankset(root / "traces" / "examples" / "custom_ring_allreduce", SystemSpec(network=net),
+                            on_warning=heard.append)
+    assert heard == [] and result.makespan_ns > 0
+
+
 def test_exact_duration_ns_attribute_wins_over_rounded_micros(tmp_path):
     """Converters round sub-microsecond work up to 1 µs and keep the exact time in `duration_ns`."""
     from chakra_tools.core.etio import write_trace
