@@ -186,6 +186,8 @@ def scale(
                               help="per-rank: each rank's batch stays (compute unchanged); global: the job's batch stays (compute scales by old/new degree)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="The captured tensor-parallel degree, where the graph leaves a choice (a 2-rank job whose collectives are on the world is taken as data parallel). Kept as it is."),
     pp: Optional[int] = typer.Option(None, "--pp", help="The captured pipeline degree, where the graph leaves a choice. Kept as it is."),
+    all_to_all: str = typer.Option("refuse", "--all-to-all",
+                                   help="An all-to-all on a group that grows or shrinks with the degree: refuse (default: what it would carry is not in the trace), or per-rank: each rank keeps its buffer, re-split in equal shares over the new group (experts spread over the data-parallel group, each rank's tokens the same; unequal shares are refused)."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", help="comm_group.json, if not beside the rank files."),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ) -> None:
@@ -216,7 +218,7 @@ def scale(
     """
     from chakra_tools.convert.scale import scale as rescale
 
-    report = rescale(rankset, dp, out, batch=batch, comm_group=comm_group, tp=tp, pp=pp)
+    report = rescale(rankset, dp, out, batch=batch, comm_group=comm_group, tp=tp, pp=pp, all_to_all=all_to_all)
     if as_json:
         print_json({"out": str(out), **report.to_dict()})
         return

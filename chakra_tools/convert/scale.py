@@ -37,7 +37,10 @@ groups that change size:
 What the graph shows and cannot be rescaled is refused with an InputError naming the node: a
 group or a send/receive that no tensor x data x pipeline layout explains (expert parallelism
 across replicas, another rank order), and collectives whose
-per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size.
+per-rank size depends on the peers (all-to-all, gather, scatter) on a group that changes size;
+an all-to-all of equal shares there is rescaled where asked (`all_to_all="per-rank"`: each rank
+keeps its buffer, as the tokens a rank routes to its experts stay when experts spread over more
+ranks), never one of unequal shares (alltoallv), whose split at another degree no trace shows.
 A job with no collective on a data-parallel group or the world (not even on a group of one, as
 DDP makes at one rank: a single process without DDP, a dp-1 pipeline that skips its gradient
 all-reduce) is not grown: nothing says what its replicas would exchange.
@@ -79,6 +82,10 @@ BATCH_MODES = ("per-rank", "global")
 RESIZE = {CommType.ALL_REDUCE: "keep", CommType.BROADCAST: "keep", CommType.REDUCE: "keep",
           CommType.BARRIER: "keep", CommType.REDUCE_SCATTER: "keep",
           CommType.REDUCE_SCATTER_BLOCK: "keep", CommType.ALL_GATHER: "share"}
+#: `--all-to-all`: an all-to-all on a group that changes size is refused, or keeps each rank's
+#: buffer (`per-rank`: expert parallelism spread over the data-parallel group, each rank's tokens
+#: the same at any degree, its equal shares re-split over the new group)
+ALL_TO_ALL_MODES = ("refuse", "per-rank")
 #: measured at the old degree: not carried into the scaled files
 _MEASURED_KEYS = (WINDOW, STEPS, HOST_END)
 
@@ -366,14 +373,36 @@ def _refuse_experts(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
                              "really is tensor parallel, say so with --tp")
 
 
-def _check_sizes(rs: RankSet, job: JobLayout, comm: _Communication) -> None:
+def _check_sizes(rs: RankSet, job: JobLayout, comm: _Communication, all_to_all: str = "refuse") -> None:
     """A collective whose per-rank size depends on its peers is refused on a group whose size
-    changes (the data-parallel groups and the world, when the degree does)."""
+    changes (the data-parallel groups and the world, when the degree does); an all-to-all of
+    equal shares is kept per rank where `all_to_all` says so."""
     for (pg, kind), (g, n) in comm.kinds.items():
-        if kind not in RESIZE and job.kinds.get(pg) not in ("tp", "replica"):
-            raise InputError(f"{_node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
-                             f"(ranks {list(_members(rs, g, n))}), whose size changes with the degree: its "
-                             "per-rank size depends on its peers, so scale cannot tell what it would be")
+        if kind in RESIZE or job.kinds.get(pg) in ("tp", "replica"):
+            continue
+        where = (f"{_node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
+                 f"(ranks {list(_members(rs, g, n))}), whose size changes with the degree")
+        if kind is CommType.ALL_TO_ALL and all_to_all == "per-rank":
+            _check_equal_shares(rs, pg, where)
+            continue
+        hint = (" (--all-to-all per-rank keeps each rank's buffer, as for experts spread over the "
+                "data-parallel group)") if kind is CommType.ALL_TO_ALL else ""
+        raise InputError(f"{where}: its per-rank size depends on its peers, so scale cannot tell what it "
+                         f"would be{hint}")
+
+
+def _check_equal_shares(rs: RankSet, pg: str, where: str) -> None:
+    """Every all-to-all on `pg` sends each peer the same share (recorded splits all equal, or
+    none recorded): only those re-split over another group size without a guess."""
+    for g in rs.graphs.values():
+        for n in g.nodes.values():
+            if n.type is NodeType.COMM_COLL_NODE and n.pg_name == pg and n.comm_type is CommType.ALL_TO_ALL:
+                for key in ("in_split", "out_split"):
+                    split = n.attrs.get(key)
+                    if split is not None and len(set(split.value)) > 1:
+                        raise InputError(f"{where}: rank {g.rank} node {n.id} sends unequal shares ({key} "
+                                         f"{list(split.value)[:8]}): how it would split over another group "
+                                         "size is not in the trace")
 
 
 def _where(rs: RankSet) -> str:
@@ -431,12 +460,14 @@ class _NewGroups:
 
 
 def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | None = None,
-                  pp: int | None = None) -> tuple[RankSet, ScaleReport]:
+                  pp: int | None = None, all_to_all: str = "refuse") -> tuple[RankSet, ScaleReport]:
     """`rs` at data-parallel degree `dp`, its tensor-parallel and pipeline degrees kept (see the
-    module docstring; `tp` / `pp`: the captured degrees, where the graph alone leaves a choice),
-    and what was done."""
+    module docstring; `tp` / `pp`: the captured degrees, where the graph alone leaves a choice;
+    `all_to_all`: `ALL_TO_ALL_MODES`), and what was done."""
     if batch not in BATCH_MODES:
         raise InputError(f"--batch {batch!r}: use " + " or ".join(BATCH_MODES))
+    if all_to_all not in ALL_TO_ALL_MODES:
+        raise InputError(f"--all-to-all {all_to_all!r}: use " + " or ".join(ALL_TO_ALL_MODES))
     if dp < 1:
         raise InputError(f"--dp {dp}: the degree is at least 1")
     comm = _communication(rs)
@@ -444,7 +475,7 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
     if tp is None:
         _refuse_experts(rs, job, comm)
     if dp != job.layout.dp:
-        _check_sizes(rs, job, comm)
+        _check_sizes(rs, job, comm, all_to_all)
     if dp > job.layout.dp and not job.synced:
         raise InputError(f"{_where(rs)}: no collective of the capture is on a data-parallel group or the world "
                          "(not even on a group of one, as DDP makes at one rank), so nothing says what "
@@ -651,7 +682,12 @@ def _scaled_collective(n: Node, old: int, new: int, tally: dict[str, int]) -> No
         changes.update(comm_size=ceil(n.comm_size * old / new), **_nelems(n, "in_nelems", old / new))
     elif kind in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
         changes.update(_nelems(n, "in_nelems", 1 / new, "out_nelems"))
-    if RESIZE[kind] == "share":
+    elif kind is CommType.ALL_TO_ALL:  # each rank's buffer kept, its equal shares over the new group
+        for key, total in (("in_split", "in_nelems"), ("out_split", "out_nelems")):
+            if key in n.attrs and total in n.attrs:
+                changes[key] = [ceil(int(n.attrs[total].value) / new)] * new
+        tally[kind.name] = tally.get(kind.name, 0) + 1
+    if RESIZE.get(kind) == "share":
         tally[kind.name] = tally.get(kind.name, 0) + 1
     return n.replace(attrs={**n.attrs, **{k: make_attr(k, v) for k, v in changes.items()}}) if changes else n
 
@@ -705,14 +741,14 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
 
 def scale(path: str | Path, dp: int, out: str | Path, *, batch: str = "per-rank",
           comm_group: str | Path | None = None, check: bool = True, tp: int | None = None,
-          pp: int | None = None) -> ScaleReport:
+          pp: int | None = None, all_to_all: str = "refuse") -> ScaleReport:
     """Read the rank set at `path`, rescale it to data-parallel degree `dp`, validate it (all or
     nothing) and write OUT/<prefix>.<rank>.et + comm_group.json."""
     from chakra_tools.core.validate import validate_rankset
 
     from .run import ConversionCheckError
 
-    scaled, report = scale_rankset(RankSet.load(path, comm_group), dp, batch, tp=tp, pp=pp)
+    scaled, report = scale_rankset(RankSet.load(path, comm_group), dp, batch, tp=tp, pp=pp, all_to_all=all_to_all)
     errors = [d for d in validate_rankset(scaled) if d.severity == "error"] if check else []
     if errors:
         shown = "\n  ".join(str(d) for d in errors[:20])

@@ -1,7 +1,8 @@
 """The test bed's mixture-of-experts surrogate (`--moe`: experts over the data-parallel group),
 captured on 2 ranks of this machine (no test bed needed) and converted: four all-to-alls of the
-activations per layer and step, and `trace-convert scale` refusing to guess what they would be
-on more ranks instead of misreading them as another parallelism."""
+activations per layer and step; `trace-convert scale` refuses to guess what they would be on
+more ranks instead of misreading them as another parallelism, and keeps each rank's buffer where
+told (`--all-to-all per-rank`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,11 @@ def test_moe_surrogate_all_to_alls_convert_and_scale_refuses_them(tmp_path):
     with pytest.raises(ChakraToolsError, match="ALL_TO_ALL"):
         scale(et, 4, tmp_path / "et-4")
     assert not (tmp_path / "et-4").exists()
+    # experts spread over the larger group, each rank's tokens the same: its buffer kept, re-split
+    report = scale(et, 4, tmp_path / "et-4", all_to_all="per-rank")
+    assert report.new_ranks == 4 and report.resized["ALL_TO_ALL"] == 4 * 4 * LAYERS
+    grown = RankSet.load(tmp_path / "et-4")
+    for rank, graph in grown.graphs.items():
+        a2a = [n for n in graph if n.type.is_comm and n.comm_type == CommType.ALL_TO_ALL]
+        assert len(a2a) == 4 * LAYERS and {n.comm_size for n in a2a} == {ACTIVATION_KIB * 1024}
+        assert {tuple(n.attrs["in_split"].value) for n in a2a} == {(ACTIVATION_KIB * 1024 // 4 // 4,) * 4}

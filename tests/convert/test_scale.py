@@ -276,6 +276,27 @@ def test_all_to_all_is_refused_where_its_group_grows_and_unused_groups_are_dropp
     assert report.dropped_groups == ["7"] and set(scaled.comm_groups) == {"1"}
 
 
+def test_all_to_all_of_equal_shares_keeps_each_ranks_buffer_where_asked():
+    """--all-to-all per-rank: experts spread over the data-parallel group, each rank's tokens the
+    same at any degree: the buffer stays, its equal shares re-split over the new group; unequal
+    shares (alltoallv) say nothing of another split and are refused, naming the node."""
+    equal = lambda: [coll(1, CommType.ALL_TO_ALL, 64, in_nelems=16, out_nelems=16, in_split=[8, 8],  # noqa: E731
+                          out_split=[8, 8])]
+    scaled, report = scale_rankset(two_ranks(equal), 4, all_to_all="per-rank")
+    (a2a,) = [n for n in scaled[3].nodes.values() if n.type is NodeType.COMM_COLL_NODE]
+    assert a2a.comm_size == 64 and a2a.attrs["group_size"].value == 4
+    assert list(a2a.attrs["in_split"].value) == [4] * 4 == list(a2a.attrs["out_split"].value)
+    assert report.resized == {"ALL_TO_ALL": 4}
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+    unequal = lambda: [coll(1, CommType.ALL_TO_ALL, 64, in_nelems=16, in_split=[12, 4])]  # noqa: E731
+    with pytest.raises(InputError, match=r"rank 0 node 1 sends unequal shares \(in_split \[12, 4\]\)"):
+        scale_rankset(two_ranks(unequal), 4, all_to_all="per-rank")
+    with pytest.raises(InputError, match="--all-to-all per-rank keeps each rank's buffer"):
+        scale_rankset(two_ranks(equal), 4)
+    with pytest.raises(InputError, match="--all-to-all 'guess'"):
+        scale_rankset(two_ranks(equal), 4, all_to_all="guess")
+
+
 def test_bad_degree_and_batch_are_input_errors():
     with pytest.raises(InputError, match="--dp 0"):
         scale_rankset(two_ranks(), 0)
