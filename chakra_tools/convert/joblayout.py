@@ -1,8 +1,9 @@
 """A captured job's tensor x data x pipeline layout as its graph shows it (`job_layout`): which
 layout, in Megatron-LM's rank order (core/layout.py), explains every group a collective uses and
 every send/receive peer, which kind each group is ("tp", "dp", "world" or "replica"), what the
-groups' recorded names (`group_desc`) settle, and which other layouts fit as well. What
-`trace-convert scale` (scale.py) rewrites a job by.
+groups' recorded names (`group_desc`) settle, and which other layouts fit as well; and what a
+change of the data-parallel degree cannot rescale under it (`refuse_experts`, `check_sizes`).
+What `trace-convert scale` (scale.py) rewrites a job by.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.layout import ParallelLayout
 from chakra_tools.core.model import CommType, Node, NodeType
+
+
+#: collective kind -> how its comm_size follows the degree: "keep" or "share" (total / degree)
+RESIZE = {CommType.ALL_REDUCE: "keep", CommType.BROADCAST: "keep", CommType.REDUCE: "keep",
+          CommType.BARRIER: "keep", CommType.REDUCE_SCATTER: "keep",
+          CommType.REDUCE_SCATTER_BLOCK: "keep", CommType.ALL_GATHER: "share"}
 
 
 def set_where(rs: RankSet) -> str:
@@ -47,7 +54,7 @@ class JobLayout:
 class Communication:
     """Every (rank, group) a collective uses, with the group's members, and every (rank, peer) a
     send/receive joins, each with its first node (to name it): what a layout has to explain; and
-    the first node of each collective kind on each group (what `_check_sizes` looks at)."""
+    the first node of each collective kind on each group (what `check_sizes` looks at)."""
 
     collectives: dict[tuple[int, str], tuple[Graph, Node, tuple[int, ...]]] = field(default_factory=dict)
     p2p: dict[tuple[int, int], tuple[Graph, Node]] = field(default_factory=dict)
@@ -243,3 +250,49 @@ def _group_kind(members: tuple[int, ...], rank: int, lay: ParallelLayout, world:
     if kind is None and rank in members and len({lay.coord(m)[1] for m in members}) == 1:
         kind = "replica"  # within one replica: a pipeline group, Megatron's embedding group, ...
     return kind
+
+
+def refuse_experts(rs: RankSet, job: JobLayout, comm: Communication) -> None:
+    """An all-to-all on a group within a replica is refused unless --tp says what it is: that is
+    expert parallelism (MoE token dispatch) or sequence parallelism (Ulysses) far more often than
+    tensor parallelism, and the expert groups' layout is not Megatron's tp x dp x pp: reading them
+    as tensor parallel would scale the job wrongly (a 4-rank DDP + experts job became 16 ranks)."""
+    for (pg, kind), (g, n) in comm.kinds.items():
+        if kind is CommType.ALL_TO_ALL and job.kinds.get(pg) in ("tp", "replica"):
+            raise InputError(f"{node_where(rs, g, n)}: ALL_TO_ALL on process group {pg} (ranks "
+                             f"{list(group_members(rs, g, n))}), a group inside one replica at tp={job.layout.tp} "
+                             f"dp={job.layout.dp} pp={job.layout.pp}: that is expert (MoE) or sequence "
+                             "parallelism, which scale does not model, so nothing is written; if the group "
+                             "really is tensor parallel, say so with --tp")
+
+
+def check_sizes(rs: RankSet, job: JobLayout, comm: Communication, all_to_all: str = "refuse") -> None:
+    """A collective whose per-rank size depends on its peers is refused on a group whose size
+    changes (the data-parallel groups and the world, when the degree does); an all-to-all of
+    equal shares is kept per rank where `all_to_all` says so."""
+    for (pg, kind), (g, n) in comm.kinds.items():
+        if kind in RESIZE or job.kinds.get(pg) in ("tp", "replica"):
+            continue
+        where = (f"{node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
+                 f"(ranks {list(group_members(rs, g, n))}), whose size changes with the degree")
+        if kind is CommType.ALL_TO_ALL and all_to_all == "per-rank":
+            _check_equal_shares(rs, pg, where)
+            continue
+        hint = (" (--all-to-all per-rank keeps each rank's buffer, as for experts spread over the "
+                "data-parallel group)") if kind is CommType.ALL_TO_ALL else ""
+        raise InputError(f"{where}: its per-rank size depends on its peers, so scale cannot tell what it "
+                         f"would be{hint}")
+
+
+def _check_equal_shares(rs: RankSet, pg: str, where: str) -> None:
+    """Every all-to-all on `pg` sends each peer the same share (recorded splits all equal, or
+    none recorded): only those re-split over another group size without a guess."""
+    for g in rs.graphs.values():
+        for n in g.nodes.values():
+            if n.type is NodeType.COMM_COLL_NODE and n.pg_name == pg and n.comm_type is CommType.ALL_TO_ALL:
+                for key in ("in_split", "out_split"):
+                    split = n.attrs.get(key)
+                    if split is not None and len(set(split.value)) > 1:
+                        raise InputError(f"{where}: rank {g.rank} node {n.id} sends unequal shares ({key} "
+                                         f"{list(split.value)[:8]}): how it would split over another group "
+                                         "size is not in the trace")

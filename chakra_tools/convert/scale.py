@@ -75,14 +75,10 @@ from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WAITS_OUT, 
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 from chakra_tools.core.placement import placement_of, record_placement
 
-from .joblayout import Communication, JobLayout, communication, group_members, job_layout, node_where, set_where
+from .joblayout import RESIZE, JobLayout, check_sizes, communication, job_layout, refuse_experts, set_where
 from .stepwaits import step_waits, waits_out, without_wait
 
 BATCH_MODES = ("per-rank", "global")
-#: collective kind -> how its comm_size follows the degree: "keep" or "share" (total / degree)
-RESIZE = {CommType.ALL_REDUCE: "keep", CommType.BROADCAST: "keep", CommType.REDUCE: "keep",
-          CommType.BARRIER: "keep", CommType.REDUCE_SCATTER: "keep",
-          CommType.REDUCE_SCATTER_BLOCK: "keep", CommType.ALL_GATHER: "share"}
 #: `--all-to-all`: an all-to-all on a group that changes size is refused, or keeps each rank's
 #: buffer (`per-rank`: expert parallelism spread over the data-parallel group, each rank's tokens
 #: the same at any degree, its equal shares re-split over the new group)
@@ -133,52 +129,6 @@ class ScaleReport:
                 "group_kinds": self.group_kinds,
                 "alternatives": [{"tp": t, "pp": p} for t, p in self.alternatives],
                 "lone_dropped": {str(k): v for k, v in self.lone_dropped.items()}}
-
-
-def _refuse_experts(rs: RankSet, job: JobLayout, comm: Communication) -> None:
-    """An all-to-all on a group within a replica is refused unless --tp says what it is: that is
-    expert parallelism (MoE token dispatch) or sequence parallelism (Ulysses) far more often than
-    tensor parallelism, and the expert groups' layout is not Megatron's tp x dp x pp: reading them
-    as tensor parallel would scale the job wrongly (a 4-rank DDP + experts job became 16 ranks)."""
-    for (pg, kind), (g, n) in comm.kinds.items():
-        if kind is CommType.ALL_TO_ALL and job.kinds.get(pg) in ("tp", "replica"):
-            raise InputError(f"{node_where(rs, g, n)}: ALL_TO_ALL on process group {pg} (ranks "
-                             f"{list(group_members(rs, g, n))}), a group inside one replica at tp={job.layout.tp} "
-                             f"dp={job.layout.dp} pp={job.layout.pp}: that is expert (MoE) or sequence "
-                             "parallelism, which scale does not model, so nothing is written; if the group "
-                             "really is tensor parallel, say so with --tp")
-
-
-def _check_sizes(rs: RankSet, job: JobLayout, comm: Communication, all_to_all: str = "refuse") -> None:
-    """A collective whose per-rank size depends on its peers is refused on a group whose size
-    changes (the data-parallel groups and the world, when the degree does); an all-to-all of
-    equal shares is kept per rank where `all_to_all` says so."""
-    for (pg, kind), (g, n) in comm.kinds.items():
-        if kind in RESIZE or job.kinds.get(pg) in ("tp", "replica"):
-            continue
-        where = (f"{node_where(rs, g, n)}: {kind.name} on process group {pg or 'of the world'} "
-                 f"(ranks {list(group_members(rs, g, n))}), whose size changes with the degree")
-        if kind is CommType.ALL_TO_ALL and all_to_all == "per-rank":
-            _check_equal_shares(rs, pg, where)
-            continue
-        hint = (" (--all-to-all per-rank keeps each rank's buffer, as for experts spread over the "
-                "data-parallel group)") if kind is CommType.ALL_TO_ALL else ""
-        raise InputError(f"{where}: its per-rank size depends on its peers, so scale cannot tell what it "
-                         f"would be{hint}")
-
-
-def _check_equal_shares(rs: RankSet, pg: str, where: str) -> None:
-    """Every all-to-all on `pg` sends each peer the same share (recorded splits all equal, or
-    none recorded): only those re-split over another group size without a guess."""
-    for g in rs.graphs.values():
-        for n in g.nodes.values():
-            if n.type is NodeType.COMM_COLL_NODE and n.pg_name == pg and n.comm_type is CommType.ALL_TO_ALL:
-                for key in ("in_split", "out_split"):
-                    split = n.attrs.get(key)
-                    if split is not None and len(set(split.value)) > 1:
-                        raise InputError(f"{where}: rank {g.rank} node {n.id} sends unequal shares ({key} "
-                                         f"{list(split.value)[:8]}): how it would split over another group "
-                                         "size is not in the trace")
 
 
 class _NewGroups:
@@ -245,9 +195,9 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
     comm = communication(rs)
     job = job_layout(rs, tp, pp, comm)
     if tp is None:
-        _refuse_experts(rs, job, comm)
+        refuse_experts(rs, job, comm)
     if dp != job.layout.dp:
-        _check_sizes(rs, job, comm, all_to_all)
+        check_sizes(rs, job, comm, all_to_all)
     if dp > job.layout.dp and not job.synced:
         raise InputError(f"{set_where(rs)}: no collective of the capture is on a data-parallel group or the world "
                          "(not even on a group of one, as DDP makes at one rank), so nothing says what "
