@@ -293,7 +293,8 @@ class ValidationReport:
 def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
                   examples_per_code: int = 50, target: str | None = None,
                   absent_peers: bool = False, by_shape: bool | None = None,
-                  files: Mapping[int, Path] | None = None) -> ValidationReport:
+                  files: Mapping[int, Path] | None = None,
+                  groups: Mapping[str, tuple[int, ...]] | None = None) -> ValidationReport:
     """Validate a file, folder or prefix by streaming each rank's file once.
 
     A comm_group.json beside the files is used unless `comm_group` names one. `target`
@@ -303,13 +304,16 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     (core/shapes.py) is checked node by node, the others by renaming its findings
     (`shapes.scan_by_shape`); the same report, and `report.shapes` keeps the shapes read. None:
     so for a set of `LARGE_SET` files or more (a set of distinct files would be read twice).
-    `files`: the set's files (`find_rank_files(path)`) where the caller listed them already.
+    `files`: the set's files (`find_rank_files(path)`) where the caller listed them already;
+    `groups`: the groups of `comm_group` where the caller read them already (a replay reads the
+    file once for both).
     """
     files = find_rank_files(path) if files is None else files
     first = next(iter(files.values()))
     if comm_group is None and (first.parent / "comm_group.json").exists():
         comm_group = first.parent / "comm_group.json"
-    groups = read_comm_groups(comm_group) if comm_group else None
+    if groups is None:
+        groups = read_comm_groups(comm_group) if comm_group else None
     out = Diagnostics(examples_per_code)
     if by_shape is None:
         by_shape = len(files) >= LARGE_SET

@@ -43,17 +43,28 @@ def open_rankset(path: str | Path, comm_group: str | Path | None = None, *,
     """One feeder per rank file of a rank set (only `ranks`' where given), and its comm groups
     (the file beside the traces if any). `files`: the set's files where the caller listed them."""
     files = find_rank_files(path) if files is None else files
-    feeders = {r: ETFeeder(f, resolve=resolve, window=window, rank=r, eager_info=True)
-               for r, f in files.items() if ranks is None or r in ranks}
-    return feeders, comm_groups_of(files, comm_group)
+    return open_feeders(files, resolve=resolve, window=window, ranks=ranks), comm_groups_of(files, comm_group)
+
+
+def open_feeders(files: Mapping[int, Path], *, resolve: Sequence[str] = ("data", "ctrl"),
+                 window: int = REPLAY_WINDOW, ranks: Sequence[int] | None = None) -> dict[int, ETFeeder]:
+    """One feeder per rank file (only `ranks`' where given)."""
+    return {r: ETFeeder(f, resolve=resolve, window=window, rank=r, eager_info=True)
+            for r, f in files.items() if ranks is None or r in ranks}
 
 
 def comm_groups_of(files: Mapping[int, Path], comm_group: str | Path | None) -> dict[str, tuple[int, ...]]:
     """The comm groups of a rank set: `comm_group`'s, else those of the file beside its traces."""
+    found = comm_group_file(files, comm_group)
+    return dict(read_comm_groups(found)) if found else {}
+
+
+def comm_group_file(files: Mapping[int, Path], comm_group: str | Path | None) -> str | Path | None:
+    """`comm_group`, else the comm_group.json beside the rank files, else None."""
     if comm_group is None:
         beside = next(iter(files.values())).parent / "comm_group.json"
         comm_group = beside if beside.exists() else None
-    return dict(read_comm_groups(comm_group)) if comm_group else {}
+    return comm_group
 
 
 def recorded_starts(feeders: Mapping[int, ETFeeder]) -> dict[int, int]:
@@ -237,10 +248,12 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
     if replicas not in REPLICAS:
         raise InputError(f"--replicas {replicas!r}: use " + ", ".join(REPLICAS))
     files = find_rank_files(path)
+    groups_file = comm_group_file(files, comm_group)
+    read = read_comm_groups(groups_file) if groups_file else None  # once, for validation and replay
     # a large set is validated one file per shape (core/shapes.py), the shapes kept for the classes
-    shapes = _refuse_invalid(path, comm_group, on_warning, absent_peers, by_shape=is_large(len(files)),
-                             files=files) if validate else None
-    groups = comm_groups_of(files, comm_group)
+    shapes = _refuse_invalid(path, groups_file, on_warning, absent_peers, by_shape=is_large(len(files)),
+                             files=files, groups=read) if validate else None
+    groups = dict(read or {})
     # with absent peers the network holds the whole job: a group may name ranks above the set's
     npus = max([*files, *(g for grp in groups.values() for g in grp)]) if absent_peers else max(files)
     spec = spec or SystemSpec()
@@ -258,8 +271,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                                     modes.lanes == "kind", absent_peers=absent_peers, shapes=shapes)
     result = None
     if classes is not None:
-        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, ranks=classes.present,
-                                  files=files)
+        feeders = open_feeders(files, resolve=resolve, window=window, ranks=classes.present)
         try:
             result = run_replay(path, feeders, backend, classes=classes, **run)
         except ClassesRefused as e:
@@ -267,7 +279,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                 raise on_refused(path, str(e)) from e
             declined, backend = str(e), spec.backend(npus + 1, str(path))  # the model starts afresh
     if result is None:
-        feeders, _ = open_rankset(path, comm_group, resolve=resolve, window=window, files=files)
+        feeders = open_feeders(files, resolve=resolve, window=window)
         if on_warning is not None:
             _warn_recorded_on_scaled(path, feeders, modes, on_warning)
             _warn_nothing_recorded(feeders, modes, on_warning)
@@ -348,7 +360,8 @@ def _warn_nothing_recorded(feeders: dict, modes: CaptureModes, on_warning: Calla
 
 def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
                     on_warning: Callable[[Diagnostic], None] | None, absent_peers: bool = False,
-                    by_shape: bool = False, files: Mapping[int, Path] | None = None) -> dict | None:
+                    by_shape: bool = False, files: Mapping[int, Path] | None = None,
+                    groups: Mapping[str, tuple[int, ...]] | None = None) -> dict | None:
     """Raise `RanksetRefused` if the rank set has validation errors: a rank it names without a
     file among them, unless `absent_peers` (then each partial-group finding, a group naming
     absent ranks the replay takes as arriving, goes to `on_warning`). `by_shape`: see
@@ -356,7 +369,7 @@ def _refuse_invalid(path: str | Path, comm_group: str | Path | None,
     from chakra_tools.core.validate import validate_path
 
     report = validate_path(path, comm_group, examples_per_code=SHOWN_PER_CODE, absent_peers=absent_peers,
-                           by_shape=by_shape, files=files)
+                           by_shape=by_shape, files=files, groups=groups)
     for d in report.diagnostics:
         if d.code == "partial-group" and on_warning is not None:
             on_warning(d)

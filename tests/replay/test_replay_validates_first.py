@@ -49,3 +49,27 @@ def test_names_the_ranks_a_group_lacks_and_refuses_unless_they_are_assumed(tmp_p
     assert assumed.output.index("[partial-group]") < assumed.output.index("makespan")
     unchecked = runner.invoke(app, [str(prefix), "--no-validate"])
     assert unchecked.exit_code == 3 and "deadlock" in unchecked.output
+
+
+def test_the_comm_group_file_is_read_once_for_validation_and_replay(tmp_path, monkeypatch):
+    """Validation and the replay share one read of comm_group.json (on a 131,072-rank set it was
+    read three times: validation, the groups, the feeders)."""
+    import json
+
+    import chakra_tools.core.graph as graph
+    from chakra_tools.replay import replay_rankset
+
+    ranks = {r: [comp(1, us=5), coll(2, 1 << 20, deps=[1], pg="7")] for r in range(4)}
+    prefix = write_rankset(tmp_path, ranks)
+    (tmp_path / "comm_group.json").write_text(json.dumps({"7": [0, 1, 2, 3]}))
+    reads = []
+    real = graph.read_comm_groups
+    monkeypatch.setattr(graph, "read_comm_groups", lambda path: reads.append(path) or real(path))
+    import chakra_tools.core.validate as validate
+    import chakra_tools.replay.api as api
+
+    monkeypatch.setattr(api, "read_comm_groups", graph.read_comm_groups)
+    monkeypatch.setattr(validate, "read_comm_groups", graph.read_comm_groups)
+    result = replay_rankset(prefix)
+    assert len(reads) == 1 and result.makespan_ns > 0
+    assert [(c["pg"], c["ranks"]) for c in result.collectives] == [("7", [0, 1, 2, 3])]
