@@ -200,7 +200,8 @@ def scale(
     the step nodes, ProfilerStep#N, for a set converted before it did). The
     tensor-parallel and pipeline degrees are kept: changing them re-splits layers, which the
     trace does not show. What no layout explains (another rank order, expert parallelism,
-    all-to-all on a group that grows) is refused with the node named, and so is growing a job
+    all-to-all on a group that grows, unless --all-to-all per-rank says each rank keeps its
+    buffer) is refused with the node named, and so is growing a job
     whose replicas exchange nothing the trace shows (no data-parallel collective, not even on
     a group of one as DDP makes at one rank). A collective whose group at the new degree is its
     rank alone is left out (ASTRA-sim never completes one). The output is validated before it is
@@ -211,6 +212,8 @@ def scale(
         trace-convert scale out/ddp --dp 4 -o out/ddp-dp4
 
         trace-convert scale out/tp2x2 --dp 1 -o out/tp2   # a tp 2 x dp 2 capture: tp 2 kept, 2 ranks
+
+        trace-convert scale out/moe --dp 8 --all-to-all per-rank -o out/moe-8   # experts over the dp group
 
         trace-convert calibrate out/ddp --npus 4 -o out/net
 
