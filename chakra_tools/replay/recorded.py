@@ -48,7 +48,9 @@ blocked nothing: the host went on, and where it then did nothing traced the trac
 waited (HTA's sampled ranks of a 128-rank TorchRec job sit 42 ms a step in code the trace does not
 show while an all-to-all runs; taken out as a wait that no edge re-creates, their replays came out
 8% short). The untraced time after such a call's start is the next host op's, as on a CPU rank:
-left with the op before, it would hold the call back.
+left with the op before, it would hold the call back. A call recorded by gloo's worker alone
+(`worker_only`: a device trace without its caller's c10d op) blocked nothing either, since no
+host thread was seen making it or waiting for it.
 
 Assumes one host thread per rank (CPU runs: the `host` lane runs one op at a time anyway). Starts
 are whole µs, so each figure is good to about 1 µs; re-timed host time telescopes to the span.
