@@ -1,13 +1,15 @@
 """What-if predictions checked against real runs on a cluster made on this machine.
 
-For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix), on the test bed
+For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix, a mixture of
+experts), on the test bed
 (chakra_tools/testbed: network namespaces as nodes, tbf-shaped uplinks):
 
 1. capture it the way a cluster user does, one `trace-capture -- torchrun --nnodes N --node-rank i`
    per node, on the capture cluster (2 nodes x 2 ranks, 100 Mbit/s uplinks by default);
 2. convert, and calibrate on the probe run once on that cluster (`-m chakra_tools.capture.probe`);
 3. run it for real, uncaptured, on each target cluster (other uplink rates, more nodes) and
-   predict each: `trace-convert scale --dp` to the target's ranks where they differ, then
+   predict each: `trace-convert scale --dp` to the target's ranks where they differ (the mixture
+   of experts with `--all-to-all per-rank`), then
    `trace-replay --network-fit NET --bandwidth inter-node=xF`;
 4. print predicted, real and error per case, and how busy the real runs kept the host's cores: the
    bed's nodes share one machine, and a target that keeps it near saturation is paced by the
@@ -16,7 +18,7 @@ For each surrogate job (data parallel, FSDP, a pipeline, tensor parallel, a mix)
    network (`--network-fit NET --manifest`) and with its own recorded communication
    (`--as-captured --manifest`).
 
-Needs root (network namespaces, tc) and torch; about 15 minutes on 2 cores (`--quick`: the data-
+Needs root (network namespaces, tc) and torch; about 19 minutes on 2 cores (`--quick`: the data-
 parallel job and two targets, about 4). Run it on an otherwise idle machine: the real runs share
 its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies.
 Writes everything under --work (default: a temporary folder, removed) and the table as JSON with
@@ -59,6 +61,8 @@ JOBS = {
     "tp": ["--layers", "4", "--tp", "2", "--activation-kib", "64", "--bucket-kib", "128"],
     "mix": ["--layers", "3", "--tp", "2", "--pp", "2", "--microbatches", "2", "--activation-kib", "64",
             "--bucket-kib", "64"],
+    # experts over the data-parallel group: scaled keeping each rank's all-to-all buffer
+    "moe": ["--layers", "3", "--moe", "--activation-kib", "128", "--bucket-kib", "128"],
 }
 CAPTURE = (2, 2, 100.0)  # nodes, ranks per node, uplink Mbit/s
 TARGETS = [(2, 2, 100.0), (2, 2, 500.0), (4, 2, 100.0), (4, 2, 500.0), (4, 2, 250.0)]
@@ -144,7 +148,8 @@ def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes) 
         pp = _arg(args, "--pp")
         scaled = work / f"et-{job}-{world}"
         if not scaled.exists():
-            scale(et, world // (tp * pp), scaled, tp=tp, pp=pp)
+            scale(et, world // (tp * pp), scaled, tp=tp, pp=pp,
+                  all_to_all="per-rank" if "--moe" in args else "refuse")
         et = scaled
     spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / CAPTURE[2]:g}"]))
     doc = replay(et, spec.backend(world), modes=modes, record_events=False).to_dict(events=False)
