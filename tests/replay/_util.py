@@ -109,3 +109,20 @@ def network_file(tmp_path, topology, npus, name="net.yml"):
     path.write_text(f"topology: {row(topology)}\nnpus_count: {row(npus)}\nbandwidth: {row(['50.0'] * len(npus))}\n"
                     f"latency: {row(['700.0'] * len(npus))}\n")
     return path
+
+
+def kineto_event(base_us: float, cat: str, tid, ts_us: float, dur_us: float, name: str, pid=1, **args) -> dict:
+    """A Kineto complete event ("X") starting `ts_us` after `base_us` on the trace's clock (a real
+    trace's epoch: a time of 0 is no time)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": base_us + ts_us, "dur": dur_us,
+            "args": args}
+
+
+def kineto_trace(events: list, backend: str | None = None, world: int = 1) -> dict:
+    """A Kineto document of `events`; with `backend`, rank 0 of a job of `world` ranks, all in
+    one default group."""
+    doc = {"schemaVersion": 1, "traceEvents": events}
+    if backend is not None:
+        doc["distributedInfo"] = {"backend": backend, "rank": 0, "world_size": world, "pg_config": [
+            {"pg_name": "0", "pg_desc": "default_pg", "pg_size": world, "ranks": list(range(world))}]}
+    return doc

@@ -21,17 +21,16 @@ from chakra_tools.convert.rank import convert_rank
 from chakra_tools.core.graph import RankSet
 from chakra_tools.replay import AS_CAPTURED, replay_rankset
 
+from _util import kineto_event, kineto_trace
+
 MAIN, WORKERS = 1074, (3553, 3554)
 
 
 def _trace(calls_ms: list[tuple[float, float]], resume_ms: float) -> dict:
     """The step (0..210 ms) and, on each worker, all-reduces at (start, duration) ms, the second
     worker 8 ms behind the first; the main thread's next op at `resume_ms`."""
-    base = 1_212_075_500_000_000
-
     def x(cat, tid, ts_ms, dur_ms, name, **args):
-        return {"ph": "X", "cat": cat, "name": name, "pid": MAIN, "tid": tid, "ts": base + ts_ms * 1000,
-                "dur": dur_ms * 1000, "args": args}
+        return kineto_event(1_212_075_500_000_000, cat, tid, ts_ms * 1000, dur_ms * 1000, name, pid=MAIN, **args)
 
     events = [x("user_annotation", MAIN, 0, 210, "ProfilerStep#551")]
     for k, worker in enumerate(WORKERS):
@@ -39,9 +38,7 @@ def _trace(calls_ms: list[tuple[float, float]], resume_ms: float) -> dict:
             events.append(x("user_annotation", worker, start + 8 * k, dur, "gloo:all_reduce",
                             **{"Input type": ["float"], "Input Dims": [[262144]]}))
     events.append(x("cpu_op", MAIN, resume_ms, 0.003, "aten::empty"))
-    return {"schemaVersion": 1, "traceEvents": events, "distributedInfo": {
-        "backend": "gloo", "rank": 0, "world_size": 4,
-        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}]}}
+    return kineto_trace(events, "gloo", world=4)
 
 
 CALLS = [(20.0, 170.0), (230.0, 180.0), (450.0, 380.0)]

@@ -10,6 +10,7 @@ one `aten::mm` whose kernel starts 64 ms after its launch."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from chakra_tools.convert.rank import convert_rank
 from chakra_tools.core.graph import RankSet
@@ -17,24 +18,21 @@ from chakra_tools.core.measured import Measured
 from chakra_tools.replay import AS_CAPTURED, SystemSpec, replay
 from chakra_tools.replay.fidelity import compare_with_trace
 
+from _util import kineto_event, kineto_trace
+
 
 def _trace(queue_us: float) -> dict:
-    base = 1_666_149_715_033_200  # the trace's own clock (a time of 0 is no time)
-
-    def x(cat, tid, ts, dur, name, **args):
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": base + ts, "dur": dur, "args": args}
-
+    x = partial(kineto_event, 1_666_149_715_033_200)
     launch = 331_174
-    return {"schemaVersion": 1, "traceEvents": [
+    return kineto_trace([
         x("user_annotation", 3914, 0, 413_451, "ProfilerStep#552"),
         x("user_annotation", 3914, 254_455, 107_988, "## backward ##"),
         x("cpu_op", 24922, 331_122, 145, "autograd::engine::evaluate_function: AddmmBackward"),
         x("cpu_op", 24922, 331_124, 102, "AddmmBackward0"),
         x("cpu_op", 24922, 331_130, 58, "aten::mm"),
         x("cuda_runtime", 24922, launch, 10, "cudaLaunchKernel", correlation=2131433),
-        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": base + launch + 10 + queue_us,
-         "dur": 45, "args": {"correlation": 2131433, "stream": 7}},
-    ]}
+        x("kernel", 7, launch + 10 + queue_us, 45, "gemm_kernel", pid=0, correlation=2131433, stream=7),
+    ])
 
 
 def test_a_kernel_queued_after_the_last_op_is_not_waited_for_twice(tmp_path):
@@ -78,10 +76,7 @@ def _idle_through_nccl() -> dict:
     """A step whose host issues an NCCL all-to-all (40 ms on its stream), then does nothing traced
     for 44 ms, then goes on with work that does not need the collective (HTA's sampled ranks of a
     128-rank TorchRec job: 42 ms a step in code the trace does not show)."""
-    base = 1_682_725_898_000_000
-
-    def x(cat, tid, ts, dur, name, pid=1, **args):
-        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": base + ts, "dur": dur, "args": args}
+    x = partial(kineto_event, 1_682_725_898_000_000)
 
     nccl = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
     events = [x("user_annotation", 1, 0, 90_000, "ProfilerStep#1")]
@@ -93,9 +88,7 @@ def _idle_through_nccl() -> dict:
     events += [x("user_annotation", 1, 300, 200, "nccl:all_to_all", **{"Input Dims": [[1024]], "Input type": ["float"]}),
                x("cuda_runtime", 1, 350, 10, "cudaLaunchKernel", correlation=9),
                x("kernel", 20, 1300, 40_000, nccl, pid=0, correlation=9, stream=20)]
-    return {"schemaVersion": 1, "traceEvents": events, "distributedInfo": {
-        "backend": "nccl", "rank": 0, "world_size": 2,
-        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}}
+    return kineto_trace(events, "nccl", world=2)
 
 
 def test_host_time_beside_an_nccl_call_nothing_waits_for_stays_the_hosts(tmp_path):
