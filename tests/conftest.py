@@ -35,3 +35,21 @@ def unpack(shared_fixtures, tmp_path_factory):
         return cache[rel]
 
     return _unpack
+
+
+@pytest.fixture(scope="session")
+def generated_job(tmp_path_factory):
+    """generated_job(**config) -> the folder of the GPT job `trace-convert generate` writes for
+    that TransformerConfig (each config written once per session)."""
+    from chakra_tools.frontends import TransformerConfig, generate
+
+    cache: dict[tuple, Path] = {}
+
+    def _generated(**config) -> Path:
+        key = tuple(sorted(config.items()))
+        if key not in cache:
+            out = cache[key] = tmp_path_factory.mktemp("gpt")
+            generate(TransformerConfig(**config)).write(out)
+        return cache[key]
+
+    return _generated

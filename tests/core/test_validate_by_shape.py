@@ -15,17 +15,14 @@ from chakra_tools.core.graph import find_rank_files
 from chakra_tools.core.model import Metadata, make_attrs
 from chakra_tools.core.shapes import read_shape
 from chakra_tools.core.validate import validate_path
-from chakra_tools.frontends import TransformerConfig, generate
 
 # tp 2 x dp 4 x pp 2: 16 ranks, 8 per pipeline stage, the data-parallel replicas of one shape
 JOB = dict(layers=2, hidden=256, heads=4, seq=128, batch=32, vocab=1024, tp=2, dp=4, pp=2, microbatches=2, zero=1)
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpt")
-    generate(TransformerConfig(**JOB)).write(out)
-    return out
+def job(generated_job):
+    return generated_job(**JOB)
 
 
 def report_of(path, **kw) -> tuple:

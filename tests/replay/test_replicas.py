@@ -15,7 +15,6 @@ from chakra_tools.core import hotloops
 from chakra_tools.core.etio import TraceReader, write_trace
 from chakra_tools.core.framing import decode_varint
 from chakra_tools.core.graph import find_rank_files
-from chakra_tools.frontends import TransformerConfig, generate
 from chakra_tools.replay import SystemSpec, api, replay_rankset, replicas
 from chakra_tools.replay.api import comm_groups_of
 from chakra_tools.core.shapes import read_shape
@@ -26,10 +25,8 @@ JOB = dict(layers=2, hidden=256, heads=4, seq=128, batch=32, vocab=1024, tp=2, d
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpt")
-    generate(TransformerConfig(**JOB)).write(out)
-    return out
+def job(generated_job):
+    return generated_job(**JOB)
 
 
 def both(path, spec=None, **kw):
