@@ -26,8 +26,10 @@ Targets (issue 4): at least 10x faster and at most a quarter of mlc-chakra's pea
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,6 +146,7 @@ def main() -> None:
     mb = lambda p: p.stat().st_size / 1e6  # noqa: E731
     print(f"trace: {host} ({mb(host):.0f} MB) + {device.name} ({mb(device):.0f} MB)")
     out = Path(tempfile.mkdtemp(prefix="bench-convert-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)  # gigabytes per run otherwise
     env, pure = bench_env(args.workdir), bench_env(args.workdir, CHAKRA_TOOLS_PURE_PYTHON="1")
     subprocess.run([sys.executable, "-c", WARM_UP if not args.skip_mlc else WARM_UP.split(",")[0]],
                    env=env, check=True)

@@ -14,7 +14,9 @@ mean |error| of the as-captured replays (goal: at most 5%). Needs torch.
 from __future__ import annotations
 
 import argparse
+import atexit
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     n = 1 if args.quick else args.captures
     work = Path(tempfile.mkdtemp(prefix="bench-fidelity-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # gigabytes per run otherwise
     print(f"{'example':<16} {'default':>20} {'as captured':>20}")
     captured = []
     for example in args.examples.split(","):

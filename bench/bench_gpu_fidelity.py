@@ -19,6 +19,8 @@ captured, a rank of a larger job with its absent peers assumed (`--absent-peers 
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -105,6 +107,7 @@ def main() -> int:
         print(f"skipped: {SHARED} not found")
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-gpu-fidelity-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # gigabytes per run otherwise
     print(f"{'pair':<24} {'measured':>12} {'default':>20} {'as captured':>20}")
     errors = []
     for name, (host, device) in PAIRS.items():

@@ -196,8 +196,8 @@ def main() -> None:
               "explains); the goal can only be checked on a machine with a core per rank", flush=True)
     rows = []
     for i in range(args.repeats):
-        rows += check(args.example, targets, Path(tempfile.mkdtemp(prefix="bench-scale-")), args.host_time, i + 1,
-                      args.source)
+        with tempfile.TemporaryDirectory(prefix="bench-scale-") as work:
+            rows += check(args.example, targets, Path(work), args.host_time, i + 1, args.source)
     print(f"{'rep':>3} {'ranks':>5} {'network':<22} {'measured':>9} {'its steps':>15} {'predicted':>9} {'error':>8}"
           f" {'real replayed':>13} {'its error':>9} {'rescale':>8} {'compute scaled/real':>20}")
     for r in rows:
