@@ -1,5 +1,5 @@
 """The checks that need every rank at once, run on the compact summary each rank's stream left
-(`RankScan`: its collectives per group, its sends and receives, its metadata), never
+(`RankScan`, rankscan.py: its collectives per group, its sends and receives, its metadata), never
 on decoded nodes: the ranks of each process group issue the same sequence of collectives, every
 send has a receive with the same (src, dst, tag, size), the files are one conversion's, each named
 after the rank it holds, none missing.
@@ -25,39 +25,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 from .errors import Diagnostic, Diagnostics
 from .model import MAX_RANK, CommType, format_bytes
-
-
-@dataclass
-class RankScan:
-    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
-
-    rank: int | None
-    file: str | None
-    nodes: int = 0
-    world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
-    recorded_rank: int | None = None  # the rank its GlobalMetadata says the file holds
-    conversion: str | None = None  # the id of the conversion that wrote it (core.placement)
-    collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
-    sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
-    recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
-    peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
-
-    #: the GlobalMetadata attributes `read_metadata` takes
-    METADATA = ("world_size", "rank", "conversion")
-
-    def read_metadata(self, meta) -> None:
-        """What the cross-rank checks take from the file's GlobalMetadata (a core.model.Metadata,
-        or None): the job's rank count, the rank it holds, the conversion that wrote it."""
-        attrs = meta.attrs if meta is not None else {}
-        world, rank, conversion = (attrs.get(k) for k in self.METADATA)
-        self.world_size = world.value if world is not None and type(world.value) is int else None
-        self.recorded_rank = rank.value if rank is not None and type(rank.value) is int and rank.value >= 0 else None
-        self.conversion = conversion.value if conversion is not None and isinstance(conversion.value, str) else None
+from .rankscan import RankScan
 
 
 SIZE_INVARIANT = {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER,
@@ -80,18 +52,6 @@ def spans_text(spans: list[tuple[int, int]], shown: int = 8) -> str:
     if len(spans) > shown:
         parts.insert(shown - 1, "...")
     return "[" + ", ".join(parts) + "]"
-
-
-def note_peer(peers: dict[int, list], peer: int | None, node_id: int, node_name: str, verb: str) -> None:
-    """Add to a rank's summary (`RankScan.peers`) that node `node_id` sends to or receives from
-    `peer`: the first node that names each peer, and how many do (one entry per peer, not per node)."""
-    if peer is None:
-        return  # reported per node (missing-comm-dst / missing-comm-src)
-    seen = peers.get(peer)
-    if seen is None:
-        peers[peer] = [node_id, node_name, verb, 1]
-    else:
-        seen[3] += 1
 
 
 def issuers_of(scans: Mapping[int, RankScan]) -> dict[str, list[int]]:
@@ -190,12 +150,14 @@ def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics,
     """Pair sends with receives on (src, dst, tag) in issue order; sizes must agree. A peer that
     is not in the set is a warning per node with `absent_peers`, else said once per rank
     (`check_named_ranks`)."""
+    if _pairs_agree(scans):
+        return
     recvs: dict[tuple, deque] = defaultdict(deque)
     for r, s in scans.items():
-        for nid, name, src, tag, size in s.recvs:
+        for nid, name, src, tag, size in s.point_to_point()[1]:
             recvs[(src, r, tag)].append((nid, name, size))
     for r, s in sorted(scans.items()):
-        for nid, name, dst, tag, size in s.sends:
+        for nid, name, dst, tag, size in s.point_to_point()[0]:
             if dst not in scans:
                 if absent_peers:
                     out.add(Diagnostic("warning", "peer-absent", f"sends to rank {dst}, which was not given",
@@ -221,6 +183,26 @@ def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics,
             severity, code = ("warning", "peer-absent") if src not in scans else ("error", "unmatched-recv")
             out.add(Diagnostic(severity, code, f"receive of {format_bytes(rsize)} from rank {src} tag {tag} has no send",
                                file=scans[dst].file, rank=dst, node_id=rid, node_name=rname))
+
+
+def _pairs_agree(scans: Mapping[int, RankScan]) -> bool:
+    """Whether every two ranks agree on what passes between them: the (tag, size) of one's sends
+    to the other, in order, are those of the other's receives from it, and each rank that
+    receives from another is sent to by it. Then pairing node by node finds nothing: the k-th
+    send of a tag meets the k-th receive of it, of its size. Checked per pair of ranks, not per
+    message (replicas share their representative's sequences)."""
+    for r, s in scans.items():
+        sent, received = s.by_peer()
+        for dst, seq in sent.items():
+            peer = scans.get(dst)
+            theirs = peer.by_peer()[1].get(r) if peer is not None else None
+            if theirs is not seq and theirs != seq:
+                return False
+        for src in received:
+            peer = scans.get(src)
+            if peer is None or r not in peer.by_peer()[0]:
+                return False
+    return True
 
 
 def check_world_size(scans: Mapping[int, RankScan], out: Diagnostics) -> int | None:

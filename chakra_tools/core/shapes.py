@@ -16,11 +16,11 @@ from typing import Callable, Mapping
 from google.protobuf.message import DecodeError
 
 from . import hotloops
-from .crosscheck import RankScan
 from .errors import Diagnostics
 from .etio import metadata_from_pb
 from .framing import decode_varint, looks_like_metadata, open_binary
 from .legacy import legacy_metadata
+from .rankscan import RankScan
 from .schema import et_def_pb2 as pb
 
 
@@ -82,13 +82,14 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
     out, None)`, validate.py's). `shapes` gets every shape."""
     scans: dict[int, RankScan] = {}
     clean: dict[tuple, tuple[int, RankScan | None]] = {}  # shape -> its first rank, its scan if clean
+    metadata_read: dict[bytes, object] = {}  # replicas' GlobalMetadata differ in a rank at most
     for rank, f in files.items():
         shape, metadata = read_shape_and_metadata(f)
         shapes[rank] = shape
         key = None if shape is None else (shape.digest, shape.pattern)
         first = clean.get(key) if key is not None else None
         if first is not None and first[1] is not None:
-            scan = _renamed(first[1], shapes[first[0]], shape, rank, f, metadata, groups)
+            scan = _renamed(first[1], shapes[first[0]], shape, rank, f, metadata, groups, metadata_read)
             if scan is not None:
                 scans[rank] = scan
                 continue
@@ -100,12 +101,13 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
 
 
 def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path, metadata: bytes | None,
-             groups) -> RankScan | None:
+             groups, metadata_read: dict[bytes, object]) -> RankScan | None:
     """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`, of
     the same shape `other`; None where that file must be read node by node: no metadata, or a
     legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks or
-    of another size, a peer that is the rank itself)."""
-    if metadata is None or legacy_metadata(metadata):
+    of another size, a peer that is the rank itself). `metadata_read`: each GlobalMetadata
+    decoded so far, by its bytes (None: not to be renamed)."""
+    if metadata is None:
         return None
     pgs, peers = shape.renaming(other)
     if not all(_judged_alike(mine, theirs, groups) for mine, theirs in pgs.items()):
@@ -113,18 +115,28 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     for mine, theirs in peers.items():
         if (theirs == rank) != (mine == scan.rank) or theirs < 0:
             return None
-    try:
-        meta = metadata_from_pb(pb.GlobalMetadata.FromString(metadata), RankScan.METADATA)
-    except DecodeError:
+    meta = metadata_read.get(metadata, False)
+    if meta is False:
+        meta = metadata_read[metadata] = _decoded(metadata)
+    if meta is None:
         return None
-    out = RankScan(rank, str(f), scan.nodes)
+    out = RankScan(rank, str(f), scan.nodes, renamed_from=(scan, peers))
     out.read_metadata(meta)
     for pg, calls in scan.collectives.items():
         out.collectives[pgs.get(pg, pg)] = calls  # the same records, read-only once scanned
-    out.sends = [(nid, name, peers.get(dst, dst), tag, size) for nid, name, dst, tag, size in scan.sends]
-    out.recvs = [(nid, name, peers.get(src, src), tag, size) for nid, name, src, tag, size in scan.recvs]
     out.peers = {peers.get(p, p): list(first) for p, first in scan.peers.items()}
     return out
+
+
+def _decoded(metadata: bytes):
+    """The attributes of a GlobalMetadata message the cross-rank checks take; None for a legacy
+    or undecodable one."""
+    if legacy_metadata(metadata):
+        return None
+    try:
+        return metadata_from_pb(pb.GlobalMetadata.FromString(metadata), RankScan.METADATA)
+    except DecodeError:
+        return None
 
 
 def _judged_alike(mine: str, theirs: str, groups) -> bool:

@@ -24,12 +24,13 @@ from typing import Callable, Iterable, Iterator, Mapping
 from . import hotloops
 from .consumers import FORWARD_DEPS, check_for, rules_for
 from .collector import gc_paused
-from .crosscheck import RankScan, check_across_ranks, note_peer, ranks_text
+from .crosscheck import check_across_ranks, ranks_text
 from .deptrack import DependencyTracker, IdIndex, Structure
 from .errors import Diagnostic, Diagnostics
 from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType
+from .rankscan import RankScan, note_peer
 from .shapes import LARGE_SET, scan_by_shape
 
 _CONTRACT_NAMES = frozenset(CONTRACT)

@@ -79,6 +79,13 @@ CHANGES = {
         [with_attr(n, comm_dst=3) if i == first_of(nodes, "COMM_SEND_NODE") else n for i, n in enumerate(nodes)], meta),
     "a send to a rank without a file": lambda nodes, meta: (
         [with_attr(n, comm_dst=40) if i == first_of(nodes, "COMM_SEND_NODE") else n for i, n in enumerate(nodes)], meta),
+    # a peer that is in the set, but not the one the other side names: found across ranks only
+    "a send to another rank of the set": lambda nodes, meta: (
+        [with_attr(n, comm_dst=n.comm_dst ^ 2) if i == first_of(nodes, "COMM_SEND_NODE") else n
+         for i, n in enumerate(nodes)], meta),
+    "a receive from another rank of the set": lambda nodes, meta: (
+        [with_attr(n, comm_src=n.comm_src ^ 2) if i == first_of(nodes, "COMM_RECV_NODE") else n
+         for i, n in enumerate(nodes)], meta),
     "the metadata of another rank": lambda nodes, meta: (
         nodes, Metadata(meta.version, {**meta.attrs, **make_attrs(rank=5)}, True)),
     "another world size": lambda nodes, meta: (

@@ -1,0 +1,85 @@
+"""What one rank's stream leaves for the checks that need every rank at once (crosscheck.py):
+its collectives per group, its sends and receives, the ranks it names, three attributes of its
+metadata. Made while a rank file is read node by node (validate.py), or, for a replica validated
+by shape, from its representative's under the replica's names (shapes.py)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .model import CommType
+
+
+@dataclass
+class RankScan:
+    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
+
+    rank: int | None
+    file: str | None
+    nodes: int = 0
+    world_size: int | None = None  # the rank count its GlobalMetadata says the set was written with
+    recorded_rank: int | None = None  # the rank its GlobalMetadata says the file holds
+    conversion: str | None = None  # the id of the conversion that wrote it (core.placement)
+    collectives: dict[str, list[tuple[int, str, CommType | None, int]]] = field(default_factory=lambda: defaultdict(list))
+    sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
+    recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
+    peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
+    #: a replica validated by shape (core/shapes.py): the scan its own was made from and what each
+    #: rank that one's nodes name is called in this file. Its sends and receives are that scan's,
+    #: renamed where first asked for (`point_to_point`): the checks read them only where the
+    #: pairs of ranks do not already agree (`by_peer`), so a 4,096-rank set makes none.
+    renamed_from: tuple[RankScan, dict[int, int]] | None = None
+    _by_peer: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
+
+    #: the GlobalMetadata attributes `read_metadata` takes
+    METADATA = ("world_size", "rank", "conversion")
+
+    def read_metadata(self, meta) -> None:
+        """What the cross-rank checks take from the file's GlobalMetadata (a core.model.Metadata,
+        or None): the job's rank count, the rank it holds, the conversion that wrote it."""
+        attrs = meta.attrs if meta is not None else {}
+        world, rank, conversion = (attrs.get(k) for k in self.METADATA)
+        self.world_size = world.value if world is not None and type(world.value) is int else None
+        self.recorded_rank = rank.value if rank is not None and type(rank.value) is int and rank.value >= 0 else None
+        self.conversion = conversion.value if conversion is not None and isinstance(conversion.value, str) else None
+
+    def point_to_point(self) -> tuple[list, list]:
+        """This rank's sends and receives, (id, name, peer, tag, size) each, in node order."""
+        if self.renamed_from is not None:
+            scan, ranks = self.renamed_from
+            sends, recvs = scan.point_to_point()
+            self.sends = [(nid, name, ranks.get(dst, dst), tag, size) for nid, name, dst, tag, size in sends]
+            self.recvs = [(nid, name, ranks.get(src, src), tag, size) for nid, name, src, tag, size in recvs]
+            self.renamed_from = None
+        return self.sends, self.recvs
+
+    def by_peer(self) -> tuple[dict, dict]:
+        """(peer -> the (tag, size) of each send to it, in order; peer -> those of each receive
+        from it). A replica's are its representative's sequences under its own peers' names."""
+        if self._by_peer is None:
+            if self.renamed_from is not None:
+                scan, ranks = self.renamed_from
+                self._by_peer = tuple({ranks.get(p, p): seq for p, seq in side.items()} for side in scan.by_peer())
+            else:
+                self._by_peer = tuple(_sequences(side) for side in (self.sends, self.recvs))
+        return self._by_peer
+
+
+def _sequences(entries: list[tuple[int, str, int, int, int]]) -> dict[int, tuple]:
+    out: dict[int, list] = {}
+    for _, _, peer, tag, size in entries:
+        out.setdefault(peer, []).append((tag, size))
+    return {peer: tuple(seq) for peer, seq in out.items()}
+
+
+def note_peer(peers: dict[int, list], peer: int | None, node_id: int, node_name: str, verb: str) -> None:
+    """Add to a rank's summary (`RankScan.peers`) that node `node_id` sends to or receives from
+    `peer`: the first node that names each peer, and how many do (one entry per peer, not per node)."""
+    if peer is None:
+        return  # reported per node (missing-comm-dst / missing-comm-src)
+    seen = peers.get(peer)
+    if seen is None:
+        peers[peer] = [node_id, node_name, verb, 1]
+    else:
+        seen[3] += 1
