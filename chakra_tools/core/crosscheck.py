@@ -287,7 +287,10 @@ def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[i
             named[rank] = [file, how, times]
 
     for r, s in sorted(scans.items()):
-        for peer, (nid, name, verb, times) in sorted(s.peers.items()):
+        peers = s.peer_notes()
+        if all(peer in scans for peer in peers):
+            continue  # names no rank without a file
+        for peer, (nid, name, verb, times) in sorted(peers.items()):
             note(peer, s.file, f"rank {r} node {nid} ({name!r}) {verb} it", times)
     issuers = issuers_of(scans) if issuers is None else issuers
     used = {pg for pg in issuers if pg in comm_groups}

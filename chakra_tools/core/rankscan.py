@@ -26,11 +26,12 @@ class RankScan:
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
     #: a replica validated by shape (core/shapes.py): the scan its own was made from and what each
-    #: rank that one's nodes name is called in this file. Its sends and receives are that scan's,
-    #: renamed where first asked for (`point_to_point`): the checks read them only where the
-    #: pairs of ranks do not already agree (`by_peer`), so a 4,096-rank set makes none.
+    #: rank that one's nodes name is called in this file. Its sends, receives and peers are that
+    #: scan's, renamed where first asked for (`point_to_point`, `peer_notes`): the checks read
+    #: them only where pairs of ranks do not already agree (`by_peer`), so a clean set makes none.
     renamed_from: tuple[RankScan, dict[int, int]] | None = None
     _by_peer: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
+    _renamed_p2p: tuple[list, list] | None = field(default=None, init=False, repr=False)
 
     #: the GlobalMetadata attributes `read_metadata` takes
     METADATA = ("world_size", "rank", "conversion")
@@ -46,13 +47,22 @@ class RankScan:
 
     def point_to_point(self) -> tuple[list, list]:
         """This rank's sends and receives, (id, name, peer, tag, size) each, in node order."""
-        if self.renamed_from is not None:
+        if self.renamed_from is None:
+            return self.sends, self.recvs
+        if self._renamed_p2p is None:
             scan, ranks = self.renamed_from
             sends, recvs = scan.point_to_point()
-            self.sends = [(nid, name, ranks.get(dst, dst), tag, size) for nid, name, dst, tag, size in sends]
-            self.recvs = [(nid, name, ranks.get(src, src), tag, size) for nid, name, src, tag, size in recvs]
-            self.renamed_from = None
-        return self.sends, self.recvs
+            self._renamed_p2p = ([(nid, name, ranks.get(dst, dst), tag, size) for nid, name, dst, tag, size in sends],
+                                 [(nid, name, ranks.get(src, src), tag, size) for nid, name, src, tag, size in recvs])
+        return self._renamed_p2p
+
+    def peer_notes(self) -> dict[int, list]:
+        """`peers`: each rank this one sends to or receives from, [the first node that names it
+        (id, name), "sends to" or "receives from", how many nodes do]."""
+        if self.renamed_from is None:
+            return self.peers
+        scan, ranks = self.renamed_from
+        return {ranks.get(p, p): first for p, first in scan.peer_notes().items()}
 
     def by_peer(self) -> tuple[dict, dict]:
         """(peer -> the (tag, size) of each send to it, in order; peer -> those of each receive
@@ -62,7 +72,7 @@ class RankScan:
                 scan, ranks = self.renamed_from
                 self._by_peer = tuple({ranks.get(p, p): seq for p, seq in side.items()} for side in scan.by_peer())
             else:
-                self._by_peer = tuple(_sequences(side) for side in (self.sends, self.recvs))
+                self._by_peer = tuple(_sequences(side) for side in self.point_to_point())
         return self._by_peer
 
 

@@ -124,7 +124,6 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     out.read_metadata(meta)
     for pg, calls in scan.collectives.items():
         out.collectives[pgs.get(pg, pg)] = calls  # the same records, read-only once scanned
-    out.peers = {peers.get(p, p): list(first) for p, first in scan.peers.items()}
     return out
 
 
