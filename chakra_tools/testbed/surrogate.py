@@ -93,9 +93,10 @@ class Job:
         act = args.activation_kib * 1024 // FLOAT
         self.act = torch.ones(act)
         self.act_in = torch.zeros(act)
-        self.routed = torch.zeros(act)
-        grad = args.bucket_kib * 1024 // FLOAT
         dp = self.layout.dp
+        tokens = -(-act // dp) * dp  # an equal share per expert's rank, on 3 or 6 ranks too (gloo asks it)
+        self.tokens, self.routed = torch.ones(tokens), torch.zeros(tokens)
+        grad = args.bucket_kib * 1024 // FLOAT
         shard = -(-grad // dp)
         self.grads = [torch.ones(shard * dp) for _ in range(args.layers)]
         self.shards = [torch.zeros(shard) for _ in range(args.layers)]
@@ -164,7 +165,7 @@ class Job:
         """Tokens to their experts or back: an all-to-all of the activations, an equal share to
         every member of the data-parallel group."""
         if self.args.moe and self.dp_group is not None:
-            dist.all_to_all_single(self.routed, self.act, group=self.dp_group)
+            dist.all_to_all_single(self.routed, self.tokens, group=self.dp_group)
 
     def _tp_all_reduce(self) -> None:
         if self.tp_group is not None:

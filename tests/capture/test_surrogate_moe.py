@@ -6,9 +6,12 @@ told (`--all-to-all per-rank`)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
-from capture_helpers import LAUNCH_2, run_capture
+from capture_helpers import LAUNCH_2, TORCHRUN, run_capture
 
 from chakra_tools.convert.run import convert, inputs_from_run
 from chakra_tools.convert.scale import scale
@@ -46,3 +49,14 @@ def test_moe_surrogate_all_to_alls_convert_and_scale_refuses_them(tmp_path):
         a2a = [n for n in graph if n.type.is_comm and n.comm_type == CommType.ALL_TO_ALL]
         assert len(a2a) == 4 * LAYERS and {n.comm_size for n in a2a} == {ACTIVATION_KIB * 1024}
         assert {tuple(n.attrs["in_split"].value) for n in a2a} == {(ACTIVATION_KIB * 1024 // 4 // 4,) * 4}
+
+
+def test_moe_surrogate_runs_on_a_group_its_activations_do_not_divide(tmp_path):
+    """gloo's all-to-all wants a buffer that splits evenly over the group: on 3 ranks (a 3-node
+    what-if of the test bed) 64 KiB of floats does not, and the surrogate rounds its tokens up."""
+    result = tmp_path / "result.json"
+    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "3", "-m", "chakra_tools.testbed.surrogate",
+                           "--moe", "--layers", "1", "--steps", "2", "--warmup", "1", "--activation-kib", "64",
+                           "--result", str(result)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(result.read_text())["dp"] == 3
