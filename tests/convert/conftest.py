@@ -53,7 +53,9 @@ def _trace_capture(tmp_path_factory, name: str, script: str, *args: str, ranks: 
     if not exe.exists() or not torchrun.exists() or not (REPO / "examples" / script).exists():
         pytest.skip("trace-capture or the example is not installed")
     out = tmp_path_factory.mktemp(name) / "run"
-    launcher = [str(torchrun), "--nproc-per-node", str(ranks)] if ranks > 1 else []
+    # --standalone: a free port each, not torchrun's fixed 29500, which two workers of the
+    # suite (pytest -n 2) launching at once would share
+    launcher = [str(torchrun), "--standalone", "--nproc-per-node", str(ranks)] if ranks > 1 else []
     proc = run_torch_job([str(exe), "-o", str(out), "--", *launcher, str(REPO / "examples" / script), *args],
                          output=out, timeout=300, cwd=REPO)
     if proc.returncode != 0 or not (out / "manifest.json").exists():

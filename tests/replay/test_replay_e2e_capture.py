@@ -61,7 +61,7 @@ def _job_error(doc: dict) -> float:
 
 def _two_ranks(tmp_path: Path, example: str, steps: int) -> tuple[dict, dict]:
     """A 2-rank example captured once, replayed with the default model and as captured."""
-    run, conv, env = _capture(tmp_path, ["torchrun", "--nproc-per-node", "2", example, "--steps", str(steps)])
+    run, conv, env = _capture(tmp_path, ["torchrun", "--standalone", "--nproc-per-node", "2", example, "--steps", str(steps)])
     return _replay(run, conv, env), _replay(run, conv, env, *AS_CAPTURED)
 
 
