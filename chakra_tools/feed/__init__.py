@@ -5,7 +5,8 @@ id (see feeder.py); `Backend` (protocol.py) is what a simulator implements to be
 replayer.
 """
 
-from .feeder import DEFAULT_WINDOW, DeadlockError, ETFeeder
+from .deadlock import DeadlockError
+from .feeder import DEFAULT_WINDOW, ETFeeder
 from .info import NodeInfo, node_info
 from .protocol import Backend
 

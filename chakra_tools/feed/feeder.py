@@ -20,7 +20,7 @@ it: about 60 bytes a node of a generated GPT where a record, its `NodeInfo` and 
 650; a `NodeInfo` is made each time it is asked for); `load_frames` walks the read
 buffer's frames and, as `load_node` does for one message, decodes each Node straight off the wire
 and links it into the window; `finish_node` finishes one and frees its children. `_load_reference`
-(with `_link_reference`) and `_finish_record` are the reference, on a dict of `_Loaded` records:
+(with `_link_reference`) and `_finish_record` (window.py) are the reference, on a dict of `LoadedNode` records:
 it decodes every node C leaves to it (anything unusual, ids past the bitmap, repeated ids; the
 `Window` links those in as `_link_reference` would), and does all of them under
 `hotloops.python_twins()` or without the extension: the same nodes, order, `NodeInfo`s and
@@ -55,26 +55,23 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from chakra_tools.core.errors import ChakraToolsError, Diagnostic, Diagnostics, TraceReadError
+from chakra_tools.core.errors import Diagnostic, Diagnostics, TraceReadError
 from chakra_tools.core.etio import LEGACY_SNIFF, metadata_from_pb, node_from_pb
 from chakra_tools.core.framing import CHUNK, FrameReader, looks_like_metadata, open_binary
 from chakra_tools.core.legacy import refuse_legacy
-from chakra_tools.core.model import Metadata, Node, NodeType
+from chakra_tools.core.model import Metadata, Node
 from chakra_tools.core.schema import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-
 from chakra_tools.core import hotloops
 
+from .deadlock import DeadlockCheck
 from .info import NodeInfo, node_entry, node_info
+from .window import BITMAP_LIMIT, COMM_COLL, MAX_TYPE, FinishedIds, LoadedNode, ReferenceWindow
 
-_MAX_TYPE = int(max(NodeType))
-_COMM_COLL = int(NodeType.COMM_COLL_NODE)
 
 DEFAULT_WINDOW = 1 << 16
-#: ids below this are remembered in a bitmap (1 bit each); larger ids in a set.
-BITMAP_LIMIT = 1 << 27
 
 
 def _read_size(stream) -> int:
@@ -88,65 +85,12 @@ def _read_size(stream) -> int:
         return CHUNK
 
 
-class DeadlockError(ChakraToolsError):
-    """Nodes remain but none can ever issue: names each blocked node and what it waits for."""
-
-    exit_code = 3
-
-
-class FinishedIds:
-    """Which ids have finished: a growable bitmap for dense ids, a set for the rest (made for the
-    first such id: an empty set is 216 bytes a feeder)."""
-
-    __slots__ = ("_bits", "_other")
-
-    def __init__(self) -> None:
-        self._bits = bytearray()
-        self._other: set[int] | None = None
-
-    def add(self, i: int) -> None:
-        if i < BITMAP_LIMIT:
-            byte = i >> 3
-            if byte >= len(self._bits):
-                self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
-            self._bits[byte] |= 1 << (i & 7)
-        elif self._other is None:
-            self._other = {i}
-        else:
-            self._other.add(i)
-
-    def __contains__(self, i: int) -> bool:
-        if i < BITMAP_LIMIT:
-            byte = i >> 3
-            return byte < len(self._bits) and bool(self._bits[byte] >> (i & 7) & 1)
-        return self._other is not None and i in self._other
-
-    def nbytes(self) -> int:
-        return len(self._bits) + 64 * len(self._other or ())
-
-
 def _lazy_info(msg: bytes) -> NodeInfo:
     """The `NodeInfo` of a lazy window's node, made from its message when first asked for."""
     return node_info(pb.Node.FromString(msg))
 
 
-class _Loaded:
-    """One node in the reference's window: its raw message (or, with the info decoded as the node
-    is read, the message's offset in the file), its `NodeInfo`, what it still waits for. (A
-    compiled `Window` hands out views with these slots: `hotloops.Record`.)"""
-
-    __slots__ = ("raw", "info", "deps", "waiting", "children", "state")
-
-    def __init__(self, raw: bytes | int, deps: tuple[int, ...], info: NodeInfo | None):
-        self.raw = raw
-        self.info = info  # None: decoded on first use
-        self.deps = deps
-        self.waiting = 0
-        self.children: list[int] | None = None  # made for the first child (most nodes have none)
-        self.state = 0  # 0 blocked, 1 issuable, 2 in flight
-
-
-class ETFeeder:
+class ETFeeder(ReferenceWindow, DeadlockCheck):
     """Dependency-resolved nodes of one rank's trace; see the module docstring for the contract."""
 
     def __init__(self, path: str | Path, *, resolve: Iterable[str] = ("data", "ctrl"),
@@ -173,8 +117,8 @@ class ETFeeder:
         self._ready: list[int] = []  # heap of issuable ids
         window = hotloops.Window  # C records, or None: the reference's dict (python_twins())
         #: id -> record, in file order; what `load_node`, `load_frames` and `finish_node` change
-        self._loaded: dict[int, _Loaded] | hotloops.Window = {} if window is None else window(
-            eager_info, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL, BITMAP_LIMIT,
+        self._loaded: dict[int, LoadedNode] | hotloops.Window = {} if window is None else window(
+            eager_info, self._use_data, self._use_ctrl, NodeInfo, MAX_TYPE, COMM_COLL, BITMAP_LIMIT,
             self._finished._bits, self._finished, self._unseen, self._ready, heapq.heappush, _lazy_info)
         self._in_flight = 0
         self._unfinished = 0  # loaded and not finished
@@ -267,7 +211,7 @@ class ETFeeder:
             raise TraceReadError(self.path, offset, f"message does not decode as a Node: {e}") from None
         if self.nodes_read < LEGACY_SNIFF and len(UnknownFieldSet(m)):
             self._refuse_legacy(offset, msg)  # a legacy node always leaves fields today's schema lacks
-        if not 0 <= m.type <= _MAX_TYPE:  # as Graph.read refuses it: no simulator can run it
+        if not 0 <= m.type <= MAX_TYPE:  # as Graph.read refuses it: no simulator can run it
             raise TraceReadError(self.path, offset, f"node {m.id} has unknown node type {m.type}")
         return node_entry(m, self._use_data, self._use_ctrl)
 
@@ -277,67 +221,6 @@ class ETFeeder:
         else:
             self.nodes_read += 1
             self._unfinished += 1
-
-    def _load_reference(self, offset: int, msg: bytes) -> None:
-        """The reference of `load_node`: the node into the window, linked to its parents (or to
-        `_unseen`), and to the children that waited for it; issuable if nothing holds it."""
-        # the compiled decode, or None where the reference must read it (it never reads a node
-        # with a field today's Node lacks, so the legacy check sees all of those)
-        got = self._decode_node(msg, self._use_data, self._use_ctrl, NodeInfo, _MAX_TYPE, _COMM_COLL)
-        nid, deps, info = got if got is not None else self._decode(offset, msg)
-        self.nodes_read += 1
-        loaded, finished = self._loaded, self._finished
-        bits = finished._bits
-        if nid in loaded or (nid < BITMAP_LIMIT and (nid >> 3) < len(bits) and bits[nid >> 3] >> (nid & 7) & 1
-                             or nid >= BITMAP_LIMIT and nid in finished):  # inlined `nid in finished`
-            self._warn("duplicate-id", f"node {nid} appears again at byte {offset}: ignored", nid)
-            return
-        self._unfinished += 1
-        if type(loaded) is dict:
-            self._link_reference(nid, deps, _Loaded(offset, deps, info) if self._eager_info else _Loaded(msg, deps, None))
-        else:  # a compiled window: it links the node in as _link_reference does
-            loaded.link(nid, deps, info if self._eager_info else None, offset if self._eager_info else msg)
-
-    def _link_reference(self, nid: int, deps: tuple[int, ...], rec: _Loaded) -> None:
-        """The reference of `Window.link`: a new node's record into the window, linked to its
-        parents (or to `_unseen`) and to the children that waited for it; issuable if nothing
-        holds it."""
-        loaded, finished = self._loaded, self._finished
-        bits = finished._bits
-        loaded[nid] = rec
-        if deps:
-            nbits = len(bits) << 3
-            waiting = 0
-            for d in deps:  # this loop runs for every edge of the file: a loaded parent first (the
-                parent = loaded.get(d)  # common case), then an inlined `d in finished`
-                if parent is not None:
-                    waiting += 1
-                    if parent.children is None:
-                        parent.children = [nid]
-                    else:
-                        parent.children.append(nid)
-                elif not (d < nbits and bits[d >> 3] >> (d & 7) & 1 or d >= BITMAP_LIMIT and d in finished):
-                    waiting += 1
-                    self._unseen.setdefault(d, []).append(nid)
-            rec.waiting = waiting
-        if self._unseen:
-            waiters = self._unseen.pop(nid, None)
-            if waiters:
-                if rec.children is None:
-                    rec.children = waiters
-                else:
-                    rec.children.extend(waiters)
-        if rec.waiting == 0:
-            rec.state = 1
-            heapq.heappush(self._ready, nid)
-
-    def _drop_unseen(self) -> None:
-        """At end of file: dependencies on nodes that never appeared are dropped (and reported)."""
-        for d in sorted(self._unseen):
-            for nid in self._unseen[d]:
-                self._warn("dangling-dep", f"depends on node {d}, which is not in the file: ignored", nid)
-                self._release(nid)
-        self._unseen.clear()
 
     def _fill(self) -> None:
         """Read ahead until the window is full; further only while nothing can move."""
@@ -420,35 +303,6 @@ class ETFeeder:
             self._fill()  # (at end of file with a node issuable it would do nothing)
         return freed
 
-    def _finish_record(self, nid: int) -> list[int]:
-        """The reference of `finish_node`: the node out of the window, its bit set, the children
-        it frees made issuable (returned)."""
-        loaded = self._loaded
-        rec = loaded.get(nid)
-        if rec is None or rec.state != 2:
-            raise ValueError(f"{self._where()}node {nid} is not in flight")
-        del loaded[nid]
-        self._finished.add(nid)
-        freed = []
-        if rec.children:
-            for c in rec.children:
-                child = loaded[c]
-                child.waiting -= 1
-                if child.waiting == 0 and child.state == 0:
-                    child.state = 1
-                    heapq.heappush(self._ready, c)
-                    freed.append(c)
-        return freed
-
-    def _release(self, nid: int) -> bool:
-        rec = self._loaded[nid]
-        rec.waiting -= 1
-        if rec.waiting == 0 and rec.state == 0:
-            rec.state = 1
-            heapq.heappush(self._ready, nid)
-            return True
-        return False
-
     def has_nodes_to_issue(self) -> bool:
         """True until every node of the file has finished (Chakra's `hasNodesToIssue`)."""
         return bool(self._unfinished) or not self.eof
@@ -503,39 +357,6 @@ class ETFeeder:
             return self._loaded.nbytes() + self._finished.nbytes()
         raw = sum(len(r.raw) if isinstance(r.raw, bytes) else 32 for r in self._loaded.values())
         return raw + 400 * len(self._loaded) + self._finished.nbytes()
-
-    # -- deadlock -------------------------------------------------------------------------------
-    def blocked(self, limit: int = 10) -> list[tuple[int, list[int]]]:
-        """Up to `limit` blocked nodes with the dependencies each still waits for."""
-        out = []
-        for nid in sorted(self._loaded):
-            rec = self._loaded[nid]
-            if rec.state == 0:
-                waits = [d for d in rec.deps if d not in self._finished]
-                out.append((nid, waits))
-                if len(out) >= limit:
-                    break
-        return out
-
-    def check_deadlock(self) -> None:
-        """Raise `DeadlockError` if nodes remain, none is issuable and none is in flight."""
-        self._fill()
-        if self._ready or self._in_flight or not self._unfinished:
-            return
-        while self._read_one():
-            if self._ready:
-                return
-        if self._ready or not self._unfinished:
-            return
-        raise DeadlockError(self.deadlock_message())
-
-    def deadlock_message(self) -> str:
-        parts = [f"%{nid} {self.info(nid).name!r} waits for "
-                 + ", ".join(f"%{d}" for d in waits) for nid, waits in self.blocked()]
-        more = self._unfinished - len(parts)
-        tail = f" (and {more} more)" if more > 0 else ""
-        return (f"{self._where()}deadlock: {self._unfinished} nodes left, none issuable, none in "
-                f"flight: " + "; ".join(parts) + tail)
 
     # -- helpers --------------------------------------------------------------------------------
     def _where(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from chakra_tools.feed.feeder import DeadlockError
+from chakra_tools.feed import DeadlockError
 
 from .resources import RankState
 

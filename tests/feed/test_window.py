@@ -14,7 +14,7 @@ from chakra_tools.core.errors import Diagnostics
 from chakra_tools.core.etio import write_trace
 from chakra_tools.core.model import Attr, Metadata, Node, NodeType as T
 from chakra_tools.feed import ETFeeder
-from chakra_tools.feed.feeder import BITMAP_LIMIT, FinishedIds
+from chakra_tools.feed.window import BITMAP_LIMIT, FinishedIds
 
 compiled = pytest.mark.skipif(hotloops.COMPILED is None, reason="core/_hotloops.c not built")
 

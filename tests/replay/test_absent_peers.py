@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from chakra_tools.cli.replay import app
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.errors import InputError
-from chakra_tools.feed.feeder import DeadlockError
+from chakra_tools.feed import DeadlockError
 from chakra_tools.replay import AS_CAPTURED, replay_rankset
 from chakra_tools.replay.api import RanksetRefused, open_rankset
 from chakra_tools.replay.engine import Replayer

@@ -14,7 +14,7 @@ from _util import backend, coll, comp, network_file, random_gpt_case, recv, ring
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
-from chakra_tools.feed.feeder import DeadlockError
+from chakra_tools.feed import DeadlockError
 from chakra_tools.frontends import TransformerConfig, generate
 from chakra_tools.replay import AS_CAPTURED, SystemSpec, api, engine, parse_limits, replay_rankset
 from chakra_tools.replay.api import open_rankset, recorded_starts

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from chakra_tools.cli.replay import app
 from chakra_tools.core.errors import InputError
-from chakra_tools.feed.feeder import DeadlockError
+from chakra_tools.feed import DeadlockError
 from chakra_tools.replay import (AS_CAPTURED, CaptureModes, RanksetRefused, Replayer, Scales, Staggered,
                                  SystemSpec, api, open_rankset, parse_limits, replay_rankset)
 
