@@ -166,6 +166,7 @@ class CaptureModes:
                     device_wait_ns={r: t.device_wait_ns for r, t in timelines.items()} if retimed else None,
                     comm_end_ns={r: t.comm_end_ns for r, t in timelines.items()},
                     comm_start_ns={r: t.comm_start_ns for r, t in timelines.items()},
+                    blocking_sends={r: t.blocking_sends for r, t in timelines.items()},
                     start_ns=recorded_starts(feeders) if self.align == "recorded" else None)
 
 

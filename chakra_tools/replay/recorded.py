@@ -74,6 +74,7 @@ from .result import union
 _COMM = frozenset((int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE),
                    int(NodeType.COMM_RECV_NODE)))
 _COMP = int(NodeType.COMP_NODE)
+_SEND = int(NodeType.COMM_SEND_NODE)
 #: `comm_end_ns` of a call recorded as its launch alone (its backend op fell outside the window
 #: or was lost) that no op in the window waited for: its completion is not known
 UNKNOWN_END = -1
@@ -88,6 +89,9 @@ class RankTimeline:
     comm_start_ns: dict[int, int] = field(default_factory=dict)  # communication node id -> arrival (ns)
     # device node id -> the time it waited in its stream for what the trace does not show (ns)
     device_wait_ns: dict[int, int] = field(default_factory=dict)
+    # sends made by a blocking call (`is_async` False): their record ends where the call returned,
+    # which the rank waited for even after the receive was done (a descheduled sender)
+    blocking_sends: frozenset[int] = frozenset()
 
 
 def node_ns(node: Node) -> int:
@@ -112,8 +116,8 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     >>> t.host_ns, t.comm_end_ns  # blocked 1020..1070; b, the last host op, keeps its 20 µs
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
-    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end, unlinked = \
-        _collect(nodes)
+    host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end, unlinked, \
+        blocking_sends = _collect(nodes)
     starts = [h[0] for h in host]
     issued = sorted(called for _, nid, _, called in comms if nid not in unlinked)
     ends, blocked = {}, []
@@ -159,7 +163,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
         retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
-    return RankTimeline(retimed, ends, arrived, queued)
+    return RankTimeline(retimed, ends, arrived, queued, frozenset(blocking_sends))
 
 
 def _waited_before(host: list, starts: Sequence[int], issued: Sequence[int], call_start: int,
@@ -222,12 +226,14 @@ class _Collected(NamedTuple):
     # calls recorded by gloo's worker alone (`worker_only`): no host thread was seen making or
     # waiting for them, so none blocked one; the host keeps its recorded time around them
     unlinked: set
+    blocking_sends: set  # RankTimeline.blocking_sends
 
 
 def _collect(nodes: Iterable[Node]) -> _Collected:
     host, comms, host_blocked, on_device, marks, device_spans, queued = [], [], {}, False, set(), [], {}
     launched_end: dict[int, int] = {}
     unlinked: set[int] = set()
+    blocking_sends: set[int] = set()
     for node in nodes:
         if node.type == _COMP and not node.is_cpu_op:
             on_device = True
@@ -259,6 +265,9 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
             waits_from = max(start, int(returned.value) * 1000) if returned is not None else start
             if node.attrs.get("worker_only") is not None:
                 unlinked.add(node.id)
+            blocking = node.attrs.get("is_async")
+            if node.type == _SEND and blocking is not None and blocking.value is False:
+                blocking_sends.add(node.id)
             comms.append(((arrival, end), node.id, node.deps,
                           (start, waits_from, None if worker is None else worker.value)))
     host.sort(key=lambda h: (h[0], h[1]))
@@ -274,7 +283,7 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
     return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end,
-                      unlinked)
+                      unlinked, blocking_sends)
 
 
 def _arrivals(comms: list) -> list:

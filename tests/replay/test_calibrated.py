@@ -341,3 +341,21 @@ def test_an_op_inside_the_call_is_not_what_waited_for_it():
     t = read_timeline([host(1, 0, 100), gather, host(3, 402, 50, deps=(2,)), host(4, 3450, 5, deps=(3,))])
     assert t.comm_end_ns == {2: (T0 + 3400) * 1000}
     assert t.host_ns == {1: 200_000, 3: 50_000, 4: 5_000}
+
+
+@pytest.mark.parametrize("is_async, rank0_ends_us", [(False, 710), (True, 325)])
+def test_a_blocking_send_keeps_its_time_after_its_receive_and_an_isend_does_not(tmp_path, is_async, rank0_ends_us):
+    """Rank 0 sent at 300 µs; rank 1's receive, posted at 5, was done at 315; rank 0's blocking
+    `send` returned only at 700 (its process descheduled on a busy machine), and its next op ran
+    then: replayed as captured, it still does. An `isend`'s record stays open until the script
+    waits for it, so its end is taken no later than its receive's (rank 0's next op at 315)."""
+    from chakra_tools.replay import AS_CAPTURED, replay_rankset
+
+    sent = send(2, dst=1, size=64, deps=(1,), start=T0 + 300, us=400)
+    sent = sent.replace(attrs={**sent.attrs, **make_attrs(is_async=is_async)})
+    prefix = write_rankset(tmp_path, {
+        0: [host(1, 0, 300), sent, host(3, 700 if not is_async else 315, 10, deps=(2,))],
+        1: [host(1, 0, 5), recv(2, src=0, size=64, deps=(1,), start=T0 + 5, us=310), host(3, 315, 10, deps=(2,))]})
+    ranks = {r["rank"]: r["finish_ns"] for r in replay_rankset(prefix, modes=AS_CAPTURED).to_dict()["ranks"]}
+    assert ranks[0] == pytest.approx(rank0_ends_us * 1000, abs=2_000)
+    assert ranks[1] == pytest.approx(325_000, abs=2_000)
