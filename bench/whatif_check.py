@@ -42,7 +42,7 @@ from statistics import fmean
 from chakra_tools.convert.run import convert, inputs_from_run
 from chakra_tools.convert.scale import scale
 from chakra_tools.replay import CaptureModes, replay
-from chakra_tools.replay.api import AS_CAPTURED
+from chakra_tools.replay.modes import AS_CAPTURED
 from chakra_tools.replay.fidelity import compare_with_manifest
 from chakra_tools.replay.links import parse_changes
 from chakra_tools.replay.calfile import write_calibration

@@ -23,7 +23,8 @@ path, JSON, timeline), fidelity.py (against a capture's measured steps), calibra
 (host time and completions from a capture's timeline: `--host-time timeline`).
 """
 
-from .api import AS_CAPTURED, CaptureModes, RanksetRefused, open_rankset, replay, replay_rankset, run_replay
+from .api import RanksetRefused, open_rankset, replay, replay_rankset, run_replay
+from .modes import AS_CAPTURED, CaptureModes
 from .backend import AnalyticalBackend, Scales
 from .spec import SystemSpec
 from .config import (Dim, MemoryConfig, NetworkConfig, SystemConfig, default_network, load_memory,

@@ -30,7 +30,8 @@ from typing import Callable
 
 from chakra_tools.core.measured import Measured
 
-from .api import CaptureModes, open_rankset, replay
+from .api import open_rankset, replay
+from .modes import CaptureModes
 from .fabric import Fabric
 from .fidelity import measured_of
 from .netfit import Calibration

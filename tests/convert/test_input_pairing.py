@@ -100,7 +100,7 @@ def test_a_pair_of_one_capture_says_nothing_about_coverage(raw_run, tmp_path):
 def test_as_captured_on_host_only_ranks_says_there_is_nothing_recorded(raw_run, tmp_path):
     """A host trace converted alone carries no time: `--as-captured` on it would print a replay
     of nothing (13.9 us for a step) as the capture's. It warns; the pair converted whole does not."""
-    from chakra_tools.replay.api import AS_CAPTURED, replay_rankset
+    from chakra_tools.replay import AS_CAPTURED, replay_rankset
 
     def warnings(files: dict) -> set[str]:
         out = tmp_path / f"out-{len(files)}"

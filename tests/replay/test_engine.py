@@ -188,7 +188,8 @@ def _open(prefix):
 
 def test_recorded_alignment_starts_ranks_at_their_recorded_offsets(tmp_path):
     from chakra_tools.core.model import Node, NodeType, make_attrs
-    from chakra_tools.replay.api import open_rankset, recorded_starts
+    from chakra_tools.replay.api import open_rankset
+    from chakra_tools.replay.modes import recorded_starts
     from chakra_tools.replay.engine import Replayer
     from _util import write_rankset
 

@@ -17,7 +17,8 @@ from chakra_tools.core.model import CommType, Node, NodeType, make_attrs
 from chakra_tools.feed import DeadlockError
 from chakra_tools.frontends import TransformerConfig, generate
 from chakra_tools.replay import AS_CAPTURED, SystemSpec, api, engine, parse_limits, replay_rankset
-from chakra_tools.replay.api import open_rankset, recorded_starts
+from chakra_tools.replay.api import open_rankset
+from chakra_tools.replay.modes import recorded_starts
 from chakra_tools.replay.timing import Captured
 
 pytestmark = pytest.mark.skipif(engine.COMPILED is None, reason="the compiled kernel is not built (no C compiler)")

@@ -5,7 +5,8 @@ all-gather started together end at 95 and 64 ms, 63 and 31 ms alone)."""
 from __future__ import annotations
 
 from chakra_tools.core.model import CommType
-from chakra_tools.replay.api import CaptureModes, open_rankset, run_replay
+from chakra_tools.replay.api import open_rankset, run_replay
+from chakra_tools.replay.modes import CaptureModes
 from chakra_tools.replay.fabric import Fabric, Level
 from chakra_tools.replay.library import LibraryBackend
 
