@@ -2,7 +2,8 @@
 
 The kernel (engine.py: `Replayer`, `Resources`, the handlers) replays feeders under a timing
 policy (modes.py: which one a set of capture modes means, `CaptureModes.timing`); this module opens
-a rank set's feeders and comm groups (`open_rankset`) and runs the whole command as one call: validate, replay, compare with the measured step (`replay_rankset`).
+a rank set's feeders and comm groups (`open_rankset`) and runs the whole command as one call:
+validate, replay, compare with the measured step (`replay_rankset`).
 engine.py imports nothing from here.
 """
 
