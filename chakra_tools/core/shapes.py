@@ -20,6 +20,7 @@ from .errors import Diagnostics
 from .etio import metadata_from_pb
 from .framing import decode_varint, looks_like_metadata, open_binary
 from .legacy import legacy_metadata
+from .model import Metadata
 from .rankscan import RankScan
 from .schema import et_def_pb2 as pb
 
@@ -82,7 +83,7 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
     out, None)`, validate.py's). `shapes` gets every shape."""
     scans: dict[int, RankScan] = {}
     clean: dict[tuple, tuple[int, RankScan | None]] = {}  # shape -> its first rank, its scan if clean
-    metadata_read: dict[bytes, object] = {}  # replicas' GlobalMetadata differ in a rank at most
+    metadata_read: dict[bytes, Metadata | None] = {}  # replicas' GlobalMetadata differ in a rank at most
     for rank, f in files.items():
         shape, metadata = read_shape_and_metadata(f)
         shapes[rank] = shape
@@ -101,7 +102,7 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
 
 
 def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path, metadata: bytes | None,
-             groups, metadata_read: dict[bytes, object]) -> RankScan | None:
+             groups, metadata_read: dict[bytes, Metadata | None]) -> RankScan | None:
     """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`, of
     the same shape `other`; None where that file must be read node by node: no metadata, or a
     legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks or
@@ -115,9 +116,9 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     for mine, theirs in peers.items():
         if (theirs == rank) != (mine == scan.rank) or theirs < 0:
             return None
-    meta = metadata_read.get(metadata, False)
-    if meta is False:
-        meta = metadata_read[metadata] = _decoded(metadata)
+    if metadata not in metadata_read:
+        metadata_read[metadata] = _decoded(metadata)
+    meta = metadata_read[metadata]
     if meta is None:
         return None
     out = RankScan(rank, str(f), scan.nodes, renamed_from=(scan, peers))
@@ -127,7 +128,7 @@ def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: P
     return out
 
 
-def _decoded(metadata: bytes):
+def _decoded(metadata: bytes) -> Metadata | None:
     """The attributes of a GlobalMetadata message the cross-rank checks take; None for a legacy
     or undecodable one."""
     if legacy_metadata(metadata):
