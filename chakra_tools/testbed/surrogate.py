@@ -94,8 +94,9 @@ class Job:
         self.act = torch.ones(act)
         self.act_in = torch.zeros(act)
         dp = self.layout.dp
-        tokens = -(-act // dp) * dp  # an equal share per expert's rank, on 3 or 6 ranks too (gloo asks it)
-        self.tokens, self.routed = torch.ones(tokens), torch.zeros(tokens)
+        if args.moe:  # an equal share per expert's rank, on 3 or 6 ranks too (gloo asks it)
+            tokens = -(-act // dp) * dp
+            self.tokens, self.routed = torch.ones(tokens), torch.zeros(tokens)
         grad = args.bucket_kib * 1024 // FLOAT
         shard = -(-grad // dp)
         self.grads = [torch.ones(shard * dp) for _ in range(args.layers)]
