@@ -20,8 +20,8 @@ it: about 60 bytes a node of a generated GPT where a record, its `NodeInfo` and 
 650; a `NodeInfo` is made each time it is asked for); `load_frames` walks the read
 buffer's frames and, as `load_node` does for one message, decodes each Node straight off the wire
 and links it into the window; `finish_node` finishes one and frees its children. `_load_reference`
-(with `_link_reference`) and `_finish_record` (window.py) are the reference, on a dict of `LoadedNode` records:
-it decodes every node C leaves to it (anything unusual, ids past the bitmap, repeated ids; the
+(with `_link_reference`) and `_finish_record` (window.py) are the reference, on a dict of
+`LoadedNode` records: it decodes every node C leaves to it (anything unusual, ids past the bitmap, repeated ids; the
 `Window` links those in as `_link_reference` would), and does all of them under
 `hotloops.python_twins()` or without the extension: the same nodes, order, `NodeInfo`s and
 diagnostics (tests/feed/test_decode_node.py).
