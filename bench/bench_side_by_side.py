@@ -16,7 +16,7 @@ one, only our side of that model runs and the ratio is left out.
   --quick), on Ring 8 x Switch N/8 (50 and 25 GB/s, 500 and 700 ns), ring algorithms, 4 chunks;
   ours twice: by replica classes where they apply (`--replicas auto`, the default from 256 ranks;
   "4 cl": four ranks replayed) and every rank (`--replicas off`), and whether the two give every
-  rank the same row;
+  rank the same row; and validation's share of the replay by classes (`--no-validate` beside it);
 - congestion-aware (`--network-model congestion-aware`; ASTRA-sim's backend takes one dimension
   only, so one Switch of every rank): a GPT of 64 ranks (tp 4 x dp 8 x pp 2; --quick 8), whose
   tensor-parallel all-reduces, data-parallel reduce-scatters and pipeline sends meet on the
@@ -148,6 +148,17 @@ def side_by_side(name: str, work: Path, n: int, model: str, reference: tuple | N
     return doc["ranks"]
 
 
+def validation_share(work: Path, n: int, runs: int = 5) -> None:
+    """What validating first adds to `trace-replay` (by classes, the default from 256 ranks): the
+    least CPU of `runs` alternating runs with and without `--no-validate` (goal: at most 10%)."""
+    base = [str(BIN / "trace-replay"), str(work / "w"), "--network", "network.yml", "--system", "system.json"]
+    best = {flag: min(measured(base + list(flag), work)[2] for _ in range(runs)) for flag in ((), ("--no-validate",))}
+    validating, not_validating = best[()], best[("--no-validate",)]
+    print(f"{'':<19} {'':<11} {n:>6}  validation's share of the replay: "
+          f"{(validating - not_validating) / validating:.1%} ({validating:.3f} s CPU validating, "
+          f"{not_validating:.3f} s not; least of {runs}; goal <= 10%)", flush=True)
+
+
 def huge(ranks: int) -> None:
     """A generated GPT of `ranks` ranks (tp 8 x pp 4; 4 layers, 4 microbatches, so that it fits on
     disk and is written in minutes) replayed by its replica classes; ASTRA-sim is not run (hours)."""
@@ -206,6 +217,7 @@ def main() -> int:
             whole = side_by_side("gpt", work, n, "congestion-unaware", reference, replicas="off")
             print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
                   f"{by_class == whole}", flush=True)
+            validation_share(work, n)
     huge_ranks = args.huge if args.huge is not None else (0 if args.quick else 131072)
     if huge_ranks:
         huge(huge_ranks)
