@@ -70,18 +70,21 @@ def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mappi
     """Every rank of a group must issue the same collectives in the same order."""
     all_ranks = tuple(sorted(scans))
     issuers = issuers_of(scans) if issuers is None else issuers
-    pgs = sorted({pg for s in scans.values() for pg in s.collectives}, key=lambda p: (len(p), p))
-    for pg in pgs:
+    for pg in sorted(issuers, key=lambda p: (len(p), p)):  # a group nobody issues on has nothing to compare
         members = all_ranks if pg in ("", "0") and pg not in comm_groups else comm_groups.get(pg)
         if members is None:
             continue  # reported per node as unknown-pg / no-comm-groups
-        _check_membership(scans, pg, members, issuers.get(pg, ()), out)
-        present = [r for r in members if r in scans]
-        if len(present) < 2:
-            continue
-        ref = present[0]
-        for r in present[1:]:
-            _compare_sequence(scans[ref], scans[r], pg, out)
+        _check_membership(scans, pg, members, issuers[pg], out)
+        ref = ref_calls = None
+        for r in members:
+            scan = scans.get(r)
+            if scan is None:
+                continue
+            calls = scan.collectives.get(pg)
+            if ref is None:
+                ref, ref_calls = scan, calls
+            elif calls is not ref_calls:  # replicas share their representative's records
+                _compare_sequence(ref, scan, pg, out)
 
 
 def check_absent_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
@@ -146,11 +149,11 @@ def _compare_sequence(ref: RankScan, other: RankScan, pg: str, out: Diagnostics)
 
 
 def check_point_to_point(scans: Mapping[int, RankScan], out: Diagnostics,
-                         absent_peers: bool = True) -> None:
+                         absent_peers: bool = True, agree: bool | None = None) -> None:
     """Pair sends with receives on (src, dst, tag) in issue order; sizes must agree. A peer that
     is not in the set is a warning per node with `absent_peers`, else said once per rank
-    (`check_named_ranks`)."""
-    if _pairs_agree(scans):
+    (`check_named_ranks`). `agree`: what `_pairs_agree(scans)` returned, where known."""
+    if agree if agree is not None else _pairs_agree(scans):
         return
     recvs: dict[tuple, deque] = defaultdict(deque)
     for r, s in scans.items():
@@ -190,17 +193,25 @@ def _pairs_agree(scans: Mapping[int, RankScan]) -> bool:
     to the other, in order, are those of the other's receives from it, and each rank that
     receives from another is sent to by it. Then pairing node by node finds nothing: the k-th
     send of a tag meets the k-th receive of it, of its size. Checked per pair of ranks, not per
-    message (replicas share their representative's sequences)."""
+    message, on the representatives' own sequences under each replica's names (`RankScan.renaming`):
+    a replica's are its representative's, so nothing is renamed or copied."""
     for r, s in scans.items():
-        sent, received = s.by_peer()
-        for dst, seq in sent.items():
-            peer = scans.get(dst)
-            theirs = peer.by_peer()[1].get(r) if peer is not None else None
+        base, mine, _ = s.renaming()
+        sent, received = base.by_peer()
+        for p, seq in sent.items():
+            peer = scans.get(mine[p] if mine else p)
+            if peer is None:
+                return False
+            theirs_base, _, back = peer.renaming()
+            theirs = theirs_base.by_peer()[1].get(back.get(r) if back else r)
             if theirs is not seq and theirs != seq:
                 return False
-        for src in received:
-            peer = scans.get(src)
-            if peer is None or r not in peer.by_peer()[0]:
+        for p in received:
+            peer = scans.get(mine[p] if mine else p)
+            if peer is None:
+                return False
+            theirs_base, _, back = peer.renaming()
+            if (back.get(r) if back else r) not in theirs_base.by_peer()[0]:
                 return False
     return True
 
@@ -272,10 +283,12 @@ def _split(spans: Iterator[tuple[int, int]], taken: list[int]) -> Iterator[tuple
 
 
 def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
-                groups_file: str | None, issuers: Mapping[str, list[int]] | None = None) -> dict[int, list]:
+                groups_file: str | None, issuers: Mapping[str, list[int]] | None = None,
+                peers_present: bool = False) -> dict[int, list]:
     """Each rank the set names but no file holds: [file, where it is first named, how many times].
     First by a send or receive (the lowest rank's first node), then by a collective on a group
-    that has it, then by the communicator-group file alone."""
+    that has it, then by the communicator-group file alone. `peers_present`: every rank a send or
+    receive names is known to have a file (`_pairs_agree` found so)."""
     named: dict[int, list] = {}
 
     def note(rank, file, how, times=1):
@@ -286,11 +299,11 @@ def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[i
         else:
             named[rank] = [file, how, times]
 
-    for r, s in sorted(scans.items()):
-        peers = s.peer_notes()
-        if all(peer in scans for peer in peers):
+    for r, s in sorted(scans.items()) if not peers_present else ():
+        base, mine, _ = s.renaming()
+        if all((mine[p] if mine else p) in scans for p in base.peers):
             continue  # names no rank without a file
-        for peer, (nid, name, verb, times) in sorted(peers.items()):
+        for peer, (nid, name, verb, times) in sorted(s.peer_notes().items()):
             note(peer, s.file, f"rank {r} node {nid} ({name!r}) {verb} it", times)
     issuers = issuers_of(scans) if issuers is None else issuers
     used = {pg for pg in issuers if pg in comm_groups}
@@ -364,12 +377,13 @@ def check_across_ranks(scans: dict[int, RankScan], comm_groups, out: Diagnostics
     check_one_conversion(scans, out)
     declared = check_world_size(scans, out)
     issuers = issuers_of(scans)
-    named = {} if absent_peers else named_ranks(scans, groups, groups_file or "comm_group.json", issuers)
+    agree = _pairs_agree(scans)  # then every send and receive names a rank with a file
+    named = {} if absent_peers else named_ranks(scans, groups, groups_file or "comm_group.json", issuers, agree)
     check_missing_ranks(scans, out, declared=declared, whole=not absent_peers, named=named)
     check_named_ranks(named, out)
     if absent_peers:
         check_absent_ranks(scans, groups, out)
     if len(scans) > 1:
         check_collective_sequences(scans, groups, out, issuers)
-        check_point_to_point(scans, out, absent_peers)
+        check_point_to_point(scans, out, absent_peers, agree)
     return declared

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .model import CommType
 
@@ -25,11 +26,11 @@ class RankScan:
     sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
-    #: a replica validated by shape (core/shapes.py): the scan its own was made from and what each
-    #: rank that one's nodes name is called in this file. Its sends, receives and peers are that
-    #: scan's, renamed where first asked for (`point_to_point`, `peer_notes`): the checks read
-    #: them only where pairs of ranks do not already agree (`by_peer`), so a clean set makes none.
-    renamed_from: tuple[RankScan, dict[int, int]] | None = None
+    #: a replica validated by shape (core/shapes.py): the scan its own was made from, under this
+    #: file's names. Its sends, receives and peers are that scan's, renamed where first asked for
+    #: (`point_to_point`, `peer_notes`, `by_peer`): the checks compare pairs of ranks through the
+    #: representatives' own (`renaming`), so a clean set renames none.
+    renamed_from: Renamed | None = None
     _by_peer: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
     _renamed_p2p: tuple[list, list] | None = field(default=None, init=False, repr=False)
 
@@ -45,12 +46,17 @@ class RankScan:
         self.recorded_rank = rank.value if rank is not None and type(rank.value) is int and rank.value >= 0 else None
         self.conversion = conversion.value if conversion is not None and isinstance(conversion.value, str) else None
 
+    def renaming(self) -> tuple[RankScan, dict[int, int] | None, dict[int, int] | None]:
+        """(the scan whose records this one's are, what each rank that scan names is called here,
+        the other way round); the two names None where this scan is its own."""
+        return (self, None, None) if self.renamed_from is None else self.renamed_from
+
     def point_to_point(self) -> tuple[list, list]:
         """This rank's sends and receives, (id, name, peer, tag, size) each, in node order."""
         if self.renamed_from is None:
             return self.sends, self.recvs
         if self._renamed_p2p is None:
-            scan, ranks = self.renamed_from
+            scan, ranks = self.renamed_from.base, self.renamed_from.ranks
             sends, recvs = scan.point_to_point()
             self._renamed_p2p = ([(nid, name, ranks.get(dst, dst), tag, size) for nid, name, dst, tag, size in sends],
                                  [(nid, name, ranks.get(src, src), tag, size) for nid, name, src, tag, size in recvs])
@@ -61,7 +67,7 @@ class RankScan:
         (id, name), "sends to" or "receives from", how many nodes do]."""
         if self.renamed_from is None:
             return self.peers
-        scan, ranks = self.renamed_from
+        scan, ranks = self.renamed_from.base, self.renamed_from.ranks
         return {ranks.get(p, p): first for p, first in scan.peer_notes().items()}
 
     def by_peer(self) -> tuple[dict, dict]:
@@ -69,11 +75,21 @@ class RankScan:
         from it). A replica's are its representative's sequences under its own peers' names."""
         if self._by_peer is None:
             if self.renamed_from is not None:
-                scan, ranks = self.renamed_from
+                scan, ranks = self.renamed_from.base, self.renamed_from.ranks
                 self._by_peer = tuple({ranks.get(p, p): seq for p, seq in side.items()} for side in scan.by_peer())
             else:
                 self._by_peer = tuple(_sequences(side) for side in self.point_to_point())
         return self._by_peer
+
+
+class Renamed(NamedTuple):
+    """A scan under another file's names: `ranks`, what each rank `base`'s nodes name is called
+    there (every one of them: a file of the same shape names as many), and `back`, the other way
+    round. (A tuple: one is made for each replica of a 100k-rank set.)"""
+
+    base: RankScan
+    ranks: dict[int, int]
+    back: dict[int, int]
 
 
 def _sequences(entries: list[tuple[int, str, int, int, int]]) -> dict[int, tuple]:

@@ -21,7 +21,7 @@ from .etio import metadata_from_pb
 from .framing import decode_varint, looks_like_metadata, open_binary
 from .legacy import legacy_metadata
 from .model import Metadata
-from .rankscan import RankScan
+from .rankscan import Renamed, RankScan
 from .schema import et_def_pb2 as pb
 
 
@@ -83,14 +83,14 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
     out, None)`, validate.py's). `shapes` gets every shape."""
     scans: dict[int, RankScan] = {}
     clean: dict[tuple, tuple[int, RankScan | None]] = {}  # shape -> its first rank, its scan if clean
-    metadata_read: dict[bytes, Metadata | None] = {}  # replicas' GlobalMetadata differ in a rank at most
+    renamer = _Renamer(groups)
     for rank, f in files.items():
         shape, metadata = read_shape_and_metadata(f)
         shapes[rank] = shape
         key = None if shape is None else (shape.digest, shape.pattern)
         first = clean.get(key) if key is not None else None
         if first is not None and first[1] is not None:
-            scan = _renamed(first[1], shapes[first[0]], shape, rank, f, metadata, groups, metadata_read)
+            scan = renamer.renamed(first[1], shapes[first[0]], shape, rank, f, metadata)
             if scan is not None:
                 scans[rank] = scan
                 continue
@@ -101,31 +101,57 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
     return scans
 
 
-def _renamed(scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path, metadata: bytes | None,
-             groups, metadata_read: dict[bytes, Metadata | None]) -> RankScan | None:
-    """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`, of
-    the same shape `other`; None where that file must be read node by node: no metadata, or a
-    legacy one, or a name the checks would judge otherwise (a group the comm-group file lacks or
-    of another size, a peer that is the rank itself). `metadata_read`: each GlobalMetadata
-    decoded so far, by its bytes (None: not to be renamed)."""
-    if metadata is None:
-        return None
-    pgs, peers = shape.renaming(other)
-    if not all(_judged_alike(mine, theirs, groups) for mine, theirs in pgs.items()):
-        return None
-    for mine, theirs in peers.items():
-        if (theirs == rank) != (mine == scan.rank) or theirs < 0:
+class _Renamer:
+    """Makes a replica's scan from its representative's (`renamed`), with what every replica
+    shares worked out once: the size of each group of the comm-group file, each GlobalMetadata's
+    three attributes by its bytes (replicas' differ in a rank at most)."""
+
+    def __init__(self, groups) -> None:
+        self.sizes = None if groups is None else {pg: len(members) for pg, members in groups.items()}
+        self.metadata: dict[bytes, tuple | None] = {}
+
+    def renamed(self, scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path,
+                metadata: bytes | None) -> RankScan | None:
+        """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`,
+        of the same shape `other`; None where that file must be read node by node: no metadata,
+        or a legacy one, or a name the checks would judge otherwise (a group the comm-group file
+        lacks or of another size, a peer that is the rank itself)."""
+        if metadata is None:
             return None
-    if metadata not in metadata_read:
-        metadata_read[metadata] = _decoded(metadata)
-    meta = metadata_read[metadata]
+        sizes = self.sizes
+        for mine, theirs in zip(shape.groups, other.groups):  # validate._check_pg judges them alike?
+            if mine in ("", "0"):
+                if theirs not in ("", "0"):
+                    return None
+            elif sizes is None or not theirs.isdecimal() or sizes.get(theirs, -1) != sizes.get(mine, -2):
+                return None
+        own = scan.rank
+        for mine, theirs in zip(shape.ranks, other.ranks):
+            if (theirs == rank) != (mine == own) or theirs < 0:
+                return None
+        fields = self.metadata.get(metadata, False)
+        if fields is False:
+            fields = self.metadata[metadata] = _metadata_fields(metadata)
+        if fields is None:
+            return None
+        pgs = dict(zip(shape.groups, other.groups))
+        out = RankScan(rank, str(f), scan.nodes,
+                       collectives={pgs.get(pg, pg): calls for pg, calls in scan.collectives.items()},
+                       renamed_from=Renamed(scan, dict(zip(shape.ranks, other.ranks)),
+                                            dict(zip(other.ranks, shape.ranks))))
+        out.world_size, out.recorded_rank, out.conversion = fields
+        return out
+
+
+def _metadata_fields(metadata: bytes) -> tuple | None:
+    """What `RankScan.read_metadata` takes from a GlobalMetadata message; None for a legacy or
+    undecodable one."""
+    meta = _decoded(metadata)
     if meta is None:
         return None
-    out = RankScan(rank, str(f), scan.nodes, renamed_from=(scan, peers))
-    out.read_metadata(meta)
-    for pg, calls in scan.collectives.items():
-        out.collectives[pgs.get(pg, pg)] = calls  # the same records, read-only once scanned
-    return out
+    scan = RankScan(None, None)
+    scan.read_metadata(meta)
+    return scan.world_size, scan.recorded_rank, scan.conversion
 
 
 def _decoded(metadata: bytes) -> Metadata | None:
@@ -138,12 +164,3 @@ def _decoded(metadata: bytes) -> Metadata | None:
     except DecodeError:
         return None
 
-
-def _judged_alike(mine: str, theirs: str, groups) -> bool:
-    """Whether the node checks (validate._check_pg) judge the same nodes on pg_name `theirs` as
-    they did on `mine`, which drew no finding: both none or "0", or both ids of the comm-group
-    file whose groups have one size (a collective may record its group's size)."""
-    if mine in ("", "0"):
-        return theirs in ("", "0")
-    return (groups is not None and theirs.isdecimal() and mine in groups and theirs in groups
-            and len(groups[theirs]) == len(groups[mine]))
