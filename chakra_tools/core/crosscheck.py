@@ -199,7 +199,7 @@ def _pairs_agree(scans: Mapping[int, RankScan]) -> bool:
         base, mine, _ = s.renaming()
         sent, received = base.by_peer()
         for p, seq in sent.items():
-            peer = scans.get(mine[p] if mine else p)
+            peer = scans.get(mine.get(p, p) if mine else p)
             if peer is None:
                 return False
             theirs_base, _, back = peer.renaming()
@@ -207,7 +207,7 @@ def _pairs_agree(scans: Mapping[int, RankScan]) -> bool:
             if theirs is not seq and theirs != seq:
                 return False
         for p in received:
-            peer = scans.get(mine[p] if mine else p)
+            peer = scans.get(mine.get(p, p) if mine else p)
             if peer is None:
                 return False
             theirs_base, _, back = peer.renaming()
@@ -301,7 +301,7 @@ def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[i
 
     for r, s in sorted(scans.items()) if not peers_present else ():
         base, mine, _ = s.renaming()
-        if all((mine[p] if mine else p) in scans for p in base.peers):
+        if all((mine.get(p, p) if mine else p) in scans for p in base.peers):
             continue  # names no rank without a file
         for peer, (nid, name, verb, times) in sorted(s.peer_notes().items()):
             note(peer, s.file, f"rank {r} node {nid} ({name!r}) {verb} it", times)
