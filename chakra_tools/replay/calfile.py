@@ -54,7 +54,7 @@ def write_calibration(cal: Calibration, out_dir: str | Path) -> Calibration:
         with atomic_output(staged.path(names["report"]), "w") as f:
             json.dump(cal.to_dict(), f, indent=1)
         if infra is not None:
-            from .infragraph import write_infragraph
+            from .infrawrite import write_infragraph
 
             write_infragraph(infra, staged.path(names["infragraph"]))
         staged.commit(names.values())
@@ -68,7 +68,7 @@ def _cluster_infragraph(cal: Calibration):
     if cal.cluster is None or any(lv.ns_per_byte <= 0 for lv in cal.cluster.fabric.levels):
         return None
     try:
-        from .infragraph import fabric_infragraph
+        from .infrawrite import fabric_infragraph
         import infragraph  # noqa: F401
     except ImportError:
         return None

@@ -123,7 +123,7 @@ class Cluster:
         no shaping sets: what a probe measured) and, across nodes, each node's shaped uplink,
         shared by its ranks, at the tbf rate with its bucket (as time at that rate) and no added
         latency (tbf adds none). Written as an InfraGraph with
-        `replay.infragraph.fabric_infragraph(cluster.fabric(...))`."""
+        `replay.infrawrite.fabric_infragraph(cluster.fabric(...))`."""
         if self.uplink is None:
             raise ValueError("an unshaped cluster's uplinks have no rate to describe: give it a Shaping")
         burst = float(self.uplink.tbf_args()[4]) / self.uplink.bytes_per_s * 1e9

@@ -160,7 +160,7 @@ def _infragraph_seeds() -> list[tuple[str, dict]]:
     plain and with its links' rates as annotations; none without the infragraph package."""
     try:
         from chakra_tools.replay.fabric import Fabric, Level
-        from chakra_tools.replay.infragraph import fabric_infragraph
+        from chakra_tools.replay.infrawrite import fabric_infragraph
     except ImportError:
         return []
     try:

@@ -16,10 +16,10 @@ from infragraph.blueprints.fabrics.clos_fat_tree_fabric import ClosFatTreeFabric
 from infragraph.blueprints.fabrics.single_tier_fabric import SingleTierFabric  # noqa: E402
 
 from chakra_tools.core.errors import InputError  # noqa: E402
-from chakra_tools.replay import infragraph as ig  # noqa: E402
+from chakra_tools.replay import infrawrite  # noqa: E402
 from chakra_tools.replay.fabric import Fabric, Level  # noqa: E402
-from chakra_tools.replay.infragraph import (fabric_infragraph, is_infragraph, read_infragraph,  # noqa: E402
-                                            to_network, write_infragraph)
+from chakra_tools.replay.infragraph import is_infragraph, read_infragraph, to_network  # noqa: E402
+from chakra_tools.replay.infrawrite import fabric_infragraph, write_infragraph  # noqa: E402
 
 
 def _dgx_clos():
@@ -235,7 +235,7 @@ def test_write_refuses_an_unknown_suffix_and_deep_fabrics(tmp_path):
 
 
 def test_doctests():
-    result = doctest.testmod(ig)
+    result = doctest.testmod(infrawrite)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -24,7 +24,8 @@ def test_the_bed_as_a_fabric_has_its_shaped_uplinks():
 
 def test_the_bed_written_as_an_infragraph_replays_its_uplink_rate(tmp_path):
     pytest.importorskip("infragraph")
-    from chakra_tools.replay.infragraph import fabric_infragraph, read_infragraph, to_network, write_infragraph
+    from chakra_tools.replay.infragraph import read_infragraph, to_network
+    from chakra_tools.replay.infrawrite import fabric_infragraph, write_infragraph
 
     fabric = Cluster(2, Shaping(100)).fabric(2, Level("intra-node", 1, 20_000.0, 0.05))
     path = tmp_path / "bed.infragraph.yaml"
