@@ -52,7 +52,11 @@ left with the op before, it would hold the call back. A call recorded by gloo's 
 (`worker_only`: a device trace without its caller's c10d op) blocked nothing either, since no
 host thread was seen making it or waiting for it.
 
-Assumes one host thread per rank (CPU runs: the `host` lane runs one op at a time anyway). Starts
+**Threads.** A rank whose host ops record several threads (`tid`) has each thread re-timed on its
+own (`_retimed_by_thread`; its ops run on their thread's lane under `--lanes stream`): an op runs
+to where its thread's next op starts, or to where another thread's op that waits for it did, and
+its thread's wait for another thread's op, or for device or communication work, is re-created from
+the edge. What blocks a rank (the rules above) is read off all its threads together. Starts
 are whole µs, so each figure is good to about 1 µs; re-timed host time telescopes to the span.
 """
 
@@ -117,7 +121,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     ({1: 5000, 2: 15000, 4: 20000}, {3: 1070000})
     """
     host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end, unlinked, \
-        blocking_sends = _collect(nodes)
+        blocking_sends, threads, others_end = _collect(nodes)
     starts = [h[0] for h in host]
     issued = sorted(called for _, nid, _, called in comms if nid not in unlinked)
     ends, blocked = {}, []
@@ -147,7 +151,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     split_at = sorted(issued + [lo for lo, _ in device_spans]) if on_device else \
         sorted(issued + [lo for lo, _ in blocked])
     blocked = union(blocked + device_spans)  # blocked on the device where it was: the replay's
-    retimed = _retimed(host, blocked, split_at)
+    retimed = _retimed_by_thread(host, blocked, split_at, threads, others_end)
     for nid, device_wait in host_blocked.items():  # ... or, without its place, in the op's time
         retimed[nid] = max(0, retimed[nid] - device_wait)
     if host and on_device and host_end_ns is not None:  # the host time after its last op
@@ -227,6 +231,8 @@ class _Collected(NamedTuple):
     # waiting for them, so none blocked one; the host keeps its recorded time around them
     unlinked: set
     blocking_sends: set  # RankTimeline.blocking_sends
+    threads: dict  # host op id -> its recorded thread (`tid`), where it has one
+    others_end: dict  # device and communication node id -> its recorded end (ns)
 
 
 def _collect(nodes: Iterable[Node]) -> _Collected:
@@ -234,6 +240,8 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
     launched_end: dict[int, int] = {}
     unlinked: set[int] = set()
     blocking_sends: set[int] = set()
+    threads: dict[int, int] = {}
+    others_end: dict[int, int] = {}
     for node in nodes:
         if node.type == _COMP and not node.is_cpu_op:
             on_device = True
@@ -247,8 +255,13 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
+        if not (node.type == _COMP and node.is_cpu_op):
+            others_end[node.id] = start + node_ns(node)
         if node.type == _COMP and node.is_cpu_op:
             host.append((start, node.id, node_ns(node), node.deps))
+            tid = node.attrs.get("tid")
+            if tid is not None:
+                threads[node.id] = tid.value
             if node.attrs.get("wait_mark") is not None:
                 marks.add(node.id)
             device_wait, spans = node.attrs.get("blocked_ns"), node.attrs.get("blocked_spans_ns")
@@ -283,7 +296,7 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
                 if nid in marks:
                     marked[d] = min(start, marked.get(d, start))
     return _Collected(host, comms, waiters, host_blocked, on_device, marked, device_spans, queued, launched_end,
-                      unlinked, blocking_sends)
+                      unlinked, blocking_sends, threads, others_end)
 
 
 def _arrivals(comms: list) -> list:
@@ -327,6 +340,60 @@ def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int]
         out[nxt[1]] += (nxt[0] - split) - (covered(nxt[0]) - covered(split))
     if host:
         out[host[-1][1]] += host[-1][2]
+    return out
+
+
+def _retimed_by_thread(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
+                       threads: dict[int, int], others_end: dict[int, int]) -> dict[int, int]:
+    """`_retimed` for a rank whose host ops record several threads: each thread's timeline is its
+    own (40 threads of an inference server, handing work to each other through queues the trace
+    does not show, took 43% of their window replayed beside each other with the time up to the
+    next op of *any* thread given to each op).
+
+    Each op is *released* (its dependents may start) where `_retimed` would end its time on its
+    own thread (its thread's next op, or the first call issued or wait begun after its own
+    time), or earlier where another thread's op that depends on it started (a fork: the autograd
+    engine's thread starting while the main thread is inside `loss.backward()`). An op takes the
+    time from its thread's op before's release, or the latest of what it waits for on other lanes
+    (another thread's op's release, through the edges `convert/threads.py` draws where the
+    timeline switches thread; a kernel's or a call's recorded end, `others_end`), to its own
+    release, less the time its rank was blocked. Replayed as recorded, every op then ends at its
+    release: a thread's idle time lies before the op that ended it, and a wait on another lane is
+    re-created from the edge. A thread's first op that waits for nothing takes the time from the
+    rank's first host op on (it starts at 0 in the replay)."""
+    by_thread: dict = {}
+    for h in host:
+        by_thread.setdefault(threads.get(h[1]), []).append(h)
+    if len(by_thread) <= 1:
+        return _retimed(host, blocked, split_at)
+    known = {h[1] for h in host}
+    crossing = {nid: [d for d in deps if d in known and threads.get(d) != threads.get(nid)]
+                for _, nid, _, deps in host}
+    forked: dict[int, int] = {}  # op -> earliest start of another thread's op that depends on it
+    for start, nid, _, _ in host:
+        for d in crossing[nid]:
+            forked[d] = min(start, forked.get(d, start))
+    released: dict[int, int] = {}
+    for ops in by_thread.values():
+        for (start, nid, own, _), nxt in zip(ops, [*ops[1:], None]):
+            if nxt is None:
+                end = start + own
+            else:
+                i = bisect.bisect_left(split_at, start + own)
+                end = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
+            released[nid] = max(start, min(end, forked.get(nid, end)))
+    covered = _coverage(blocked)
+    out: dict[int, int] = {}
+    for ops in by_thread.values():
+        before = None
+        for start, nid, _, deps in ops:
+            base = released[before] if before is not None else (host[0][0] if not deps else start)
+            waits = [released[d] for d in crossing[nid]] + [others_end[d] for d in deps if d in others_end]
+            if waits:
+                base = max(base, min(start, max(waits)))
+            end = released[nid]
+            out[nid] = max(0, (end - base) - (covered(end) - covered(base)))
+            before = nid
     return out
 
 

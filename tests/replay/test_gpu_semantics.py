@@ -135,6 +135,24 @@ def test_a_thread_waiting_for_another_is_not_charged_the_wait(tmp_path):
         assert ev["grad_a"]["start_ns"] >= ev["backward"]["end_ns"]
 
 
+def handing_over_between_threads():
+    """Three host threads of a server, no device work, handing work to each other through queues
+    the trace does not show: thread 1 hands a request to thread 2 at 12 (it works to 52); thread 3
+    works from 20 to 90, on its own; thread 1 takes thread 3's result at 100."""
+    t = 1000  # (a trace's clock never starts at 0)
+    return [cpu("a1", t, 10), cpu("b1", t + 12, 40, tid=2), cpu("c1", t + 20, 70, tid=3), cpu("a2", t + 100, 10)]
+
+
+def test_threads_handing_over_keep_their_own_timelines(tmp_path):
+    """Each thread re-timed on its own: a thread's time up to its next op is its own (thread 1's
+    90 µs between a1 and a2 are not c1's, which started in between)."""
+    _, n = convert(tmp_path, handing_over_between_threads())
+    assert n["a1"].id in n["b1"].deps and n["c1"].id in n["a2"].deps  # the hand-overs
+    doc, ev = run(tmp_path)
+    assert doc["makespan_ns"] == pytest.approx(110_000, rel=0.01)
+    assert ev["c1"]["end_ns"] == pytest.approx(90_000, rel=0.01)  # thread 3 ended where it did
+
+
 def test_a_thread_that_went_on_beside_another_keeps_its_time(tmp_path):
     """Thread 1 resumed (at 300) while thread 2 still ran (to 650): it did not wait."""
     events = [cpu("forward", 0, 100), cpu("long", 100, 600), cpu("other", 150, 500, tid=2),
