@@ -53,7 +53,7 @@ left with the op before, it would hold the call back. A call recorded by gloo's 
 host thread was seen making it or waiting for it.
 
 **Threads.** A rank whose host ops record several threads (`tid`) has each thread re-timed on its
-own (`_retimed_by_thread`; its ops run on their thread's lane under `--lanes stream`): an op runs
+own (`retiming.retimed_by_thread`; its ops run on their thread's lane under `--lanes stream`): an op runs
 to where its thread's next op starts, or to where another thread's op that waits for it did, and
 its thread's wait for another thread's op, or for device or communication work, is re-created from
 the edge. What blocks a rank (the rules above) is read off all its threads together. Starts
@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
@@ -74,6 +74,7 @@ from chakra_tools.core.graph import find_rank_files
 from chakra_tools.core.model import Node, NodeType
 
 from .result import union
+from .retiming import coverage, retimed_by_thread
 
 _COMM = frozenset((int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE),
                    int(NodeType.COMM_RECV_NODE)))
@@ -151,12 +152,12 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     split_at = sorted(issued + [lo for lo, _ in device_spans]) if on_device else \
         sorted(issued + [lo for lo, _ in blocked])
     blocked = union(blocked + device_spans)  # blocked on the device where it was: the replay's
-    retimed = _retimed_by_thread(host, blocked, split_at, threads, others_end)
+    retimed = retimed_by_thread(host, blocked, split_at, threads, others_end)
     for nid, device_wait in host_blocked.items():  # ... or, without its place, in the op's time
         retimed[nid] = max(0, retimed[nid] - device_wait)
     if host and on_device and host_end_ns is not None:  # the host time after its last op
         last_start, last, own, _ = host[-1]
-        covered = _coverage(blocked)
+        covered = coverage(blocked)
         after = host_end_ns - last_start - (covered(host_end_ns) - covered(last_start))
         # the device work it launched waits for its end in the replay, as it ran after the launch
         # here: the host's tail overlapped it, and holding both would add that time twice (a
@@ -325,78 +326,6 @@ def _free_for(host: list, starts: Sequence[int], t: int, comm: int, comm_deps: S
     return start + own <= t or nid in comm_deps or comm in deps
 
 
-def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int] = ()) -> dict[int, int]:
-    """Each host op: the time to the next host op's start, less the blocked time in between.
-    Where a call was issued or a wait began after the op's own time (`split_at`, sorted), the
-    time from the first of them on is the next op's: it came after the call or the wait. Given to
-    the op before, it would hold the call back in the replay (an asynchronous gloo call whose
-    caller then stalled 5 ms) or vanish under the wait (Python after `work.wait()` returned)."""
-    covered = _coverage(blocked)
-    out = dict.fromkeys((h[1] for h in host), 0)
-    for h, nxt in zip(host, host[1:]):
-        i = bisect.bisect_left(split_at, h[0] + h[2])
-        split = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
-        out[h[1]] += (split - h[0]) - (covered(split) - covered(h[0]))
-        out[nxt[1]] += (nxt[0] - split) - (covered(nxt[0]) - covered(split))
-    if host:
-        out[host[-1][1]] += host[-1][2]
-    return out
-
-
-def _retimed_by_thread(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
-                       threads: dict[int, int], others_end: dict[int, int]) -> dict[int, int]:
-    """`_retimed` for a rank whose host ops record several threads: each thread's timeline is its
-    own (40 threads of an inference server, handing work to each other through queues the trace
-    does not show, took 43% of their window replayed beside each other with the time up to the
-    next op of *any* thread given to each op).
-
-    Each op is *released* (its dependents may start) where `_retimed` would end its time on its
-    own thread (its thread's next op, or the first call issued or wait begun after its own
-    time), or earlier where another thread's op that depends on it started (a fork: the autograd
-    engine's thread starting while the main thread is inside `loss.backward()`). An op takes the
-    time from its thread's op before's release, or the latest of what it waits for on other lanes
-    (another thread's op's release, through the edges `convert/threads.py` draws where the
-    timeline switches thread; a kernel's or a call's recorded end, `others_end`), to its own
-    release, less the time its rank was blocked. Replayed as recorded, every op then ends at its
-    release: a thread's idle time lies before the op that ended it, and a wait on another lane is
-    re-created from the edge. A thread's first op that waits for nothing takes the time from the
-    rank's first host op on (it starts at 0 in the replay)."""
-    by_thread: dict = {}
-    for h in host:
-        by_thread.setdefault(threads.get(h[1]), []).append(h)
-    if len(by_thread) <= 1:
-        return _retimed(host, blocked, split_at)
-    known = {h[1] for h in host}
-    crossing = {nid: [d for d in deps if d in known and threads.get(d) != threads.get(nid)]
-                for _, nid, _, deps in host}
-    forked: dict[int, int] = {}  # op -> earliest start of another thread's op that depends on it
-    for start, nid, _, _ in host:
-        for d in crossing[nid]:
-            forked[d] = min(start, forked.get(d, start))
-    released: dict[int, int] = {}
-    for ops in by_thread.values():
-        for (start, nid, own, _), nxt in zip(ops, [*ops[1:], None]):
-            if nxt is None:
-                end = start + own
-            else:
-                i = bisect.bisect_left(split_at, start + own)
-                end = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
-            released[nid] = max(start, min(end, forked.get(nid, end)))
-    covered = _coverage(blocked)
-    out: dict[int, int] = {}
-    for ops in by_thread.values():
-        before = None
-        for start, nid, _, deps in ops:
-            base = released[before] if before is not None else (host[0][0] if not deps else start)
-            waits = [released[d] for d in crossing[nid]] + [others_end[d] for d in deps if d in others_end]
-            if waits:
-                base = max(base, min(start, max(waits)))
-            end = released[nid]
-            out[nid] = max(0, (end - base) - (covered(end) - covered(base)))
-            before = nid
-    return out
-
-
 def _independent_starts_inside(host: list, starts: Sequence[int], iv: tuple[int, int], comm: int) -> bool:
     """Whether a host op that does not depend on `comm`, directly or through the ops before it
     inside `iv`, starts inside `iv`. One that does runs after it in the replay whatever its
@@ -416,16 +345,3 @@ def _independent_starts_inside(host: list, starts: Sequence[int], iv: tuple[int,
 def _host_starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:
     i = bisect.bisect_right(starts, iv[0])
     return i < len(starts) and starts[i] < iv[1]
-
-
-def _coverage(intervals: list[tuple[int, int]]):
-    """t -> total length of `intervals` (sorted, disjoint) before t."""
-    ends = [e for _, e in intervals]
-    before = [0, *accumulate(e - s for s, e in intervals)]
-
-    def covered(t: int) -> int:
-        i = bisect.bisect_right(ends, t)  # intervals wholly before t
-        inside = max(0, t - intervals[i][0]) if i < len(intervals) else 0
-        return before[i] + inside
-
-    return covered
