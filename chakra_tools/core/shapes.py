@@ -9,6 +9,7 @@ shape in full and the others by that renaming (core/validate.py, `by_shape`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -57,6 +58,10 @@ def read_shape(path: str | Path) -> RankShape | None:
     return read_shape_and_metadata(path)[0]
 
 
+#: the check by the metadata's bytes: a large set's replicas carry a handful of distinct ones
+_looks_like_metadata = functools.lru_cache(maxsize=256)(looks_like_metadata)
+
+
 def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes | None]:
     """`read_shape`, and the file's GlobalMetadata message as it lies in the file (None where it
     has none), from the one read."""
@@ -64,7 +69,7 @@ def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes |
         buf = f.read()
     size, pos = decode_varint(buf, 0)
     metadata = buf[pos:pos + size] if size > 0 else None
-    if metadata is not None and not looks_like_metadata(metadata):
+    if metadata is not None and not _looks_like_metadata(metadata):
         metadata = None
     shaped = hotloops.shape_of(buf, pos + size if metadata is not None else 0)
     if shaped is None:

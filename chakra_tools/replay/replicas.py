@@ -192,8 +192,16 @@ class _Places:
     places cost alike; the converse need not hold, which only finds fewer classes)."""
 
     def __init__(self, address):
-        self.address = address
+        self._address = address
+        self._addresses: dict[int, tuple[int, ...]] = {}  # each rank's, computed once (the rounds ask again)
         self._groups: dict[tuple[int, ...], tuple] = {}
+        self._pairs: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def address(self, rank: int) -> tuple[int, ...]:
+        got = self._addresses.get(rank)
+        if got is None:
+            got = self._addresses[rank] = self._address(rank)
+        return got
 
     def group(self, ranks: tuple[int, ...]) -> tuple:
         got = self._groups.get(ranks)
@@ -203,7 +211,10 @@ class _Places:
         return got
 
     def pair(self, src: int, dst: int) -> tuple[int, ...]:
-        return tuple(x - y for x, y in zip(self.address(dst), self.address(src)))
+        got = self._pairs.get((src, dst))
+        if got is None:
+            got = self._pairs[src, dst] = tuple(x - y for x, y in zip(self.address(dst), self.address(src)))
+        return got
 
 
 def _check(classes: Classes, shapes: Mapping[int, RankShape | None], members, places: _Places) -> None:
