@@ -53,7 +53,7 @@ left with the op before, it would hold the call back. A call recorded by gloo's 
 host thread was seen making it or waiting for it.
 
 **Threads.** A rank whose host ops record several threads (`tid`) has each thread re-timed on its
-own (`retiming.retimed_by_thread`; its ops run on their thread's lane under `--lanes stream`): an op runs
+own (`retiming.retimed`; its ops run on their thread's lane under `--lanes stream`): an op runs
 to where its thread's next op starts, or to where another thread's op that waits for it did, and
 its thread's wait for another thread's op, or for device or communication work, is re-created from
 the edge. What blocks a rank (the rules above) is read off all its threads together. Starts
@@ -74,7 +74,7 @@ from chakra_tools.core.graph import find_rank_files
 from chakra_tools.core.model import Node, NodeType
 
 from .result import union
-from .retiming import coverage, retimed_by_thread
+from .retiming import coverage, retimed
 
 _COMM = frozenset((int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE),
                    int(NodeType.COMM_RECV_NODE)))
@@ -152,9 +152,9 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     split_at = sorted(issued + [lo for lo, _ in device_spans]) if on_device else \
         sorted(issued + [lo for lo, _ in blocked])
     blocked = union(blocked + device_spans)  # blocked on the device where it was: the replay's
-    retimed = retimed_by_thread(host, blocked, split_at, threads, others_end)
+    durations = retimed(host, blocked, split_at, threads, others_end)
     for nid, device_wait in host_blocked.items():  # ... or, without its place, in the op's time
-        retimed[nid] = max(0, retimed[nid] - device_wait)
+        durations[nid] = max(0, durations[nid] - device_wait)
     if host and on_device and host_end_ns is not None:  # the host time after its last op
         last_start, last, own, _ = host[-1]
         covered = coverage(blocked)
@@ -163,12 +163,12 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
         # here: the host's tail overlapped it, and holding both would add that time twice (a
         # kernel queued 64 ms behind work the trace does not show, then the tail to the step's end)
         overlapped = max(0, min(launched_end.get(last, 0), host_end_ns) - (last_start + own))
-        retimed[last] += max(0, after - own - overlapped)
+        durations[last] += max(0, after - own - overlapped)
     elif host and window_end_ns is not None and not on_device:
         last_start, last, own, _ = host[-1]
         done = max([last_start + own, *ends.values()])  # UNKNOWN_END is below any time
-        retimed[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
-    return RankTimeline(retimed, ends, arrived, queued, frozenset(blocking_sends))
+        durations[last] += max(0, window_end_ns - done)  # the tail no node starts in (see below)
+    return RankTimeline(durations, ends, arrived, queued, frozenset(blocking_sends))
 
 
 def _waited_before(host: list, starts: Sequence[int], issued: Sequence[int], call_start: int,

@@ -11,7 +11,7 @@ from itertools import accumulate
 from typing import Sequence
 
 
-def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int] = ()) -> dict[int, int]:
+def _merged(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int] = ()) -> dict[int, int]:
     """Each host op: the time to the next host op's start, less the blocked time in between.
     Where a call was issued or a wait began after the op's own time (`split_at`, sorted), the
     time from the first of them on is the next op's: it came after the call or the wait. Given to
@@ -29,14 +29,15 @@ def _retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int]
     return out
 
 
-def retimed_by_thread(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
-                       threads: dict[int, int], others_end: dict[int, int]) -> dict[int, int]:
-    """`_retimed` for a rank whose host ops record several threads: each thread's timeline is its
-    own (40 threads of an inference server, handing work to each other through queues the trace
-    does not show, took 43% of their window replayed beside each other with the time up to the
-    next op of *any* thread given to each op).
+def retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
+            threads: dict[int, int], others_end: dict[int, int]) -> dict[int, int]:
+    """Each host op's time in the replay: `_merged` where the rank's host ops record one thread or
+    none. Where they record several, each thread's timeline is its own (40 threads of an inference
+    server, handing work to each other through queues the trace does not show, took 43% of their
+    window replayed beside each other with the time up to the next op of *any* thread given to
+    each op).
 
-    Each op is *released* (its dependents may start) where `_retimed` would end its time on its
+    Each op is *released* (its dependents may start) where `_merged` would end its time on its
     own thread (its thread's next op, or the first call issued or wait begun after its own
     time), or earlier where another thread's op that depends on it started (a fork: the autograd
     engine's thread starting while the main thread is inside `loss.backward()`). An op takes the
@@ -51,7 +52,7 @@ def retimed_by_thread(host: list, blocked: list[tuple[int, int]], split_at: Sequ
     for h in host:
         by_thread.setdefault(threads.get(h[1]), []).append(h)
     if len(by_thread) <= 1:
-        return _retimed(host, blocked, split_at)
+        return _merged(host, blocked, split_at)
     known = {h[1] for h in host}
     crossing = {nid: [d for d in deps if d in known and threads.get(d) != threads.get(nid)]
                 for _, nid, _, deps in host}
