@@ -58,10 +58,18 @@ def test_allreduce_annotated_in_both_traces(ddp_run):
 
 
 def test_allreduce_wraps_the_c10d_op(ddp_run):
+    """Each annotation holds its c10d op: as its child or, where gloo's asynchronous work left the
+    host trace's parent links pointing elsewhere (seen about once in twenty captures), as the next
+    op beside it, which the converter takes as the annotated call's (convert/comms.py `_caller`)."""
     nodes = ddp_run.host(0)["nodes"]
-    annotated = {n["id"] for n in nodes if n["name"].startswith("chakra_tools.comm:")}
-    children = [n["name"] for n in nodes if n["ctrl_deps"] in annotated]
-    assert children.count("c10d::allreduce_") == 2
+    by_id = {n["id"]: n for n in nodes}
+    annotations = [n for n in nodes if n["name"].startswith("chakra_tools.comm:")]
+    assert len(annotations) == 2
+    for a in annotations:
+        inside = [n["name"] for n in nodes if n["ctrl_deps"] == a["id"]]
+        beside = by_id.get(a["id"] + 1, {})
+        assert "c10d::allreduce_" in inside or (beside.get("name") == "c10d::allreduce_"
+                                                and beside.get("ctrl_deps") == a["ctrl_deps"]), (a["id"], inside)
 
 
 @pytest.mark.slow
