@@ -70,7 +70,7 @@ def step_generate(path: str, n: int) -> int:
 
 
 def step_write(path: str, n: int) -> int:
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     return write_trace(path, make_nodes(n))
 

@@ -101,7 +101,7 @@ def main() -> None:
     if args.child:
         _child(args.child[0], args.child[1], int(args.child[2]))
         return
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     n = args.nodes or (200_000 if args.quick else 2_000_000)
     with tempfile.TemporaryDirectory() as tmp:

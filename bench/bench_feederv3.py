@@ -188,7 +188,7 @@ def main() -> None:
         print("FeederV3 comparison skipped: no --drain given (build one with bench/feederv3_drain/build.sh "
               "CHAKRA_DIR, where CHAKRA_DIR holds ASTRA-sim's Chakra sources); our figures only\n")
     from bench_feeder import make_nodes
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

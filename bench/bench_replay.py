@@ -88,7 +88,7 @@ def _nodes_resnet(rank: int):
 
 
 def generate(kind: str, folder: Path, nodes: int) -> Path:
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     folder.mkdir(parents=True, exist_ok=True)
     if kind == "8x100k":

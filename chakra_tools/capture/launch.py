@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chakra_tools.core.errors import InputError
-from chakra_tools.core.etio import atomic_output
+from chakra_tools.core.commit import atomic_output
 
 from . import manifest, protocol
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import InputError
-from .etio import atomic_output
+from .commit import atomic_output
 
 #: a point on a lane: (pid, tid, time in ns)
 Point = tuple[int, int, int]

@@ -196,3 +196,24 @@ def committing(folder: str | Path) -> bool:
         return any(JOURNAL.match(e.name) for e in os.scandir(folder) if e.name.startswith(".commit-"))
     except OSError:
         return False
+
+
+@contextmanager
+def atomic_output(path: str | Path, mode: str = "wb"):
+    """Write to a temporary file beside `path` and rename it into place only on success,
+    so a failure never leaves a partial file nor clobbers an existing one."""
+    path = Path(path)
+    tmp = temp_name(path)
+    try:
+        f = open(tmp, mode)
+    except OSError as e:  # named by the path the user gave, not the hidden temporary one
+        why = "no such folder" if isinstance(e, FileNotFoundError) else e.strerror
+        raise InputError(f"{path}: cannot write: {why}" + (f" ({path.parent})" if isinstance(e, FileNotFoundError)
+                                                            else "")) from None
+    try:
+        with f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -20,7 +20,8 @@ from typing import Iterable, Iterator, Mapping
 from .commit import committing, recover, staged_in
 from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
-from .etio import TraceReader, TraceWriter
+from .etio import TraceReader
+from .etwrite import TraceWriter
 from .files import read_json
 from .model import MAX_RANK, Metadata, Node, make_attr
 
@@ -255,7 +256,7 @@ def check_prefix(prefix, where: str = "prefix") -> str:
 
 
 def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:
-    from .etio import atomic_output
+    from .commit import atomic_output
 
     ordered = {k: list(groups[k]) for k in sorted(groups, key=lambda k: (len(k), k))}
     with atomic_output(path, "w") as f:

@@ -1,6 +1,6 @@
 """The core's compiled loops (`_hotloops.c`) or their Python twins, picked once, here.
 
-The writer (`etio.TraceWriter.write_all`) and the validator (`validate.scan_rank`) call
+The writer (`etwrite.TraceWriter.write_all`) and the validator (`validate.scan_rank`) call
 `encode_frames` and `plain_run`, the feeder (`feed.ETFeeder`) keeps its window in a `Window` and
 calls `decode_node`, `load_node`, `load_frames` and `finish_node`, and each reads
 as one algorithm; whether C or Python answers is decided

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import InputError
-from .etio import atomic_output
+from .commit import atomic_output
 from .fields import array, obj, shown
 from .files import read_json
 from .graph import Graph, RankSet, _group_ranks, check_prefix

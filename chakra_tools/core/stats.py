@@ -87,7 +87,7 @@ def summarize_path(path: str | Path, comm_group: str | Path | None = None) -> di
     """Summary of a file, folder or prefix, streaming each rank once.
 
     >>> import tempfile, os
-    >>> from chakra_tools.core.etio import write_trace
+    >>> from chakra_tools.core.etwrite import write_trace
     >>> from chakra_tools.core.model import Node, NodeType, make_attrs
     >>> d = tempfile.mkdtemp()
     >>> _ = write_trace(os.path.join(d, "t.0.et"), [Node(1, "mm", NodeType.COMP_NODE, duration_micros=5),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .commit import staged_in
 from .errors import InputError, TraceReadError
-from .etio import write_trace
+from .etwrite import write_trace
 from .framing import iter_frames, looks_like_metadata, open_binary
 from .graph import RANK_FILE, find_rank_files, stale_files
 from .legacy import FORMAT, fields, is_legacy_node, legacy_attr, legacy_metadata, legacy_node, sniff

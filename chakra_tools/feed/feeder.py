@@ -33,7 +33,7 @@ nodes remain but none is issuable and none is in flight, `check_deadlock()` rais
 naming the blocked nodes and what each waits for.
 
 >>> import tempfile, os
->>> from chakra_tools.core.etio import write_trace
+>>> from chakra_tools.core.etwrite import write_trace
 >>> from chakra_tools.core.model import Node, NodeType as T
 >>> path = os.path.join(tempfile.mkdtemp(), "t.0.et")
 >>> _ = write_trace(path, [Node(1, "a", T.COMP_NODE), Node(2, "b", T.COMP_NODE, (1,)),

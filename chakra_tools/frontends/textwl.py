@@ -244,7 +244,7 @@ def _parse_layer(toks: list[str], line: int, policy: str, source: str) -> TextLa
 
 def write_text_workload(wl: TextWorkload, path: str | Path) -> None:
     """Write `format_text_workload(wl)` to `path`, atomically (what `--emit text -o` writes)."""
-    from chakra_tools.core.etio import atomic_output
+    from chakra_tools.core.commit import atomic_output
 
     with atomic_output(path, "w") as f:
         f.write(format_text_workload(wl))

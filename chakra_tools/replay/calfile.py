@@ -10,7 +10,7 @@ from pathlib import Path
 
 from chakra_tools.core.commit import Staged
 from chakra_tools.core.errors import InputError
-from chakra_tools.core.etio import atomic_output
+from chakra_tools.core.commit import atomic_output
 
 from .clusterfit import ONE_SIZE_WARNING, cluster_from_dict, cluster_lines
 from .netfit import PARAMS, Calibration, NetworkFit

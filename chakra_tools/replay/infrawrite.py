@@ -50,7 +50,7 @@ def fabric_infragraph(fabric: Fabric, name: str = "cluster"):
 def write_infragraph(infra, path: str | Path) -> None:
     """Write an Infrastructure through the package's serializer, YAML (.yaml, .yml) or JSON
     (.json) by the name's suffix, atomically (a failure leaves no partial file)."""
-    from chakra_tools.core.etio import atomic_output
+    from chakra_tools.core.commit import atomic_output
 
     encoding = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(Path(path).suffix.lower())
     if encoding is None:

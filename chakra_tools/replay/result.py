@@ -252,7 +252,7 @@ class ReplayResult:
         None) as one replacement (core.commit): a process killed at any instant leaves both old
         files or both new ones, never a result beside the timeline of another replay."""
         from chakra_tools.core.commit import Staged, recover
-        from chakra_tools.core.etio import atomic_output
+        from chakra_tools.core.commit import atomic_output
 
         targets = [Path(p).absolute() for p in (out, timeline) if p is not None]
         if not targets:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from xml.sax.saxutils import escape, quoteattr
 
 from chakra_tools.core.errors import ChakraToolsError, InputError
-from chakra_tools.core.etio import atomic_output
+from chakra_tools.core.commit import atomic_output
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import Node, NodeType, format_bytes
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
-from chakra_tools.core.etio import atomic_output
+from chakra_tools.core.commit import atomic_output
 from chakra_tools.core.model import format_bytes
 from chakra_tools.core.replaydoc import headline_line
 

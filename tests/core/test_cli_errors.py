@@ -59,7 +59,7 @@ def test_a_comm_group_file_with_a_member_that_is_not_a_rank_is_refused_by_every_
 def test_a_node_of_an_unknown_type_is_refused_by_the_replay_as_by_the_reader(tmp_path):
     from google.protobuf.internal.encoder import _VarintBytes
 
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
     from chakra_tools.core.framing import iter_frames
     from chakra_tools.core.model import Node, NodeType, make_attrs
     from chakra_tools.core.schema import et_def_pb2 as pb

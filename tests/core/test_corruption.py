@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chakra_tools.core.errors import ChakraToolsError, TraceReadError
-from chakra_tools.core.etio import LEGACY_SNIFF, TraceReader, node_from_pb, write_trace
+from chakra_tools.core.etio import LEGACY_SNIFF, TraceReader, node_from_pb
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.schema import et_def_pb2 as pb
 
 from et_strategies import frames, node_lists, split_frames

@@ -7,9 +7,11 @@ import warnings
 
 import pytest
 
-from chakra_tools.core import encoder, etio
+from chakra_tools.core import encoder, etio, etwrite
 from chakra_tools.core.errors import ChakraToolsError, InputError, TraceReadError, TraceWriteError
-from chakra_tools.core.etio import TraceReader, TraceWriter, atomic_output, iter_nodes, write_trace
+from chakra_tools.core.etio import TraceReader, iter_nodes
+from chakra_tools.core.etwrite import TraceWriter, write_trace
+from chakra_tools.core.commit import atomic_output
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.model import Node, NodeType, make_attrs
 from chakra_tools.core.schema import et_def_pb2 as pb
@@ -171,7 +173,7 @@ def test_failed_rename_leaves_nothing(tmp_path, monkeypatch, name):
     def refuse(*_):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(etio.os, "replace", refuse)
+    monkeypatch.setattr(etwrite.os, "replace", refuse)
     with pytest.raises(OSError):
         write_trace(tmp_path / name, NODES)
     assert leftovers(tmp_path) == []

@@ -38,9 +38,9 @@ from hypothesis import strategies as st
 
 from chakra_tools.core import hotloops
 
-from chakra_tools.core import etio
+from chakra_tools.core import etio, etwrite
 from chakra_tools.core.errors import TraceWriteError
-from chakra_tools.core.etio import TraceWriter, iter_nodes
+from chakra_tools.core.etio import iter_nodes
 
 from et_strategies import node_lists
 
@@ -103,7 +103,7 @@ def test_chunks_of_a_large_list_join_up(tmp_path):
     first, stop = hotloops.COMPILED.encode_frames(nodes, 0)
     assert 0 < stop < len(nodes)  # over 4 MiB: it stopped for a chunk boundary
     path = tmp_path / "t.0.et"
-    assert etio.write_trace(path, nodes) == len(nodes)
+    assert etwrite.write_trace(path, nodes) == len(nodes)
     assert [n.id for n in iter_nodes(path)] == list(range(1, 60_001))
     assert path.read_bytes().endswith(python_frames(nodes[-100:]))
 
@@ -123,5 +123,5 @@ def test_a_bad_node_among_good_ones_names_itself_and_leaves_no_file(tmp_path, ba
     good = [Node(1, "a", NodeType.COMP_NODE), Node(2, "b", NodeType.COMP_NODE, (1,))]
     path = tmp_path / "t.0.et"
     with pytest.raises(TraceWriteError, match=f"node {bad.id}"):
-        etio.write_trace(path, good + [bad] + good)
+        etwrite.write_trace(path, good + [bad] + good)
     assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 
 from chakra_tools.core import encoder, hotloops
 from chakra_tools.core.errors import TraceWriteError
-from chakra_tools.core.etio import write_trace
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.model import Attr, Node, NodeType
 
 from et_strategies import node_lists

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chakra_tools.core.etio import TraceReader, write_trace
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.model import CommType, Metadata, NodeType, make_attrs
 

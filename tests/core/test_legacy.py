@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from chakra_tools.core.errors import InputError, TraceReadError
-from chakra_tools.core.etio import TraceReader, write_trace
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.upgrade import upgrade_set
 from chakra_tools.core.model import CommType, Node, NodeType

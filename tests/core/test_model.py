@@ -46,7 +46,8 @@ def test_node_text(node, text):
 
 
 def test_text_form_is_what_errors_use(tmp_path):
-    from chakra_tools.core.etio import iter_nodes, write_trace
+    from chakra_tools.core.etio import iter_nodes
+    from chakra_tools.core.etwrite import write_trace
 
     n = Node(9, "x", T.COMP_NODE, (8,))
     write_trace(tmp_path / "t.0.et", [n])
@@ -171,7 +172,7 @@ def test_cycles_are_found_and_named():
 
 
 def test_find_rank_files(tmp_path):
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     for r in (0, 1, 10):
         write_trace(tmp_path / f"w.{r}.et", [Node(r, "n", T.COMP_NODE)])
@@ -187,7 +188,7 @@ def test_find_rank_files(tmp_path):
 
 
 def test_graph_read_notes_dependency_quirks(tmp_path):
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     write_trace(tmp_path / "q.2.et", [Node(1, "a", T.COMP_NODE, (2,)), Node(2, "b", T.COMP_NODE, (), (99,))])
     g = Graph.read(tmp_path / "q.2.et")
@@ -199,7 +200,7 @@ def test_graph_read_notes_dependency_quirks(tmp_path):
 
 
 def test_a_self_dependency_is_not_called_a_forward_reference(tmp_path):
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
 
     write_trace(tmp_path / "s.0.et", [Node(1, "a", T.COMP_NODE, (), (1,)), Node(2, "b", T.COMP_NODE, (1,))])
     g = Graph.read(tmp_path / "s.0.et")

@@ -8,7 +8,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chakra_tools.core.etio import TraceReader, iter_nodes, write_trace
+from chakra_tools.core.etio import TraceReader, iter_nodes
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.graph import Graph
 from chakra_tools.core.model import LIST_KINDS, SCALAR_KINDS, Attr, IOInfo, Metadata, Node, NodeType, make_attrs
 

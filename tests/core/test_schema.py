@@ -92,7 +92,8 @@ import importlib
 importlib.import_module(first); importlib.import_module(second)  # both bindings, in the given order
 from chakra.schema.protobuf import et_def_pb2 as ref
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
-from chakra_tools.core.etio import write_trace, TraceReader
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.model import Attr, IOInfo, Metadata, Node, NodeType, make_attrs, SCALAR_KINDS, LIST_KINDS
 vals = {"double_val": 2.5, "float_val": 0.5, "bool_val": True, "string_val": "s", "bytes_val": b"b"}
 attrs = {k: Attr(k, vals.get(k, 7)) for k in SCALAR_KINDS}

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from chakra_tools.core.etio import TraceReader, write_trace
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.graph import find_rank_files
 from chakra_tools.core.model import Metadata, make_attrs
 from chakra_tools.core.shapes import read_shape

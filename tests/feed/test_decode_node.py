@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from chakra_tools.core import hotloops
 from chakra_tools.core.encoder import encode_node
-from chakra_tools.core.etio import write_trace
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.framing import iter_frames, looks_like_metadata, open_binary
 from chakra_tools.core.errors import TraceReadError
 from chakra_tools.core.model import LIST_KINDS, SCALAR_KINDS, Attr, Node, NodeType

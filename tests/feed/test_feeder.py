@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from chakra_tools.core.etio import write_trace
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.model import Attr, CommType, Node, NodeType as T, make_attrs
 from chakra_tools.feed import DeadlockError, ETFeeder
 

@@ -11,7 +11,7 @@ import pytest
 
 from chakra_tools.core import hotloops
 from chakra_tools.core.errors import Diagnostics
-from chakra_tools.core.etio import write_trace
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.model import Attr, Metadata, Node, NodeType as T
 from chakra_tools.feed import ETFeeder
 from chakra_tools.feed.window import BITMAP_LIMIT, FinishedIds

@@ -251,7 +251,7 @@ def test_the_bundled_8_rank_examples_fit_their_network():
 
 def test_exact_duration_ns_attribute_wins_over_rounded_micros(tmp_path):
     """Converters round sub-microsecond work up to 1 µs and keep the exact time in `duration_ns`."""
-    from chakra_tools.core.etio import write_trace
+    from chakra_tools.core.etwrite import write_trace
     from chakra_tools.core.model import Node, NodeType, make_attrs
     from chakra_tools.feed import ETFeeder
 

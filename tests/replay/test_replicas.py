@@ -12,7 +12,8 @@ from _util import network_file, random_gpt_case
 
 from chakra_tools.cli.replay import app
 from chakra_tools.core import hotloops
-from chakra_tools.core.etio import TraceReader, write_trace
+from chakra_tools.core.etio import TraceReader
+from chakra_tools.core.etwrite import write_trace
 from chakra_tools.core.framing import decode_varint
 from chakra_tools.core.graph import find_rank_files
 from chakra_tools.replay import SystemSpec, api, replay_rankset, replicas
