@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chakra_tools.capture import launch, manifest, protocol
+from chakra_tools.capture import command, manifest, protocol
 from chakra_tools.core.annotations import format_annotation, parse_annotation
 from chakra_tools.core.errors import InputError
 from capture_helpers import EXAMPLES, TORCHRUN
@@ -23,24 +23,24 @@ def test_rank_names_sort():
 
 
 def test_script_runs_directly():
-    cmd = launch.parse_command([str(EXAMPLES / "mlp.py"), "--steps", "3"])
+    cmd = command.parse_command([str(EXAMPLES / "mlp.py"), "--steps", "3"])
     assert cmd.mode == "direct" and cmd.name == "mlp"
     assert cmd.argv == [sys.executable, str(EXAMPLES / "mlp.py"), "--steps", "3"]
 
 
 def test_module_runs_directly():
-    cmd = launch.parse_command(["-m", "json.tool", "x"])
+    cmd = command.parse_command(["-m", "json.tool", "x"])
     assert cmd.mode == "direct" and cmd.argv == [sys.executable, "-m", "json.tool", "x"]
 
 
 def test_torchrun_is_a_launcher():
-    cmd = launch.parse_command([*TORCHRUN, "--nproc-per-node", "2", str(EXAMPLES / "ddp.py")])
+    cmd = command.parse_command([*TORCHRUN, "--nproc-per-node", "2", str(EXAMPLES / "ddp.py")])
     assert cmd.mode == "launcher" and cmd.name == "ddp"
     assert cmd.argv[:len(TORCHRUN)] == TORCHRUN
 
 
 def test_python_m_torch_distributed_run_is_a_launcher():
-    cmd = launch.parse_command([sys.executable, "-m", "torch.distributed.run",
+    cmd = command.parse_command([sys.executable, "-m", "torch.distributed.run",
                                 str(EXAMPLES / "ddp.py")])
     assert cmd.mode == "launcher" and cmd.name == "ddp"
 
@@ -51,7 +51,7 @@ def test_python_m_torch_distributed_run_is_a_launcher():
                                            (["--frobnicate", "x.py"], "unknown option")])
 def test_bad_commands(words, message):
     with pytest.raises(InputError, match=message):
-        launch.parse_command(words)
+        command.parse_command(words)
 
 
 def test_activation_rule():
@@ -96,14 +96,14 @@ def test_a_launchers_rankless_child_is_its_only_worker():
     (["torchrun", "--standalone", "t.py", "--nproc-per-node", "4"], None),  # the script's option
 ])
 def test_requested_processes(argv, asked):
-    assert launch.requested_processes(argv) == asked
+    assert command.requested_processes(argv) == asked
 
 
 def test_fewer_ranks_than_asked_is_said():
     argv = ["accelerate", "launch", "--num_processes", "2", "--cpu", "t.py"]
-    assert "--mpirun_hostfile" in launch.fewer_ranks_warning(argv, 1)
-    assert launch.fewer_ranks_warning(argv, 2) is None
-    assert "accelerate" not in launch.fewer_ranks_warning(["torchrun", "--nproc-per-node", "2", "t.py"], 1)
+    assert "--mpirun_hostfile" in command.fewer_ranks_warning(argv, 1)
+    assert command.fewer_ranks_warning(argv, 2) is None
+    assert "accelerate" not in command.fewer_ranks_warning(["torchrun", "--nproc-per-node", "2", "t.py"], 1)
 
 
 def _ranks(*states):
@@ -185,14 +185,14 @@ def test_ranks_the_launcher_starts_are_expected_even_when_none_recorded(tmp_path
     does not shrink to the one rank nobody captured)."""
     from chakra_tools.capture import manifest as man
 
-    cmd = launch.Command([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "t.py"], "launcher", "t")
-    assert launch.least_ranks(cmd) == 2
-    assert launch.least_ranks(launch.Command(["accelerate", "launch", "--num_processes", "2", "t.py"],
+    cmd = command.Command([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "t.py"], "launcher", "t")
+    assert command.least_ranks(cmd) == 2
+    assert command.least_ranks(command.Command(["accelerate", "launch", "--num_processes", "2", "t.py"],
                                              "launcher", "t")) == 1
-    assert launch.least_ranks(launch.Command(["python", "t.py"], "direct", "t")) == 1
+    assert command.least_ranks(command.Command(["python", "t.py"], "direct", "t")) == 1
     cfg = protocol.CaptureConfig(out_dir=str(tmp_path), parent_pid=1, mode="launcher")
     doc = man.build(tmp_path, command=["torchrun"], cwd=str(tmp_path), cfg=cfg, started="", finished="",
-                    exit_code=0, interrupted=False, records={}, warnings=[], least_world=launch.least_ranks(cmd))
+                    exit_code=0, interrupted=False, records={}, warnings=[], least_world=command.least_ranks(cmd))
     assert doc["world_size"] == 2 and [r["status"] for r in doc["ranks"]] == ["missing", "missing"]
     assert doc["status"] == "rank-failed"
 
@@ -233,3 +233,10 @@ def test_ranks_keep_the_tracers_banners_off_the_console(monkeypatch):
     monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")
     env = child_env(cfg)
     assert env["KINETO_LOG_LEVEL"] == "6" and env["TORCH_CPP_LOG_LEVEL"] == "INFO"
+
+
+def test_command_doctests():
+    import doctest
+
+    result = doctest.testmod(command)
+    assert result.attempted > 0 and result.failed == 0

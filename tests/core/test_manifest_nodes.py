@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chakra_tools.capture.launch import launcher_nodes
+from chakra_tools.capture.command import launcher_nodes
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.manifest import read_job, read_manifest
 
