@@ -28,8 +28,8 @@ class RankScan:
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
     #: a replica validated by shape (core/shapes.py): the scan its own was made from, under this
     #: file's names. Its sends, receives and peers are that scan's, renamed where first asked for
-    #: (`point_to_point`, `peer_notes`, `by_peer`): the checks compare pairs of ranks through the
-    #: representatives' own (`renaming`), so a clean set renames none.
+    #: (`point_to_point`, `peer_notes`): the checks compare pairs of ranks through the
+    #: representatives' own (`renaming`, `by_peer`), so a clean set renames none.
     renamed_from: Renamed | None = None
     _by_peer: tuple[dict, dict] | None = field(default=None, init=False, repr=False)
     _renamed_p2p: tuple[list, list] | None = field(default=None, init=False, repr=False)
@@ -72,13 +72,10 @@ class RankScan:
 
     def by_peer(self) -> tuple[dict, dict]:
         """(peer -> the (tag, size) of each send to it, in order; peer -> those of each receive
-        from it). A replica's are its representative's sequences under its own peers' names."""
+        from it), of a scan read node by node: a replica's are its representative's
+        (`renaming()[0].by_peer()`) under its own names."""
         if self._by_peer is None:
-            if self.renamed_from is not None:
-                scan, ranks = self.renamed_from.base, self.renamed_from.ranks
-                self._by_peer = tuple({ranks.get(p, p): seq for p, seq in side.items()} for side in scan.by_peer())
-            else:
-                self._by_peer = tuple(_sequences(side) for side in self.point_to_point())
+            self._by_peer = tuple(_sequences(side) for side in self.point_to_point())
         return self._by_peer
 
 

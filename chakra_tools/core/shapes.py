@@ -139,11 +139,10 @@ class _Renamer:
             fields = self.metadata[metadata] = _metadata_fields(metadata)
         if fields is None:
             return None
-        pgs = dict(zip(shape.groups, other.groups))
+        pgs, ranks = shape.renaming(other)
         out = RankScan(rank, str(f), scan.nodes,
                        collectives={pgs.get(pg, pg): calls for pg, calls in scan.collectives.items()},
-                       renamed_from=Renamed(scan, dict(zip(shape.ranks, other.ranks)),
-                                            dict(zip(other.ranks, shape.ranks))))
+                       renamed_from=Renamed(scan, ranks, dict(zip(other.ranks, shape.ranks))))
         out.world_size, out.recorded_rank, out.conversion = fields
         return out
 
@@ -168,4 +167,3 @@ def _decoded(metadata: bytes) -> Metadata | None:
         return metadata_from_pb(pb.GlobalMetadata.FromString(metadata), RankScan.METADATA)
     except DecodeError:
         return None
-

@@ -256,9 +256,10 @@ def _collect(nodes: Iterable[Node]) -> _Collected:
         if node.start_time_micros <= 0:
             continue
         start = node.start_time_micros * 1000
-        if not (node.type == _COMP and node.is_cpu_op):
+        host_op = node.type == _COMP and node.is_cpu_op
+        if not host_op:
             others_end[node.id] = start + node_ns(node)
-        if node.type == _COMP and node.is_cpu_op:
+        if host_op:
             host.append((start, node.id, node_ns(node), node.deps))
             tid = node.attrs.get("tid")
             if tid is not None:

@@ -20,8 +20,7 @@ def _merged(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int] 
     covered = coverage(blocked)
     out = dict.fromkeys((h[1] for h in host), 0)
     for h, nxt in zip(host, host[1:]):
-        i = bisect.bisect_left(split_at, h[0] + h[2])
-        split = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
+        split = _split(split_at, h[0] + h[2], nxt[0])
         out[h[1]] += (split - h[0]) - (covered(split) - covered(h[0]))
         out[nxt[1]] += (nxt[0] - split) - (covered(nxt[0]) - covered(split))
     if host:
@@ -63,11 +62,7 @@ def retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
     released: dict[int, int] = {}
     for ops in by_thread.values():
         for (start, nid, own, _), nxt in zip(ops, [*ops[1:], None]):
-            if nxt is None:
-                end = start + own
-            else:
-                i = bisect.bisect_left(split_at, start + own)
-                end = split_at[i] if i < len(split_at) and split_at[i] < nxt[0] else nxt[0]
+            end = start + own if nxt is None else _split(split_at, start + own, nxt[0])
             released[nid] = max(start, min(end, forked.get(nid, end)))
     covered = coverage(blocked)
     out: dict[int, int] = {}
@@ -82,6 +77,13 @@ def retimed(host: list, blocked: list[tuple[int, int]], split_at: Sequence[int],
             out[nid] = max(0, (end - base) - (covered(end) - covered(base)))
             before = nid
     return out
+
+
+def _split(split_at: Sequence[int], own_end: int, next_start: int) -> int:
+    """Where an op's time on its thread ends: at the first call issued or wait begun after its
+    own time (`split_at`, sorted), if one comes before the next op's start, else that start."""
+    i = bisect.bisect_left(split_at, own_end)
+    return split_at[i] if i < len(split_at) and split_at[i] < next_start else next_start
 
 
 def coverage(intervals: list[tuple[int, int]]):
