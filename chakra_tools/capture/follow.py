@@ -9,7 +9,7 @@ capturing process started does not start a capture session at once; it waits for
 worker joins its process group, with the rank and world size of that group.
 Spawned processes that never join one (DataLoader or compile workers) stay out, and pay for one
 import hook. The script's own process, which only started the workers, leaves the rank's record
-to the worker (runtime.Session.finish).
+to the worker (session.Session.finish).
 
 No torch here: the startup hook imports this module in every spawned process.
 """

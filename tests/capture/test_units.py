@@ -202,11 +202,12 @@ def test_a_traced_step_is_measured_up_to_where_the_profiler_closes_it(tmp_path, 
     `prof.step()`, after the capture's own bookkeeping (t=106 here: a loaded host stalled there
     6 ms in fidelity_fuzz seed 15, which the trace and the replay hold). The measured step ends
     where the traced one does; a step outside the window keeps the hook's instant."""
-    from chakra_tools.capture import runtime
+    from chakra_tools.capture import session as capture_session
 
     clock = iter([0, 106, 200, 300])
-    monkeypatch.setattr(runtime, "_now", lambda: next(clock))
-    session = runtime.Session(protocol.CaptureConfig(out_dir=str(tmp_path), parent_pid=0), 0, 0, 1)
+    monkeypatch.setattr(capture_session, "_now", lambda: next(clock))
+    cfg = protocol.CaptureConfig(out_dir=str(tmp_path), parent_pid=0)
+    session = capture_session.Session(cfg, 0, 0, 1)
 
     class Profiler:  # stands in for torch.profiler.profile: closes its range when stepped
         current_action = None
