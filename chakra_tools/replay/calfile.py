@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from chakra_tools.core.commit import Staged
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.commit import atomic_output
 
-from .clusterfit import ONE_SIZE_WARNING, cluster_from_dict, cluster_lines
+from .clusterfit import ONE_SIZE_WARNING, ClusterFit, cluster_lines
+from .fabric import Fabric, Level
+from .library import KindCost, library_of
 from .netfit import PARAMS, Calibration, NetworkFit
 
 
@@ -212,3 +215,59 @@ def _sharing_line(s: dict) -> str:
 
 def _us(ns: float) -> str:
     return f"{ns / 1000:.1f}us"
+
+
+def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
+    """The ClusterFit `to_dict` wrote (fit.json's "cluster"); InputError naming the field."""
+    def bad(where: str, want: str) -> InputError:
+        return InputError(f"{source}: cluster.{where}: expected {want}")
+
+    def number(obj: Any, key: str, where: str, least: float = 0.0) -> float:
+        v = obj.get(key) if isinstance(obj, dict) else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not least <= v < 1e18:
+            raise bad(f"{where}{key}", f"a number >= {least:g}")
+        return float(v)
+
+    if not isinstance(doc, dict):
+        raise bad("", "an object")
+    library = doc.get("library")
+    if library_of(library) is None:
+        raise bad("library", "gloo")
+    levels = []
+    for i, lv in enumerate(doc.get("levels") or []):
+        npus = number(lv, "npus", f"levels[{i}].", 1)
+        if not npus.is_integer():
+            raise bad(f"levels[{i}].npus", "an integer")
+        levels.append(Level(str(lv.get("name", f"level {i}")), int(npus), number(lv, "latency_ns", f"levels[{i}]."),
+                            number(lv, "ns_per_byte", f"levels[{i}]."), bool(lv.get("shared", False)),
+                            number(lv, "burst_ns", f"levels[{i}].") if "burst_ns" in lv else 0.0,
+                            _efficiency_of(lv, i, bad)))
+    if not levels:
+        raise bad("levels", "at least one level")
+    kinds = {}
+    for k, c in (doc.get("kinds") or {}).items():
+        floors = c.get("floors_ns") if isinstance(c, dict) else None
+        if not isinstance(floors, list) or len(floors) > len(levels) or not all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1e18 for f in floors):
+            raise bad(f"kinds.{k}.floors_ns", f"a list of at most {len(levels)} numbers >= 0 (one per level)")
+        by_size = c.get("by_size", [])
+        if not isinstance(by_size, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                            and x > 0 for x in p) for p in by_size):
+            raise bad(f"kinds.{k}.by_size", "a list of [size, efficiency] pairs above 0")
+        kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6),
+                                 tuple(sorted((int(s_), float(e)) for s_, e in by_size)))
+    rows = doc.get("rows") or []
+    window = doc.get("p2p_window_bytes")
+    if window is not None and (type(window) is not int or not 0 <= window < 1 << 62):
+        raise bad("p2p_window_bytes", "a size in bytes, or null")
+    return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
+                      number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
+                      tuple(r for r in rows if isinstance(r, dict)), window)
+
+
+def _efficiency_of(lv: dict, i: int, bad) -> float:
+    v = lv.get("shared_efficiency", 1.0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise bad(f"levels[{i}].shared_efficiency", "a number in (0, 1]")
+    return float(v)

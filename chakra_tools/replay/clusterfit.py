@@ -10,7 +10,8 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
    efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
-   over measured bytes time, kept within [1/3, 3]; a call between two of them interpolated, so
+   over measured bytes time, a size's repetitions at their lower quartile: lsq.undisturbed;
+   kept within [1/3, 3]; a call between two of them interpolated, so
    a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a
    floor per round for each level, the median time per round of the other sizes (latency-bound
    calls, which on a shared host take what waking the members takes, not what the links do)
@@ -40,6 +41,7 @@ from chakra_tools.core.probe import ProbeResult, read_probe
 from .fabric import Fabric, Level
 from .library import P2P, KindCost, LibraryBackend, library_of
 from .links import LinkChange, changed_fabric
+from .lsq import undisturbed
 
 #: what calibrate says where the capture cannot tell latency from bandwidth
 ONE_SIZE_WARNING = (
@@ -115,62 +117,6 @@ class ClusterFit:
                            for lv in self.fabric.levels],
                 "kinds": {k: c.to_dict() for k, c in sorted(self.kinds.items())},
                 "p2p_window_bytes": self.p2p_window_bytes, "rows": list(self.rows)}
-
-
-def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
-    """The ClusterFit `to_dict` wrote (fit.json's "cluster"); InputError naming the field."""
-    def bad(where: str, want: str) -> InputError:
-        return InputError(f"{source}: cluster.{where}: expected {want}")
-
-    def number(obj: Any, key: str, where: str, least: float = 0.0) -> float:
-        v = obj.get(key) if isinstance(obj, dict) else None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not least <= v < 1e18:
-            raise bad(f"{where}{key}", f"a number >= {least:g}")
-        return float(v)
-
-    if not isinstance(doc, dict):
-        raise bad("", "an object")
-    library = doc.get("library")
-    if library_of(library) is None:
-        raise bad("library", "gloo")
-    levels = []
-    for i, lv in enumerate(doc.get("levels") or []):
-        npus = number(lv, "npus", f"levels[{i}].", 1)
-        if not npus.is_integer():
-            raise bad(f"levels[{i}].npus", "an integer")
-        levels.append(Level(str(lv.get("name", f"level {i}")), int(npus), number(lv, "latency_ns", f"levels[{i}]."),
-                            number(lv, "ns_per_byte", f"levels[{i}]."), bool(lv.get("shared", False)),
-                            number(lv, "burst_ns", f"levels[{i}].") if "burst_ns" in lv else 0.0,
-                            _efficiency_of(lv, i, bad)))
-    if not levels:
-        raise bad("levels", "at least one level")
-    kinds = {}
-    for k, c in (doc.get("kinds") or {}).items():
-        floors = c.get("floors_ns") if isinstance(c, dict) else None
-        if not isinstance(floors, list) or len(floors) > len(levels) or not all(
-                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1e18 for f in floors):
-            raise bad(f"kinds.{k}.floors_ns", f"a list of at most {len(levels)} numbers >= 0 (one per level)")
-        by_size = c.get("by_size", [])
-        if not isinstance(by_size, list) or not all(
-                isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                            and x > 0 for x in p) for p in by_size):
-            raise bad(f"kinds.{k}.by_size", "a list of [size, efficiency] pairs above 0")
-        kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6),
-                                 tuple(sorted((int(s_), float(e)) for s_, e in by_size)))
-    rows = doc.get("rows") or []
-    window = doc.get("p2p_window_bytes")
-    if window is not None and (type(window) is not int or not 0 <= window < 1 << 62):
-        raise bad("p2p_window_bytes", "a size in bytes, or null")
-    return ClusterFit(Fabric(tuple(levels)), library_of(library), kinds,
-                      number(doc, "reduce_ns_per_byte", ""), bool(doc.get("inter_known", True)),
-                      tuple(r for r in rows if isinstance(r, dict)), window)
-
-
-def _efficiency_of(lv: dict, i: int, bad) -> float:
-    v = lv.get("shared_efficiency", 1.0)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        raise bad(f"levels[{i}].shared_efficiency", "a number in (0, 1]")
-    return float(v)
 
 
 def fit_cluster(rankset: str | Any, probe_path: str | Any) -> ClusterFit:
@@ -282,7 +228,7 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     for kind, samples in sorted(by_kind.items()):
         for c in samples:
             predicted = backend.collective_ns(int(CommType[kind]), c.size, c.ranks)
-            measured = median(c.ns)
+            measured = undisturbed(c.ns)
             rows.append({"kind": kind, "ranks": len(c.ranks), "size": c.size, "measured_ns": measured,
                          "min_ns": min(c.ns), "max_ns": max(c.ns), "predicted_ns": predicted,
                          "error": (predicted - measured) / measured if measured else 0.0})
@@ -334,7 +280,7 @@ def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float, float] 
 
 
 def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:
-    """Per sample: (latency part, bytes part, measured median, rounds, outermost level its ranks span)."""
+    """Per sample: (latency part, bytes part, measured (`undisturbed`), rounds, outermost level its ranks span)."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -344,7 +290,7 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
         spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
-        rows.append((base, full - base, median(c.ns), rounds, max(0, spans)))
+        rows.append((base, full - base, undisturbed(c.ns), rounds, max(0, spans)))
     return rows
 
 

@@ -10,9 +10,12 @@ rule, so it is measured where it shows: the capture is replayed on its own probe
 shared links' `Level.shared_efficiency` is the one under which the replay takes the step the
 capture measured of itself (bisection; the replayed step only grows as it falls).
 
-The step it is matched to is the capture's typical one: a window of three or more profiler steps
-counts each step at their median (one step of four that a busy host stretched by 15%, FSDP's
-138 ms beside 114-118, would otherwise be blamed on the links and priced into every what-if).
+The step it is matched to is the capture's undisturbed one: a window of three or more profiler
+steps counts each step at their lower quartile (`lsq.undisturbed`). A busy host only lengthens
+steps, and what it adds would otherwise be blamed on the links and priced into every what-if:
+FSDP's captured steps of 297, 343, 359 and 292 ms (its uncaptured runs 295-304) fitted at their
+median made it 72% of the uplink and the job on 4 nodes +14.7%; at their lower quartile, 84% and
++6.3%. Over eight runs of bench/whatif_check.py (156 cases) the mean error went 3.6% -> 3.3%.
 
 It is left at 1 (nothing lost) where the capture cannot say: a rank set without the measured
 windows a conversion keeps (a scaled one), a replay already as long as the capture (the model
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from statistics import median
 from typing import Callable
 
 from chakra_tools.core.measured import Measured
@@ -34,6 +36,7 @@ from .api import open_rankset, replay
 from .modes import CaptureModes
 from .fabric import Fabric
 from .fidelity import measured_of
+from .lsq import undisturbed
 from .netfit import Calibration
 
 #: the least efficiency the fit gives: flows that lose more than this to each other are not what
@@ -60,16 +63,16 @@ class SharingFit:
 
 
 def typical_steps(m: Measured) -> Measured:
-    """`m` with each of its profiler steps taken at their median length (the window keeps what
-    lies outside them); as it is with fewer than three steps.
+    """`m` with each of its profiler steps taken at their undisturbed length (the window keeps
+    what lies outside them); as it is with fewer than three steps.
 
-    >>> typical_steps(Measured((0, 520), ((10, 110), (110, 210), (210, 400), (400, 500)))).window_ns
-    (0, 430)
+    >>> typical_steps(Measured((0, 620), ((10, 110), (110, 210), (210, 400), (400, 580)))).window_ns
+    (0, 450)
     """
     if len(m.steps_ns) < 3:
         return m
     lengths = [end - start for start, end in m.steps_ns]
-    typical = round(median(lengths)) * len(lengths)
+    typical = round(undisturbed(lengths)) * len(lengths)
     start, end = m.window_ns
     return replace(m, window_ns=(start, end - sum(lengths) + typical))
 

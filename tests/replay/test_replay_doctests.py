@@ -9,7 +9,8 @@ import pytest
 
 MODULES = ["chakra_tools.feed.feeder", "chakra_tools.replay.collectives", "chakra_tools.replay.steps",
            "chakra_tools.replay.message", "chakra_tools.replay.result",
-           "chakra_tools.replay.fidelity", "chakra_tools.replay.calibrate", "chakra_tools.replay.recorded"]
+           "chakra_tools.replay.fidelity", "chakra_tools.replay.calibrate", "chakra_tools.replay.recorded",
+           "chakra_tools.replay.sharefit", "chakra_tools.replay.lsq"]
 
 
 @pytest.mark.parametrize("name", MODULES)
