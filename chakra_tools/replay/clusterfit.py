@@ -10,7 +10,7 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
    efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
-   over measured bytes time, a size's repetitions at their lower quartile: lsq.undisturbed;
+   over measured bytes time, a size's repetitions at their lower quartile: core/timings.py;
    kept within [1/3, 3]; a call between two of them interpolated, so
    a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a
    floor per round for each level, the median time per round of the other sizes (latency-bound
@@ -37,11 +37,11 @@ from chakra_tools.core.errors import InputError
 from chakra_tools.core.model import CommType
 from chakra_tools.core.placement import Placement, placement_in_files
 from chakra_tools.core.probe import ProbeResult, read_probe
+from chakra_tools.core.timings import undisturbed
 
 from .fabric import Fabric, Level
 from .library import P2P, KindCost, LibraryBackend, library_of
 from .links import LinkChange, changed_fabric
-from .lsq import undisturbed
 
 #: what calibrate says where the capture cannot tell latency from bandwidth
 ONE_SIZE_WARNING = (

@@ -1,16 +1,11 @@
-"""The calibration's numerics.
-
-Non-negative least squares over a few unknowns, exact: the calibration's fit (netfit.py) has two
+"""Non-negative least squares over a few unknowns, exact: the calibration's fit (netfit.py) has two
 or three, so every subset of free unknowns is solved and the best feasible one kept, with the
-Bayesian information criterion deciding which unknowns the data needs.
-
-And what a set of repeated timings says (`undisturbed`): on a shared host, noise only adds time."""
+Bayesian information criterion deciding which unknowns the data needs."""
 
 from __future__ import annotations
 
 from itertools import combinations
 from math import log
-from statistics import quantiles
 from typing import Sequence
 
 
@@ -98,19 +93,3 @@ def _gauss(m: list[list[float]], v: list[float]) -> list[float] | None:
                 a[r] = [x - f * y for x, y in zip(a[r], a[c])]
     return [a[i][n] / a[i][i] for i in range(n)]
 
-
-def undisturbed(times: Sequence[float]) -> float:
-    """What repeated timings of one thing say it takes: their lower quartile. Noise on a shared
-    host only lengthens a run (a rank descheduled, a TCP flow stalled), so the median follows the
-    noise wherever half the repetitions were hit: a probe's 256 KiB all-to-alls took 22, 24, 31, 48
-    and 50 ms, and the job's own ran like the fast ones. The fastest alone would trust one lucky
-    run; the quartile needs a quarter of them.
-
-    >>> undisturbed([22.4, 50.4, 47.5, 23.8, 30.8])
-    23.8
-    >>> undisturbed([5.0])
-    5.0
-    """
-    if len(times) < 2:
-        return float(times[0])
-    return quantiles(times, n=4, method="inclusive")[0]

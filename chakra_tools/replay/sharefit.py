@@ -11,7 +11,7 @@ shared links' `Level.shared_efficiency` is the one under which the replay takes 
 capture measured of itself (bisection; the replayed step only grows as it falls).
 
 The step it is matched to is the capture's undisturbed one: a window of three or more profiler
-steps counts each step at their lower quartile (`lsq.undisturbed`). A busy host only lengthens
+steps counts each step at their lower quartile (`core/timings.py`). A busy host only lengthens
 steps, and what it adds would otherwise be blamed on the links and priced into every what-if:
 FSDP's captured steps of 297, 343, 359 and 292 ms (its uncaptured runs 295-304) fitted at their
 median made it 72% of the uplink and the job on 4 nodes +14.7%; at their lower quartile, 84% and
@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Callable
 
 from chakra_tools.core.measured import Measured
+from chakra_tools.core.timings import undisturbed
 
 from .api import open_rankset, replay
 from .modes import CaptureModes
 from .fabric import Fabric
 from .fidelity import measured_of
-from .lsq import undisturbed
 from .netfit import Calibration
 
 #: the least efficiency the fit gives: flows that lose more than this to each other are not what

@@ -14,7 +14,7 @@ from chakra_tools.core.model import Attr, CommType, Node, NodeType, format_bytes
 T = NodeType
 
 
-@pytest.mark.parametrize("module", ["model", "errors", "etio", "graph", "layout"])
+@pytest.mark.parametrize("module", ["model", "errors", "etio", "graph", "layout", "timings"])
 def test_doctests(module):
     mod = importlib.import_module(f"chakra_tools.core.{module}")
     result = doctest.testmod(mod)

@@ -10,7 +10,7 @@ import pytest
 MODULES = ["chakra_tools.feed.feeder", "chakra_tools.replay.collectives", "chakra_tools.replay.steps",
            "chakra_tools.replay.message", "chakra_tools.replay.result",
            "chakra_tools.replay.fidelity", "chakra_tools.replay.calibrate", "chakra_tools.replay.recorded",
-           "chakra_tools.replay.sharefit", "chakra_tools.replay.lsq"]
+           "chakra_tools.replay.sharefit"]
 
 
 @pytest.mark.parametrize("name", MODULES)
