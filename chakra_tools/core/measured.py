@@ -130,3 +130,14 @@ def scaled_from_metadata(meta: Metadata, where: str) -> dict | None:
                          '{"dp": int, "batch": str, "steps": int or null[, "tp": int, "pp": int]}')
     return {"dp": doc["dp"], "batch": doc["batch"], "steps": doc.get("steps"), "tp": doc.get("tp", 1),
             "pp": doc.get("pp", 1)}
+
+
+def captured_steps(meta: Metadata, where: str) -> int | None:
+    """How many training steps a rank's file holds: the profiler steps it was captured over, or
+    for a scaled rank those of the capture it was made from; None where it does not say. A
+    replay's makespan over them is its predicted step, one figure for `trace-replay` and the
+    report alike."""
+    info = scaled_from_metadata(meta, where)
+    if info is not None:
+        return info["steps"]
+    return len(step_windows(meta)) or None

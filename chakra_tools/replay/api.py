@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from chakra_tools.core.errors import ChakraToolsError, Diagnostic, InputError
 from chakra_tools.core.graph import find_rank_files, read_comm_groups
+from chakra_tools.core.measured import captured_steps
 from chakra_tools.feed.feeder import ETFeeder
 from chakra_tools.feed.protocol import Backend
 
@@ -85,6 +86,9 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
     result = Replayer(feeders, timing, groups=groups, resources=resources, record_events=record_events,
                       absent_peers=absent_peers or classes is not None, kernel=kernel).run()
     result.config["modes"] = asdict(modes)  # what of the capture's record the durations came from
+    first = feeders[min(feeders)] if feeders else None
+    if first is not None:  # the makespan over them is the predicted step (`ReplayResult.table`)
+        result.config["captured_steps"] = captured_steps(first.metadata, str(first.path))
     if classes is not None:
         expand(result, classes)
     return result

@@ -337,6 +337,11 @@ class ReplayResult:
         rows.append(f"makespan {self.makespan_ns / per:.3f} {unit}; {len(self.collectives)} collectives"
                     f"{' of the ranks replayed' if by_class else ''}; critical "
                     f"path {len(self.critical_path)} nodes, {self.critical_path_ns() / per:.3f} {unit} busy")
+        steps = self.config.get("captured_steps")
+        if steps:
+            step_unit, step_per = time_unit(self.makespan_ns // steps)
+            rows.append(f"predicted step {self.makespan_ns / steps / step_per:.3f} {step_unit}: the makespan over "
+                        f"the {steps} captured step{'s' if steps > 1 else ''} (trace-visualize report leads with it)")
         return "\n".join(rows)
 
 

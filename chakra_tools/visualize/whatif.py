@@ -58,7 +58,7 @@ def _manifest(path: str | Path) -> Path:
 
 
 def _prediction(path, cal, fit_file, manifest, comm_group, links=()) -> dict | None:
-    from chakra_tools.core.measured import scaled_from, step_windows
+    from chakra_tools.core.measured import captured_steps, scaled_from
     from chakra_tools.core.chrome_trace import load as load_doc
     from chakra_tools.core.graph import RankSet
     from chakra_tools.replay import replay
@@ -68,13 +68,14 @@ def _prediction(path, cal, fit_file, manifest, comm_group, links=()) -> dict | N
 
     kind = detect(path)
     if kind == "replay":
-        doc, info, steps = load_doc(path), None, None
+        doc, info = load_doc(path), None
+        steps = (doc.get("config") or {}).get("captured_steps")  # where the replay recorded them
         network = str((doc.get("config") or {}).get("network", "as replayed"))
     elif kind == "rankset":
         rs = RankSet.load(path, comm_group)
         first = rs[rs.ranks[0]]
         info = scaled_from(first)
-        steps = info["steps"] if info else len(step_windows(first.metadata)) or None
+        steps = captured_steps(first.metadata, first.source or str(path))
         if cal is None:
             if info is None:
                 return None

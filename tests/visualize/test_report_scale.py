@@ -198,6 +198,20 @@ def test_cli_report_of_a_scaled_run(scaled_set, tmp_path):
     assert missing.returncode == 2 and "no manifest.json" in missing.stderr
 
 
+def test_trace_replay_prints_the_predicted_step_the_report_leads_with(scaled_set, tmp_path):
+    # the capture on the fitted network (its own profiler steps) and its scaled copy (the steps
+    # it was made from): one figure, the makespan over the captured steps, in both places
+    cap, net, dp4 = scaled_set
+    for rankset in (cap, dp4):
+        report = json.loads(_cli("report", rankset, "--fit", net, "-o", tmp_path / "r.html", "--json").stdout)
+        (pred,) = report["whatif"]["predictions"]
+        out = subprocess.run([sys.executable, "-c", "from chakra_tools.cli.main import replay_main; replay_main()",
+                              str(rankset), "--network-fit", str(net)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        line = next(x for x in out.stdout.splitlines() if x.startswith("predicted step "))
+        assert f"{pred['predicted_step_ns'] / 1e6:.3f} ms" in line and "the 2 captured steps" in line
+
+
 @pytest.mark.slow
 def test_real_ddp_capture_scaled_to_one_rank(tmp_path):
     """examples/ddp.py captured on 2 gloo ranks, calibrated, scaled to 1: the report's prediction
