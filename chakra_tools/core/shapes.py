@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from . import hotloops
 from .errors import Diagnostics
 from .etio import metadata_from_pb
-from .framing import decode_varint, looks_like_metadata, open_binary
+from .framing import LEN, decode_varint, looks_like_metadata, open_binary
 from .legacy import legacy_metadata
 from .model import Metadata
 from .rankscan import Renamed, RankScan
@@ -60,6 +60,10 @@ def read_shape(path: str | Path) -> RankShape | None:
 
 #: the check by the metadata's bytes: a large set's replicas carry a handful of distinct ones
 _looks_like_metadata = functools.lru_cache(maxsize=256)(looks_like_metadata)
+#: a GlobalMetadata message up to this size is looked up by its bytes; a larger one (a scaled
+#: set's process_groups, 87 KB a rank at 16,384 ranks) differs per rank in its rank alone, so
+#: hashing and keeping it would cost more than reading it (1.4 GB kept at 16,384 ranks)
+SMALL_METADATA = 4096
 
 
 def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes | None]:
@@ -69,7 +73,8 @@ def read_shape_and_metadata(path: str | Path) -> tuple[RankShape | None, bytes |
         buf = f.read()
     size, pos = decode_varint(buf, 0)
     metadata = buf[pos:pos + size] if size > 0 else None
-    if metadata is not None and not _looks_like_metadata(metadata):
+    if metadata is not None and not (_looks_like_metadata(metadata) if len(metadata) <= SMALL_METADATA
+                                     else looks_like_metadata(metadata)):
         metadata = None
     shaped = hotloops.shape_of(buf, pos + size if metadata is not None else 0)
     if shaped is None:
@@ -134,9 +139,12 @@ class _Renamer:
         for mine, theirs in zip(shape.ranks, other.ranks):
             if (theirs == rank) != (mine == own) or theirs < 0:
                 return None
-        fields = self.metadata.get(metadata, False)
-        if fields is False:
-            fields = self.metadata[metadata] = _metadata_fields(metadata)
+        if len(metadata) > SMALL_METADATA:
+            fields = _metadata_fields(metadata)
+        else:
+            fields = self.metadata.get(metadata, False)
+            if fields is False:
+                fields = self.metadata[metadata] = _metadata_fields(metadata)
         if fields is None:
             return None
         pgs, ranks = shape.renaming(other)
@@ -164,6 +172,37 @@ def _decoded(metadata: bytes) -> Metadata | None:
     if legacy_metadata(metadata):
         return None
     try:
-        return metadata_from_pb(pb.GlobalMetadata.FromString(metadata), RankScan.METADATA)
+        return metadata_from_pb(pb.GlobalMetadata.FromString(_picked(metadata)), RankScan.METADATA)
     except DecodeError:
         return None
+
+
+#: GlobalMetadata's fields: its version (1) and its attributes (2, each an AttributeProto whose
+#: name is its field 1); every one of them length-delimited
+_VERSION, _ATTR, _NAME = 1, 2, 1
+_WANTED = frozenset(name.encode() for name in RankScan.METADATA)
+
+
+def _picked(metadata: bytes) -> bytes:
+    """The GlobalMetadata message `metadata` with only the attributes the cross-rank checks take
+    (`RankScan.METADATA`), as bytes protobuf decodes: the others are stepped over by their
+    lengths, not decoded (a scaled set's process_groups is 87 KB a rank). The message whole where
+    it is not laid out so (protobuf then decodes it, and refuses it where it is malformed)."""
+    keep, pos, n = [], 0, len(metadata)
+    try:
+        while pos < n:
+            start, tag = pos, metadata[pos]  # every tag here is one byte: field 1 or 2, LEN
+            length, pos = (metadata[pos + 1], pos + 2) if metadata[pos + 1] < 0x80 else decode_varint(metadata, pos + 1)
+            end = pos + length
+            if tag not in (_VERSION << 3 | LEN, _ATTR << 3 | LEN) or length < 0 or end > n:
+                return metadata
+            if tag == _ATTR << 3 | LEN:
+                size = metadata[pos + 1]  # the attribute's name first, shorter than 128 bytes
+                if metadata[pos] != _NAME << 3 | LEN or size >= 0x80 or pos + 2 + size > end:
+                    return metadata
+                if metadata[pos + 2:pos + 2 + size] in _WANTED:
+                    keep.append(metadata[start:end])
+            pos = end
+    except IndexError:  # a field cut short
+        return metadata
+    return b"".join(keep)

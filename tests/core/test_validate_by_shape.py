@@ -155,3 +155,39 @@ def test_a_replica_on_a_group_of_another_size_is_found_either_way(job, tmp_path)
         write_trace(f, sized, meta)
     full = both(out)
     assert "group-size-mismatch" in full[3]
+
+
+@pytest.mark.parametrize("spoil", [None, "the metadata of another rank", "another world size"])
+def test_large_metadata_is_read_for_what_the_checks_take(job, tmp_path, spoil):
+    """Each rank's GlobalMetadata as a scaled set writes it: its own rank, and a process_groups
+    record past SMALL_METADATA (87 KB a rank at 16,384 ranks). By shape, only the attributes the
+    cross-rank checks take are decoded from it; the report is the full validation's, and a replica
+    whose metadata names another rank or world size is still found."""
+    import json
+
+    from chakra_tools.core.shapes import SMALL_METADATA
+
+    out = tmp_path / "big"
+    shutil.copytree(job, out)
+    record = json.dumps({str(g): {"ranks": list(range(g, g + 64))} for g in range(128)})
+    assert len(record) > SMALL_METADATA
+    for rank, f in find_rank_files(out).items():
+        reader = TraceReader(f)
+        nodes, meta = list(reader), reader.metadata
+        meta = Metadata(meta.version, {**meta.attrs, **make_attrs(process_groups=record, rank=rank)}, True)
+        write_trace(f, *(CHANGES[spoil](nodes, meta) if spoil and rank == 3 else (nodes, meta)))
+    full = both(out)
+    assert bool(full[3]) == bool(spoil)
+    # what was decoded: the three attributes, not the record, and as the whole message gives them
+    from chakra_tools.core.etio import metadata_from_pb
+    from chakra_tools.core.rankscan import RankScan
+    from chakra_tools.core.schema import et_def_pb2 as pb
+    from chakra_tools.core.shapes import _metadata_fields, _picked, read_shape_and_metadata
+
+    for f in find_rank_files(out).values():
+        _, metadata = read_shape_and_metadata(f)
+        assert len(_picked(metadata)) < 100 < SMALL_METADATA < len(metadata)
+        whole = RankScan(None, None)
+        whole.read_metadata(metadata_from_pb(pb.GlobalMetadata.FromString(metadata)))
+        assert _metadata_fields(metadata) == (whole.world_size, whole.recorded_rank, whole.conversion)
+        assert _picked(metadata[:-7]) == metadata[:-7]  # cut short: left whole, for protobuf to refuse
