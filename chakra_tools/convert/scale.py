@@ -75,7 +75,8 @@ from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WAITS_OUT, 
 from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_attr
 from chakra_tools.core.placement import placement_of, record_placement
 
-from .joblayout import RESIZE, JobLayout, check_sizes, communication, job_layout, refuse_experts, set_where
+from .joblayout import RESIZE, check_sizes, communication, job_layout, refuse_experts, set_where
+from .newgroups import NewGroups, group_records
 from .stepwaits import step_waits, waits_out, without_wait
 
 BATCH_MODES = ("per-rank", "global")
@@ -131,56 +132,6 @@ class ScaleReport:
                 "lone_dropped": {str(k): v for k, v in self.lone_dropped.items()}}
 
 
-class _NewGroups:
-    """The scaled set's process groups: the first group made from an old one (at the lowest new
-    rank: the world, replica 0's groups) keeps its id, every other one gets the next id after
-    every old one."""
-
-    def __init__(self, rs: RankSet, job: JobLayout, new: ParallelLayout):
-        self.job, self.new = job, new
-        self.groups: dict[str, tuple[int, ...]] = {}
-        self.origin: dict[str, str] = {}
-        self._ids: dict[tuple[int, ...], str] = {}
-        numeric = [int(pg) for pg in rs.comm_groups if pg.isdigit()]
-        self._next = max(numeric, default=0) + 1
-        self._old = {pg: tuple(members) for pg, members in rs.comm_groups.items()}
-        self._members: dict[tuple[str, int], tuple[int, ...]] = {}
-
-    def old_size(self, pg: str) -> int:
-        """How many ranks old group `pg` had ("" and "0": the world)."""
-        return self.job.layout.world if pg in ("", "0") else len(self._old[pg])
-
-    def members(self, pg: str, rank: int) -> tuple[int, ...]:
-        """The members, at new rank `rank`, of what old group `pg` was at its source rank: a
-        group within a replica the same tensor-parallel indices and stages in `rank`'s replica
-        (once per group and rank: every collective node of the rank asks)."""
-        got = self._members.get((pg, rank))
-        if got is None:
-            kind = "world" if pg in ("", "0") else self.job.kinds.get(pg, "world")  # the world, where unused
-            if kind in ("tp", "replica"):
-                d, old = self.new.coord(rank)[1], self.job.layout
-                got = tuple(sorted(self.new.rank(tp=t, dp=d, pp=p) for t, _, p in map(old.coord, self._old[pg])))
-            else:
-                got = self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
-            self._members[pg, rank] = got
-        return got
-
-    def id_for(self, pg: str, rank: int) -> str:
-        """The id, at new rank `rank`, of what old group `pg` was at its source rank."""
-        if pg in ("", "0"):
-            return pg
-        members = self.members(pg, rank)
-        gid = self._ids.get(members)
-        if gid is None:
-            gid = pg if pg not in self.groups else str(self._next)
-            if gid != pg:
-                self._next += 1
-            self._ids[members] = gid
-            self.groups[gid] = members
-            self.origin[gid] = pg
-        return gid
-
-
 def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | None = None,
                   pp: int | None = None, all_to_all: str = "refuse") -> tuple[RankSet, ScaleReport]:
     """`rs` at data-parallel degree `dp`, its tensor-parallel and pipeline degrees kept (see the
@@ -214,7 +165,7 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
                          group_kinds=dict(sorted(job.kinds.items())),
                          alternatives=[(a.tp, a.pp) for a in job.alternatives])
     report.dropped_groups = sorted(pg for pg in rs.comm_groups if pg != job.world and pg not in job.kinds)
-    groups = _NewGroups(rs, job, new)
+    groups = NewGroups(rs, job, new)
     if job.world:
         groups.id_for(job.world, 0)  # the world (or what it was: the one data-parallel group) comes first
     waits = {r: step_waits(rs[r]) for r in sorted(set(source.values()))}
@@ -228,7 +179,7 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
 
 
 def _scaled_graph(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
-                  groups: _NewGroups, report: ScaleReport, waits: dict[int, int]) -> Graph:
+                  groups: NewGroups, report: ScaleReport, waits: dict[int, int]) -> Graph:
     nodes, lone = [], {}
     for n in g.nodes.values():
         if n.type is NodeType.COMM_COLL_NODE and len(groups.members(n.pg_name, rank)) == 1:
@@ -277,7 +228,7 @@ def _spliced(nodes: list[Node], dropped: dict[int, Node]) -> list[Node]:
 
 
 def _scaled_node(n: Node, rank: int, old: ParallelLayout, new: ParallelLayout, batch: str,
-                 groups: _NewGroups, tally: dict[str, int]) -> Node:
+                 groups: NewGroups, tally: dict[str, int]) -> Node:
     if n.type is NodeType.COMM_COLL_NODE:
         before, after = groups.old_size(n.pg_name), len(groups.members(n.pg_name, rank))
         return _regrouped(_scaled_collective(n, before, after, tally), groups.id_for(n.pg_name, rank))
@@ -293,7 +244,7 @@ def _regrouped(n: Node, pg: str) -> Node:
     return n if pg == n.pg_name else n.replace(attrs={**n.attrs, "pg_name": make_attr("pg_name", pg)})
 
 
-def _repeered(n: Node, rank: int, new: ParallelLayout, groups: _NewGroups) -> Node:
+def _repeered(n: Node, rank: int, new: ParallelLayout, groups: NewGroups) -> Node:
     """A send/receive of new rank `rank`: its peer the same stage's rank in `rank`'s replica."""
     send = n.type is NodeType.COMM_SEND_NODE
     d = new.coord(rank)[1]
@@ -342,7 +293,7 @@ def _scaled_compute(n: Node, f: float) -> Node:
     return n.replace(duration_micros=round(n.duration_micros * f), attrs=attrs)
 
 
-def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, groups: _NewGroups,
+def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, groups: NewGroups,
               batch: str) -> Metadata:
     """The rank's GlobalMetadata at the new degree: its rank, the world size, the process groups
     (a kept group's record as it was, a new one's description and the old group it was made
@@ -360,17 +311,8 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
     if "world_size" in attrs:
         attrs["world_size"] = make_attr("world_size", new.world)
     if "process_groups" in attrs:
-        try:
-            recorded = dict(json.loads(attrs["process_groups"].value))
-        except (ValueError, TypeError):
-            raise InputError(f"{g.source}: GlobalMetadata process_groups is not a JSON object of groups") from None
-        written = {}
-        for gid, ranks in groups.groups.items():
-            was = groups.origin[gid]
-            info = recorded.get(was) if isinstance(recorded.get(was), dict) else {}
-            written[gid] = ({**info, "ranks": list(ranks)} if gid == was else
-                            {"ranks": list(ranks), "desc": info.get("desc"), "made_from": was})
-        attrs["process_groups"] = make_attr("process_groups", json.dumps(written, separators=(",", ":")))
+        attrs["process_groups"] = make_attr("process_groups", group_records(attrs["process_groups"].value, groups,
+                                                                             g.source))
     return Metadata(meta.version, attrs, meta.present)
 
 

@@ -1342,6 +1342,82 @@ punt:
 }
 
 /* The NodeInfo of a parsed node (a new reference, untracked by the cyclic GC), or NULL. */
+/* metadata_fields(msg) -> (world_size, rank, conversion) of a GlobalMetadata message as
+ * RankScan.read_metadata takes them (core/rankscan.py: an integer world_size, an integer rank of
+ * 0 or more, a string conversion; None for each that is not so), or None: the reference decodes
+ * it (core/shapes.py). It punts on a field other than the version (1) and the attributes (2), on
+ * a message with no attribute (a legacy one has field 1 alone), and on anything protobuf might
+ * refuse: every attribute is read as read_attr reads a node's, the version checked as UTF-8. A
+ * large rank set's validation asks it for every replica: what was 16 us a rank in Python. */
+static PyObject *attr_int(const Attr *a, int least_zero)
+{
+    PyObject *v = is_int_kind(a->kind) ? int_value(a->kind, a->v) : NULL;
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (least_zero) {
+        PyObject *zero = PyLong_FromLong(0);
+        int neg = zero == NULL ? -1 : PyObject_RichCompareBool(v, zero, Py_LT);
+        Py_XDECREF(zero);
+        if (neg != 0) {
+            Py_DECREF(v);
+            if (neg < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    return v;
+}
+
+static PyObject *metadata_fields(PyObject *self, PyObject *msg)
+{
+    if (!PyBytes_Check(msg))
+        Py_RETURN_NONE;
+    Ptr p = (Ptr)PyBytes_AS_STRING(msg), end = p + PyBytes_GET_SIZE(msg);
+    Attr world, rank, conv, a;
+    memset(&world, 0, sizeof world);
+    memset(&rank, 0, sizeof rank);
+    memset(&conv, 0, sizeof conv);
+    int attrs = 0;
+    Field fd;
+    while (p < end) {
+        if (next_field(&p, end, &fd) || fd.w != 2)
+            Py_RETURN_NONE;
+        if (fd.f == 1) {
+            if (!utf8_ok(fd.s, fd.n))
+                Py_RETURN_NONE;
+        } else if (fd.f == 2) {
+            if (read_attr(fd.s, fd.s + fd.n, &a))
+                Py_RETURN_NONE;
+            attrs++;
+            if (name_is(&a, "world_size", 10))
+                world = a;
+            else if (name_is(&a, "rank", 4))
+                rank = a;
+            else if (name_is(&a, "conversion", 10))
+                conv = a;
+        } else
+            Py_RETURN_NONE;
+    }
+    if (attrs == 0)
+        Py_RETURN_NONE;
+    PyObject *w = attr_int(&world, 0), *r = w ? attr_int(&rank, 1) : NULL, *c = NULL;
+    if (r != NULL) {
+        if (conv.kind == 29)
+            c = PyUnicode_DecodeUTF8((const char *)conv.s, conv.n, "strict");
+        else
+            c = Py_NewRef(Py_None);
+    }
+    if (c == NULL) {
+        Py_XDECREF(w);
+        Py_XDECREF(r);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", w, r, c);
+}
+
 static PyObject *build_info(const Parsed *d, const Spec *sp)
 {
     PyObject *items[18] = {NULL};
@@ -2811,6 +2887,9 @@ static PyMethodDef methods[] = {
      "frames from pos on whose nodes the validator has nothing to say about (their communication in sink)."},
     {"pattern_of", (PyCFunction)pattern_of, METH_O,
      "pattern_of(refs) -> (pattern, groups, ranks): shape_of's refs as the places of their first appearances."},
+    {"metadata_fields", metadata_fields, METH_O,
+     "metadata_fields(msg) -> (world_size, rank, conversion) of a GlobalMetadata message, or None\n"
+     "(the reference decodes it)."},
     {"shape_of", (PyCFunction)(void (*)(void))shape_of, METH_FASTCALL,
      "shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the ranks and\n"
      "groups they name (pg_name, comm_src, comm_dst), which are listed in refs."},

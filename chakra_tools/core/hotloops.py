@@ -132,6 +132,11 @@ def _pattern_of_twin(refs: list) -> tuple[tuple[int, ...], tuple[str, ...], tupl
     return tuple(pattern), tuple(groups), tuple(ranks)
 
 
+def _metadata_fields_twin(msg: bytes) -> None:
+    """Says nothing (None): core/shapes.py decodes the GlobalMetadata message itself."""
+    return None
+
+
 #: the attributes whose values name ranks or groups (shape_of lists them instead of hashing them)
 _REFS = {"pg_name": "pg", "comm_src": "rank", "comm_dst": "rank"}
 
@@ -187,13 +192,15 @@ def _finish_node_twin(window: tuple, nid: int) -> None:
 #: shape_of(buf, pos) -> (a, b, refs) or None: the frames from pos on hashed but for the values of
 #: pg_name, comm_src and comm_dst, which refs lists in order (see _hotloops.c; core/shapes.py)
 #: pattern_of(refs) -> (pattern, groups, ranks): those refs as the places of their first appearances
+#: metadata_fields(msg) -> (world_size, rank, conversion) of a GlobalMetadata message as
+#: RankScan.read_metadata takes them, or None: "decode it yourself" (core/shapes.py)
 #: Window(...) -> a feeder's window of loaded nodes held as C records, which load_node, load_frames
 #: and finish_node change (see _hotloops.c); the twin is None: the feeder keeps the reference's
 #: dict of `_Loaded` records, which the twins above leave to it
 _TWINS = {"encode_frames": encoder.encode_frames, "plain_run": _plain_run_twin,
           "scan_frames": _scan_frames_twin, "node_parses": _node_parses_twin, "decode_node": _decode_node_twin, "load_node": _load_node_twin, "load_frames": _load_frames_twin,
           "finish_node": _finish_node_twin, "shape_of": _shape_of_twin, "pattern_of": _pattern_of_twin,
-          "Window": None}
+          "metadata_fields": _metadata_fields_twin, "Window": None}
 _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_frames,
                                             "plain_run": _plain_run_compiled,
                                             "scan_frames": _scan_frames_compiled,
@@ -204,6 +211,7 @@ _PICKED = _TWINS if COMPILED is None else {"encode_frames": COMPILED.encode_fram
                                             "finish_node": COMPILED.finish_node,
                                             "shape_of": COMPILED.shape_of,
                                             "pattern_of": COMPILED.pattern_of,
+                                            "metadata_fields": COMPILED.metadata_fields,
                                             "Window": COMPILED.Window}
 encode_frames = _PICKED["encode_frames"]
 plain_run = _PICKED["plain_run"]
@@ -215,6 +223,7 @@ load_frames = _PICKED["load_frames"]
 finish_node = _PICKED["finish_node"]
 shape_of = _PICKED["shape_of"]
 pattern_of = _PICKED["pattern_of"]
+metadata_fields = _PICKED["metadata_fields"]
 Window = _PICKED["Window"]
 
 
@@ -222,11 +231,11 @@ Window = _PICKED["Window"]
 def python_twins() -> Iterator[None]:
     """Run the Python twins inside the block, whatever was picked at import (to compare them)."""
     global encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames
-    global finish_node, shape_of, pattern_of, Window
+    global finish_node, shape_of, pattern_of, metadata_fields, Window
     try:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         shape_of, pattern_of, Window) = (_TWINS[k] for k in _TWINS)
+         shape_of, pattern_of, metadata_fields, Window) = (_TWINS[k] for k in _TWINS)
         yield
     finally:
         (encode_frames, plain_run, scan_frames, node_parses, decode_node, load_node, load_frames, finish_node,
-         shape_of, pattern_of, Window) = (_PICKED[k] for k in _TWINS)
+         shape_of, pattern_of, metadata_fields, Window) = (_PICKED[k] for k in _TWINS)

@@ -157,7 +157,12 @@ class _Renamer:
 
 def _metadata_fields(metadata: bytes) -> tuple | None:
     """What `RankScan.read_metadata` takes from a GlobalMetadata message; None for a legacy or
-    undecodable one."""
+    undecodable one. Read in C where it can be (`hotloops.metadata_fields`, which checks every
+    attribute as protobuf would), else decoded; a message past SMALL_METADATA has its other
+    attributes stepped over (`_picked`): checking an 87 KB record would cost more than the rest."""
+    got = hotloops.metadata_fields(metadata) if len(metadata) <= SMALL_METADATA else None
+    if got is not None:
+        return got
     meta = _decoded(metadata)
     if meta is None:
         return None

@@ -576,3 +576,18 @@ def test_expert_parallel_all_to_all_is_refused_not_read_as_tensor_parallel():
         scale_rankset(rs, 8)
     scaled, _ = scale_rankset(rs, 4, tp=2)  # stated: kept as tensor parallel
     assert scaled.ranks == list(range(8))
+
+
+def test_a_large_groups_record_says_its_size_where_its_members_would_fill_every_file(monkeypatch):
+    """Every scaled rank's GlobalMetadata records the process groups; a group past LISTED_MEMBERS
+    is recorded by its size (its members are comm_group.json's): listed, a 16,384-rank world made
+    each rank file 87 KB. Worked out once for all ranks: every rank gets the same record."""
+    from chakra_tools.convert import newgroups
+
+    monkeypatch.setattr(newgroups, "LISTED_MEMBERS", 2)
+    scaled, _ = scale_rankset(two_ranks(), 4)
+    records = [scaled[r].metadata.attrs["process_groups"].value for r in scaled.ranks]
+    assert len(set(records)) == 1 and records[0] is records[3]
+    record = json.loads(records[0])["1"]
+    assert record["size"] == 4 and "ranks" not in record and scaled.comm_groups == {"1": (0, 1, 2, 3)}
+    assert not [d for d in validate_rankset(scaled) if d.severity == "error"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chakra_tools.core import encoder, hotloops
 from chakra_tools.core.errors import TraceWriteError
@@ -60,3 +61,60 @@ def test_python_twins_switches_both_loops_for_the_block_only():
         assert hotloops.encode_frames is encoder.encode_frames
         assert hotloops.plain_run([Node(1, "a", NodeType.COMP_NODE)], 0, 0, 1) == 0  # claims none
     assert (hotloops.encode_frames, hotloops.plain_run) == picked
+
+
+def _decoded_fields(msg: bytes):
+    """What the reference (core/shapes.py, decoding with protobuf) takes from a metadata message."""
+    with hotloops.python_twins():
+        from chakra_tools.core.shapes import _metadata_fields
+
+        return _metadata_fields(msg)
+
+
+_VALUES = st.one_of(st.none(), st.integers(-2**31, 2**31 - 1), st.integers(0, 2**64 - 1), st.booleans(),
+                    st.text(max_size=12), st.floats(allow_nan=False), st.lists(st.integers(0, 9), max_size=3))
+
+
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["world_size", "rank", "conversion", "host", "process_groups"]),
+                          _VALUES), max_size=6),
+       st.sampled_from(["int32", "int64", "uint64", "sint64", "fixed64", "sfixed32"]))
+def test_metadata_fields_read_in_c_are_what_protobuf_decodes(attrs, int_kind):
+    """Attributes of every kind, repeated names (the last one counts), negative ranks, booleans
+    and strings where integers belong: the C reader gives the reference's three fields, or
+    punts (None) and leaves them to it."""
+    from chakra_tools.core.schema import et_def_pb2 as pb
+
+    msg = pb.GlobalMetadata(version="0.0.4")
+    for name, value in attrs:
+        a = msg.attr.add(name=name)
+        if isinstance(value, bool):
+            a.bool_val = value
+        elif isinstance(value, int):
+            if int_kind in ("int32", "sfixed32") and not -2**31 <= value < 2**31 or \
+                    int_kind in ("int64", "sint64") and not -2**63 <= value < 2**63 or \
+                    int_kind in ("uint64", "fixed64") and value < 0:
+                value = abs(value) % 2**31
+            setattr(a, f"{int_kind}_val", value)
+        elif isinstance(value, str):
+            a.string_val = value
+        elif isinstance(value, float):
+            a.double_val = value
+        elif isinstance(value, list):
+            a.int64_list.values.extend(value)
+    raw = msg.SerializeToString()
+    got = hotloops.COMPILED.metadata_fields(raw)
+    assert got is None or got == _decoded_fields(raw)
+    if attrs:
+        assert got is not None  # a well-formed message with attributes is read in C
+
+
+@compiled
+def test_metadata_fields_punt_where_protobuf_might_refuse():
+    from chakra_tools.core.schema import et_def_pb2 as pb
+
+    raw = pb.GlobalMetadata(version="0.0.4", attr=[pb.AttributeProto(name="rank", int64_val=3)]).SerializeToString()
+    assert hotloops.COMPILED.metadata_fields(raw) == (None, 3, None)
+    for bad in (raw[:-1], raw + b"\x1a\x00", b"\x0a\x02\xff\xfe" + raw[7:], b"\x0a\x050.0.4"):
+        assert hotloops.COMPILED.metadata_fields(bad) is None  # cut, unknown field, not UTF-8, no attribute
