@@ -92,4 +92,3 @@ def _gauss(m: list[list[float]], v: list[float]) -> list[float] | None:
                 f = a[r][c] / a[c][c]
                 a[r] = [x - f * y for x, y in zip(a[r], a[c])]
     return [a[i][n] / a[i][i] for i in range(n)]
-
