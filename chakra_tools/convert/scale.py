@@ -67,6 +67,7 @@ import json
 from dataclasses import dataclass, field
 from math import ceil
 from pathlib import Path
+from typing import Mapping
 
 from chakra_tools.core.errors import InputError
 from chakra_tools.core.graph import Graph, RankSet
@@ -172,6 +173,7 @@ def scale_rankset(rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | No
     report.waits_ns = {r: sum(w.values()) or waits_out(rs[r]) for r, w in waits.items()}
     graphs = {r: _scaled_graph(rs[src], r, old, new, batch, groups, report, waits[src])
               for r, src in source.items()}
+    _record_groups(graphs, groups)
     place = placement_of(rs)
     if place is not None:  # as many ranks per machine as captured, more machines
         record_placement(graphs.values(), place.hosts_at(new.world), None)
@@ -295,9 +297,8 @@ def _scaled_compute(n: Node, f: float) -> Node:
 
 def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, groups: NewGroups,
               batch: str) -> Metadata:
-    """The rank's GlobalMetadata at the new degree: its rank, the world size, the process groups
-    (a kept group's record as it was, a new one's description and the old group it was made
-    from), `scaled_from`; the measured window left out (see the module docstring)."""
+    """The rank's GlobalMetadata at the new degree: its rank, the world size, `scaled_from`; the
+    measured window left out (see the module docstring)."""
     meta = g.metadata
     attrs = {k: v for k, v in meta.attrs.items() if k not in _MEASURED_KEYS}
     prior = scaled_from(g)
@@ -310,10 +311,18 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
         attrs["rank"] = make_attr("rank", rank)
     if "world_size" in attrs:
         attrs["world_size"] = make_attr("world_size", new.world)
-    if "process_groups" in attrs:
-        attrs["process_groups"] = make_attr("process_groups", group_records(attrs["process_groups"].value, groups,
-                                                                             g.source))
-    return Metadata(meta.version, attrs, meta.present)
+    return Metadata(meta.version, attrs, meta.present)  # process_groups: `_record_groups`, once all are made
+
+
+def _record_groups(graphs: Mapping[int, Graph], groups: NewGroups) -> None:
+    """Each rank's `process_groups` (the capture's record, which `_metadata` left as it was) as
+    the scaled set's: every group, made while scaling every rank, so the last rank's file lists
+    the groups the first one's does."""
+    for g in graphs.values():
+        a = g.metadata.attrs.get("process_groups")
+        if a is not None:
+            g.metadata = Metadata(g.metadata.version, {**g.metadata.attrs, "process_groups": make_attr(
+                "process_groups", group_records(a.value, groups, g.source))}, g.metadata.present)
 
 
 def scale(path: str | Path, dp: int, out: str | Path, *, batch: str = "per-rank",

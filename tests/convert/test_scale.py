@@ -590,4 +590,24 @@ def test_a_large_groups_record_says_its_size_where_its_members_would_fill_every_
     assert len(set(records)) == 1 and records[0] is records[3]
     record = json.loads(records[0])["1"]
     assert record["size"] == 4 and "ranks" not in record and scaled.comm_groups == {"1": (0, 1, 2, 3)}
+    # and every rank's record lists every group of the set, the last rank's as the first's
+    assert set(json.loads(records[3])) == set(scaled.comm_groups)
     assert not [d for d in validate_rankset(scaled) if d.severity == "error"]
+
+
+def test_every_scaled_rank_records_every_group_of_the_set():
+    """Tensor-parallel groups are made replica by replica as the ranks are scaled; each rank's
+    process_groups record is written once all are made: rank 0's lists the last replica's groups
+    too (it listed only those made before it), and every rank's is the same."""
+    def job(rank):
+        pg = "2" if rank < 2 else "3"
+        return [comp(1, 100), coll(2, CommType.ALL_REDUCE, 65536, [1], pg=pg), comp(3, 100, [2]),
+                coll(4, CommType.ALL_REDUCE, 4096, [3], pg="1")]
+
+    groups = {"1": (0, 1, 2, 3), "2": (0, 1), "3": (2, 3)}
+    rs = named(RankSet({r: Graph(job(r), rank=r, metadata=metadata(r, 4)) for r in range(4)}, groups),
+               {"2": "TENSOR_MODEL_PARALLEL_GROUP", "3": "TENSOR_MODEL_PARALLEL_GROUP"})
+    scaled, _ = scale_rankset(rs, 4, tp=2)
+    records = {r: json.loads(scaled[r].metadata.attrs["process_groups"].value) for r in scaled.ranks}
+    assert set(records[0]) == set(scaled.comm_groups) and len(scaled.comm_groups) > len(groups)
+    assert all(rec == records[0] for rec in records.values())
