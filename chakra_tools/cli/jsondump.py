@@ -51,7 +51,7 @@ def load(
         chakra-tools json load trace.json -o roundtrip/
     """
     from chakra_tools.core import jsondump
-    from chakra_tools.core.graph import check_prefix
+    from chakra_tools.core.rankfiles import check_prefix
 
     if prefix is not None:  # a name from the command line, checked like the one recorded
         check_prefix(prefix, "--prefix")

@@ -26,6 +26,9 @@ class NewGroups:
         self._next = max(numeric, default=0) + 1
         self._old = {pg: tuple(members) for pg, members in rs.comm_groups.items()}
         self._members: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._shared: dict[tuple[int, int] | None, tuple[int, ...]] = {}  # a dp group by (tp, pp); the world
+        #: id(members) -> group id, for member tuples `_members` keeps alive (so their ids stay theirs)
+        self._by_object: dict[int, str] = {}
         #: a rank's recorded process_groups JSON -> the scaled ranks' (`group_records`)
         self.records: dict[str, str] = {}
 
@@ -43,8 +46,12 @@ class NewGroups:
             if kind in ("tp", "replica"):
                 d, old = self.new.coord(rank)[1], self.job.layout
                 got = tuple(sorted(self.new.rank(tp=t, dp=d, pp=p) for t, _, p in map(old.coord, self._old[pg])))
-            else:
-                got = self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
+            else:  # one tuple for all its members: a copy for each made 16,384 ranks' worlds 7 GB
+                t, _, p = self.new.coord(rank)
+                key = (t, p) if kind == "dp" else None
+                got = self._shared.get(key)
+                if got is None:
+                    got = self._shared[key] = self.new.dp_group(rank) if kind == "dp" else tuple(range(self.new.world))
             self._members[pg, rank] = got
         return got
 
@@ -53,6 +60,12 @@ class NewGroups:
         if pg in ("", "0"):
             return pg
         members = self.members(pg, rank)
+        gid = self._by_object.get(id(members))  # a shared tuple: not hashed again (16,384 ints)
+        if gid is None:
+            gid = self._by_object[id(members)] = self._id_of(members, pg)
+        return gid
+
+    def _id_of(self, members: tuple[int, ...], pg: str) -> str:
         gid = self._ids.get(members)
         if gid is None:
             gid = pg if pg not in self.groups else str(self._next)

@@ -9,23 +9,20 @@ the edge, in `to_networkx()`.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator
 
-from .commit import committing, recover, staged_in
+from .commit import committing, recover
 from .cycles import find_cycle
 from .errors import ChakraToolsError, Diagnostic, Diagnostics, InputError
 from .etio import TraceReader
 from .etwrite import TraceWriter
 from .files import read_json
 from .model import MAX_RANK, Metadata, Node, make_attr
-
-RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+from .rankfiles import RANK_FILE, write_ranks
 
 
 class Graph:
@@ -205,65 +202,6 @@ def _group_ranks(members, path, key) -> tuple[int, ...]:
     return tuple(members)
 
 
-def stale_files(out: Path, prefix: str, names: list[str]) -> list[str]:
-    """What a new set of `prefix` replaces in `out`: the earlier set's other ranks, and a
-    comm_group.json it does not have when every rank file in `out` is of `prefix` (a reader
-    would take them as the new set's)."""
-    keep, others, stale = set(names), False, []
-    for p in out.iterdir():
-        m = RANK_FILE.match(p.name)
-        if m is None:
-            continue
-        if m.group("prefix") != prefix:
-            others = True
-        elif p.name not in keep:
-            stale.append(p.name)
-    if "comm_group.json" not in keep and not others and (out / "comm_group.json").exists():
-        stale.append("comm_group.json")
-    return stale
-
-
-#: the longest prefix whose rank files' names fit a file system's 255 bytes
-_MAX_PREFIX_BYTES = 255 - len(f".{MAX_RANK}.et.gz")
-
-
-def check_prefix(prefix, where: str = "prefix") -> str:
-    """`prefix` if it is a plain file name, one that `<prefix>.<rank>.et` keeps inside the output
-    folder and that the rank-set reader finds again; else an InputError starting with `where`.
-
-    >>> check_prefix("trace")
-    'trace'
-    >>> check_prefix("../up", "--prefix")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    chakra_tools.core.errors.InputError: --prefix is "../up", not a plain file name: it holds a "/" ...
-    """
-    if type(prefix) is not str:
-        raise InputError(f"{where} is {json.dumps(prefix, default=repr)[:40]}, not a file name (a string)")
-    why = None
-    bad = next((c for c in prefix if c in "/\\" or not c.isprintable()), None)
-    if not prefix:
-        why = "it is empty (the files would be hidden, .0.et, and no reader would find them)"
-    elif bad is not None:  # a folder, or a control or invisible character (a lone surrogate too)
-        why = f"it holds a {json.dumps(bad)}"
-    elif prefix.startswith("."):
-        why = 'it starts with "." (hidden files, and names of ours in progress, start so)'
-    elif len(prefix.encode()) > _MAX_PREFIX_BYTES:
-        why = f"it is longer than {_MAX_PREFIX_BYTES} bytes (a file name holds at most 255)"
-    if why:
-        raise InputError(f"{where} is {json.dumps(prefix)[:80]}, not a plain file name: {why} (rank files "
-                         "are named <prefix>.<rank>.et inside the output folder)")
-    return prefix
-
-
-def write_comm_groups(path: str | Path, groups: Mapping[str, Iterable[int]]) -> None:
-    from .commit import atomic_output
-
-    ordered = {k: list(groups[k]) for k in sorted(groups, key=lambda k: (len(k), k))}
-    with atomic_output(path, "w") as f:
-        json.dump(ordered, f, indent=1)
-        f.write("\n")
-
-
 def find_rank_files(path: str | Path) -> dict[int, Path]:
     """The files of a rank set: `path` may be a folder, a prefix (`out/trace` for
     `out/trace.<r>.et`) or one file. Raises InputError if nothing matches or prefixes are mixed."""
@@ -373,25 +311,7 @@ class RankSet:
         rank's GlobalMetadata (`world_size`, when the ranks are 0..n-1), so that validation can
         name a rank file that goes missing; off, the files are written exactly as the graphs say.
         """
-        out = Path(out_dir)
-        prefix = check_prefix(self.prefix if prefix is None else prefix)
-        bad = next((r for r in self.ranks if type(r) is not int or not 0 <= r <= MAX_RANK), None)
-        if bad is not None:
-            raise InputError(f"{out}: rank {bad!r} is not a rank (an integer 0..{MAX_RANK}): no file written")
-        stage = None
-        try:
-            with staged_in(out, prefix) as staged:
-                stage = staged.stage
-                names, ranks = [], self.ranks  # sorted once: a job may have 100k ranks
-                world = len(ranks) if record_world and ranks == list(range(len(ranks))) else None
-                for r in ranks:
-                    names.append(f"{prefix}.{r}.et{'.gz' if compress else ''}")
-                    self.graphs[r].write(staged.path(names[-1]), compress=compress, world_size=world)
-                if self.comm_groups:
-                    names.append("comm_group.json")
-                    write_comm_groups(staged.path(names[-1]), self.comm_groups)
-                return staged.commit(names, stale_files(out, prefix, names))
-        except ChakraToolsError as e:
-            if stage is not None:  # name the file the user asked for, not the stage
-                e.message = e.message.replace(str(stage), str(out))
-            raise
+        ranks = self.ranks  # sorted once: a job may have 100k ranks
+        world = len(ranks) if record_world and ranks == list(range(len(ranks))) else None
+        return write_ranks(out_dir, self.prefix if prefix is None else prefix, ((r, self.graphs[r]) for r in ranks),
+                           self.comm_groups, compress=compress, world_size=world)

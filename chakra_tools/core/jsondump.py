@@ -37,7 +37,8 @@ from .errors import InputError
 from .commit import atomic_output
 from .fields import array, obj, shown
 from .files import read_json
-from .graph import Graph, RankSet, _group_ranks, check_prefix
+from .graph import Graph, RankSet, _group_ranks
+from .rankfiles import check_prefix
 from .model import LIST_KINDS, MAX_RANK, SCALAR_KINDS, Attr, IOInfo, Metadata, Node, NodeType
 
 FORMAT = "chakra-tools-json/1"

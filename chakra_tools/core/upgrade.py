@@ -14,7 +14,8 @@ from .commit import staged_in
 from .errors import InputError, TraceReadError
 from .etwrite import write_trace
 from .framing import iter_frames, looks_like_metadata, open_binary
-from .graph import RANK_FILE, find_rank_files, stale_files
+from .graph import find_rank_files
+from .rankfiles import RANK_FILE, stale_files
 from .legacy import FORMAT, fields, is_legacy_node, legacy_attr, legacy_metadata, legacy_node, sniff
 from .model import Metadata, Node, NodeType, make_attr
 

@@ -12,7 +12,8 @@ import pytest
 
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.etwrite import write_trace
-from chakra_tools.core.graph import RankSet, write_comm_groups
+from chakra_tools.core.graph import RankSet
+from chakra_tools.core.rankfiles import write_comm_groups
 from chakra_tools.core.model import Attr, CommType, Node, NodeType, make_attrs
 from chakra_tools.core.validate import validate_path
 

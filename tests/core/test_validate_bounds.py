@@ -14,7 +14,8 @@ import pytest
 
 from chakra_tools.core import crosscheck
 from chakra_tools.core.crosscheck import spans_text
-from chakra_tools.core.graph import Graph, write_comm_groups
+from chakra_tools.core.graph import Graph
+from chakra_tools.core.rankfiles import write_comm_groups
 from chakra_tools.core.model import MAX_RANK, Attr, Metadata, Node, NodeType, make_attrs
 
 LIMIT_BYTES = 1 << 30

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from chakra_tools.cli.replay import app
-from chakra_tools.core.graph import Graph, RankSet, write_comm_groups
+from chakra_tools.core.graph import Graph, RankSet
+from chakra_tools.core.rankfiles import write_comm_groups
 from chakra_tools.core.model import Node, NodeType, make_attrs
 
 from _util import coll, comp, write_rankset
