@@ -130,6 +130,35 @@ def test_scaled_set_is_written_validated_and_replays(tmp_path):
     assert rs.ranks == list(range(8))
     result = replay(tmp_path / "out", AnalyticalBackend(default_network(8))).to_dict(events=False)
     assert len(result["ranks"]) == 8 and all(r["finish_ns"] > 0 for r in result["ranks"])
+    # made and written rank by rank, the files are those of the set made whole and written
+    scale_rankset(RankSet.load(tmp_path / "in"), 8)[0].write(tmp_path / "whole", record_world=True)
+    for f in sorted((tmp_path / "out").iterdir()):
+        assert f.read_bytes() == (tmp_path / "whole" / f.name).read_bytes(), f.name
+
+
+def test_a_scaled_set_that_fails_validation_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """Validated on the stage, after every rank is written: refused, nothing of it is put in place
+    and what the folder held stays."""
+    from chakra_tools.convert import scale as scaling
+    from chakra_tools.convert.run import ConversionCheckError
+
+    out = tmp_path / "out"
+    scale(_written(tmp_path / "in", two_ranks()), 4, out)
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    broken = scaling._scaled_graph
+
+    def with_a_stray_dependency(g, rank, *args):  # rank 5 depends on a node it does not have
+        made = broken(g, rank, *args)
+        if rank == 5:
+            first = min(made.nodes)
+            made.nodes[first] = made.nodes[first].replace(data_deps=(10**6,))
+        return made
+
+    monkeypatch.setattr(scaling, "_scaled_graph", with_a_stray_dependency)
+    with pytest.raises(ConversionCheckError, match="fails validation") as e:
+        scale(tmp_path / "in", 8, out)
+    assert ".stage" not in str(e.value) and str(out) in str(e.value)
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
 
 
 def four_ranks(nodes, groups) -> RankSet:
