@@ -8,44 +8,24 @@ peak_perf)`. Communication: collectives decomposed over the dimensions their gro
 dimension where source and destination differ. Memory: ASTRA-sim 2.0's remote-memory options
 (per-NPU, per-node pooled, one disaggregated pool) with FIFO ports; without expansion a memory
 node reads local memory at `local-mem-bw`. Scale factors per kind are for what-if studies.
+
+How a collective is laid over the network (its dimensions, chunks, phases and each phase's
+algorithm and cost) is planner.CollectivePlanner's; this module times the plan, all members at
+once (`collective_ns`) or each from its own arrival (`collective_finish_ns`).
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from math import ceil, prod
 from typing import Sequence
 
-from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
 from . import steps as S
 from .config import MemoryConfig, NetworkConfig, SystemConfig
-
-#: the algorithms a communicator group smaller than the system runs over its members (their step
-#: models take any pair's link; a double binary tree over such a group crashes ASTRA-sim)
-LOCAL_ALGOS = ("ring", "halvingDoubling", "direct")
-#: CommType -> (native collective it is costed as, divisor applied to comm_size)
-COLLECTIVE_OF = {
-    CommType.ALL_REDUCE: (C.ALL_REDUCE, 1),
-    CommType.REDUCE_SCATTER: (C.REDUCE_SCATTER, 1),
-    CommType.REDUCE_SCATTER_BLOCK: (C.REDUCE_SCATTER, 1),
-    CommType.ALL_GATHER: (C.ALL_GATHER, 1),
-    CommType.ALL_TO_ALL: (C.ALL_TO_ALL, 1),
-    # not simulated by ASTRA-sim; our approximations (docs/reference/trace-replay.md):
-    CommType.REDUCE: (C.ALL_REDUCE, 1),
-    CommType.BARRIER: (C.ALL_REDUCE, 1),
-    CommType.BROADCAST: (C.ALL_GATHER, 0),  # 0: divide by the group size
-    CommType.GATHER: (C.ALL_GATHER, 0),
-    CommType.SCATTER: (C.ALL_GATHER, 0),
-}
-
-
-def collective_of(comm_type: int) -> tuple[str, int]:
-    """(the collective the model runs, 1 or 0: 0 divides comm_size by the group) for a comm_type."""
-    return COLLECTIVE_OF.get(CommType(comm_type), (C.ALL_REDUCE, 1))
+from .planner import CollectivePlanner, collective_of
 
 
 @dataclass
@@ -84,7 +64,7 @@ class AnalyticalBackend:
         self._ops_by_side = [0, 0]  # compute nodes replayed: host ops, device kernels
         self._coll_cache: dict = {}
         self._p2p_cache: dict = {}
-        self._local_cache: dict[tuple[str, tuple[int, ...]], bool] = {}  # (collective, group) -> _local_ring
+        self._planner = CollectivePlanner(self.network, self.system)
         self._ports: dict[int, int] = {}
         # (collective, group, dimension) -> tree phases run there so far (ASTRA-sim's counter)
         self._tree_streams: dict[tuple[str, tuple[int, ...], int], int] = {}
@@ -211,17 +191,18 @@ class AnalyticalBackend:
         if len(ranks) <= 1:
             return 0
         coll, div = collective_of(comm_type)
-        if self._local_ring(coll, ranks):  # members end apart even when they start together
+        planner = self.planner
+        if planner.local_ring(coll, ranks):  # members end apart even when they start together
             return max(self._staggered(comm_type, size, ranks, involved, (0,) * len(ranks)))
         if div == 0:
             size //= len(ranks)
-        dims = self.group_dims(ranks, involved)
+        dims = planner.group_dims(ranks, involved)
         if not dims:
             return 0
-        chunk, chunks = self.chunking(size, coll)
+        chunk, chunks = planner.chunking(size, coll)
         if chunks == 0:
             return 0
-        phases = self.phases(coll, dims, chunk, len(ranks))
+        phases = planner.phases(coll, dims, chunk, len(ranks))
         return C.pipeline_ns(phases, chunks, self.system.active_chunks)
 
     def collective_finish_ns(self, comm_type: int, size: int, ranks: Sequence[int],
@@ -232,8 +213,8 @@ class AnalyticalBackend:
         arrivals give `arrival + collective_ns` for everyone."""
         involved_dim = self.spanned(comm_type, ranks, involved_dim)
         last = max(arrivals_ns)
-        tree = self._has_trees and len(ranks) > 1 and self._uses_tree(comm_type, ranks, involved_dim)
-        local = len(ranks) > 1 and self._local_ring(collective_of(comm_type)[0], tuple(ranks))
+        tree = self._has_trees and len(ranks) > 1 and self.planner.uses_tree(comm_type, ranks, involved_dim)
+        local = len(ranks) > 1 and self.planner.local_ring(collective_of(comm_type)[0], tuple(ranks))
         if (min(arrivals_ns) == last and not tree and not local) or len(ranks) <= 1 or self.scales.comm != 1.0:
             return [last + self.collective_ns(comm_type, size, ranks, involved_dim)] * len(ranks)
         involved = tuple(involved_dim) if involved_dim else None
@@ -254,10 +235,11 @@ class AnalyticalBackend:
         all-gather phases, both on an inner dimension, take the two trees in turn), from one
         collective to the next."""
         coll, div = collective_of(comm_type)
-        dims = self.group_dims(ranks, involved)
-        chunks = self.chunking(size // len(ranks) if div == 0 else size, coll)[1] if dims else 0
+        planner = self.planner
+        dims = planner.group_dims(ranks, involved)
+        chunks = planner.chunking(size // len(ranks) if div == 0 else size, coll)[1] if dims else 0
         turn = {}
-        for _, d, _ in self.phase_plan(coll, dims) if chunks else ():
+        for _, d, _ in planner.phase_plan(coll, dims) if chunks else ():
             if d not in turn:
                 turn[d] = self._tree_streams.get((coll, ranks, d), 0)
             self._tree_streams[(coll, ranks, d)] = self._tree_streams.get((coll, ranks, d), 0) + chunks
@@ -269,17 +251,18 @@ class AnalyticalBackend:
         coll, div = collective_of(comm_type)
         if div == 0:
             size //= len(ranks)
-        local = self._local_ring(coll, ranks)
-        dims = [(0, len(ranks))] if local else self.group_dims(ranks, involved)
-        chunk, chunks = self.chunking(size, coll) if dims else (0, 0)
+        planner = self.planner
+        local = planner.local_ring(coll, ranks)
+        dims = [(0, len(ranks))] if local else planner.group_dims(ranks, involved)
+        chunk, chunks = planner.chunking(size, coll) if dims else (0, 0)
         if chunks == 0:
             return list(starts)
         if local:  # one ring of the members, in one phase, on dimension 0's queue
             rings, plan = {0: [list(range(len(ranks)))]}, [(coll, 0, len(ranks))]
         else:
-            rings = {d: self._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
-            plan = self.phase_plan(coll, dims)
-        link = self._link(ranks) if local else None
+            rings = {d: planner.rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+            plan = planner.phase_plan(coll, dims)
+        link = planner.pair_link(ranks) if local else None
         # the tree counter of each phase's dimension for chunk 0; each chunk adds its phases there
         per_chunk = {d: sum(1 for _, e, _ in plan if e == d) for d, _ in dims}
         tree_at = [(turn or {}).get(d, 0) + sum(1 for _, e, _ in plan[:p] if e == d)
@@ -294,7 +277,7 @@ class AnalyticalBackend:
             kind, d, n = plan[p]
             for k in range(len(ranks)):
                 at[k] = max(at[k], heapq.heappop(slots[k][d]))
-            data = self._staggered_phase(kind, d, n, data, rings[d], at, self._reversed(coll, kind),
+            data = self._staggered_phase(kind, d, n, data, rings[d], at, planner.runs_reversed(coll, kind),
                                          tree_at[p] + c * per_chunk[d], coll, len(ranks), link)
             for k in range(len(ranks)):
                 heapq.heappush(slots[k][d], at[k])
@@ -304,81 +287,6 @@ class AnalyticalBackend:
                 ends = [max(e, t) for e, t in zip(ends, at)]
         return ends
 
-    def _reversed(self, coll: str, kind: str) -> bool:
-        """Whether a phase runs its ring the other way: a localBWAware all-reduce's all-gather
-        phases take ASTRA-sim's "last" queues, which run anticlockwise."""
-        return (coll == C.ALL_REDUCE and kind == C.ALL_GATHER
-                and self.system.collective_optimization != "baseline")
-
-    def _rings(self, ranks: tuple[int, ...], d: int, whole: bool) -> list[list[int]]:
-        """The members (as indices into `ranks`) of each ring of dimension `d`, in ring order:
-        members that differ only in their coordinate along `d` (or every member, for a group
-        that is no sub-grid and runs as one ring)."""
-        if whole:
-            return [list(range(len(ranks)))]
-        by_rest: dict[tuple, list[tuple[int, int]]] = {}
-        for k, r in enumerate(ranks):
-            a = self.network.address(r)
-            by_rest.setdefault(a[:d] + a[d + 1:], []).append((a[d], k))
-        return [[k for _, k in sorted(ring)] for ring in by_rest.values()]
-
-    def _uses_tree(self, comm_type: int, ranks: Sequence[int], involved: Sequence[bool] | None) -> bool:
-        """Whether a phase of this collective runs a double binary tree, whose members end at
-        different times even when they start together."""
-        coll = collective_of(comm_type)[0]
-        return any(self._tree_phase(coll, d, n, len(ranks))
-                   for _, d, n in self.phase_plan(coll, self.group_dims(ranks, involved) or [(0, 1)]))
-
-    def _local_ring(self, coll: str, ranks: tuple[int, ...]) -> bool:
-        """Whether ASTRA-sim runs this collective as one ring of its members in one phase: a
-        communicator group smaller than the system gets a RingTopology of its members, whatever
-        dimensions they span, and the network times each message by where its two ends are
-        (`_link`): members two hops apart on a Ring, or on two dimensions, cost what they cost.
-        Modelled so for ring (and, named as the list's one entry, halvingDoubling or direct),
-        without in-network offload."""
-        if not 1 < len(ranks) < self.network.npus or self._algorithm(coll, 0, len(ranks)) not in LOCAL_ALGOS:
-            return False
-        got = self._local_cache.get((coll, ranks))
-        if got is None:
-            addrs = [self.network.address(r) for r in ranks]
-            spans = [d for d in range(len(self.network.dims)) if len({a[d] for a in addrs}) > 1]
-            got = self._local_cache[(coll, ranks)] = bool(spans) and not any(
-                self.network.dims[d].in_network_offload for d in spans)
-        return got
-
-    def _link(self, ranks: tuple[int, ...]):
-        """link(j, i, m): an m-byte message from member j to member i as ASTRA-sim's
-        congestion-unaware network times it, on the first dimension where their addresses differ
-        (MultiDimTopology::get_dim_to_transfer), over that dimension's hops between them."""
-        addrs = [self.network.address(r) for r in ranks]
-        cache: dict[tuple[int, int, int], int] = {}
-
-        def link(j: int, i: int, msg: int) -> int:
-            ns = cache.get((j, i, msg))
-            if ns is None:
-                a, b = addrs[j], addrs[i]
-                d = next(k for k in range(len(a)) if a[k] != b[k])
-                dim = self.network.dims[d]
-                ns = cache[(j, i, msg)] = C.PhaseContext(dim).net(msg, C.neighbour_hops(dim, b[d] - a[d]))
-            return ns
-
-        return link
-
-    def _algorithm(self, coll: str, d: int, members: int | None = None) -> str:
-        """The implementation a `coll` collective of `members` ranks (None: the whole system) runs
-        on dimension d. ASTRA-sim (CommunicatorGroup::get_collective_plan) runs a communicator
-        group smaller than the system with Ring wherever the collective's implementation list
-        has more than one entry (a list of one is kept)."""
-        if members is not None and members < self.network.npus and len(self.system.implementations.get(coll) or ()) > 1:
-            return "ring"
-        return self.system.algorithm(coll, d)
-
-    def _tree_phase(self, parent: str, d: int, n: int, members: int | None = None) -> bool:
-        """A double-binary-tree phase we model per rank: any phase of a `parent` collective whose
-        implementation on d is doubleBinaryTree (n a power of two, as ASTRA-sim's BinaryTree needs)."""
-        return (self._algorithm(parent, d, members) == "doubleBinaryTree"
-                and not self.network.dims[d].in_network_offload and n > 1 and n & (n - 1) == 0)
-
     def _staggered_phase(self, coll: str, d: int, n: int, data: int, rings: list[list[int]],
                          at: list[int], reverse: bool = False, tree: int = 0, parent: str | None = None,
                          members: int | None = None, link=None) -> int:
@@ -387,18 +295,19 @@ class AnalyticalBackend:
         the dimension's tree counter at this phase (a double binary tree takes RootMax where it is
         even)."""
         parent = parent or coll
-        tree_phase = self._tree_phase(parent, d, n, members)
-        ctx = self._context(d, group_ring=link is not None and not tree_phase)
+        planner = self.planner
+        tree_phase = planner.tree_phase(parent, d, n, members)
+        ctx = planner.context(d, group_ring=link is not None and not tree_phase)
         if tree_phase:
             for ring in rings:
                 ends = S.dbt_staggered([at[k] for k in ring], data, ctx, root_max=tree % 2 == 0)
                 for k, t in zip(ring, ends):
                     at[k] = t
             return data
-        algo = self._algorithm(parent, d, members)
+        algo = planner.algorithm(parent, d, members)
         step_fn = None if ctx.dim.in_network_offload else S.steps_fn(coll, algo)
         if step_fn is None:  # no step model: the ring's members start together, at the last
-            ns, out = self._phase(coll, d, n, data, parent, members)
+            ns, out = planner.phase(coll, d, n, data, parent, members)
             for ring in rings:
                 end = max(at[k] for k in ring) + ns
                 for k in ring:
@@ -414,72 +323,33 @@ class AnalyticalBackend:
                 at[k] = t
         return out
 
+    # -- the plan -------------------------------------------------------------------------------
+    @property
+    def planner(self) -> CollectivePlanner:
+        """How a collective is laid over this backend's network and system; made anew where
+        either was assigned after construction, so the plan always reads the configs in use."""
+        if self._planner.network is not self.network or self._planner.system is not self.system:
+            self._planner = CollectivePlanner(self.network, self.system)
+        return self._planner
+
     def chunking(self, size: int, collective: str) -> tuple[int, int]:
         """(chunk bytes, chunk count) as ASTRA-sim's Sys cuts a collective."""
-        splits = self.system.splits
-        chunk = size // splits
-        total = self.network.npus
-        if collective != C.ALL_GATHER and total > chunk:
-            return total, splits
-        if chunk <= 0:
-            return 0, 0
-        return chunk, ceil(size / chunk)
+        return self.planner.chunking(size, collective)
 
     def group_dims(self, ranks: Sequence[int], involved: Sequence[bool] | None) -> list[tuple[int, int]]:
-        """[(dimension, NPUs of the group along it)] for the dimensions the group spans.
-
-        A group that is a sub-grid spans each dimension where its members' coordinates differ;
-        a group that is not (e.g. ranks {0, 5} of a 4x2 system) is costed as one ring of all its
-        members on the outermost dimension it spans.
-        """
-        addrs = [self.network.address(r) for r in ranks]
-        spans = [(d, k) for d in range(len(self.network.dims)) if (k := len({a[d] for a in addrs})) > 1]
-        if spans and prod(k for _, k in spans) != len(ranks):
-            spans = [(spans[-1][0], len(ranks))]
-        if involved is not None:  # involved_dim: the collective runs only along these dimensions
-            spans = [(d, k) for d, k in spans if d >= len(involved) or involved[d]]
-        return spans
+        """[(dimension, NPUs of the group along it)] for the dimensions the group spans
+        (`CollectivePlanner.group_dims`)."""
+        return self.planner.group_dims(ranks, involved)
 
     def phase_plan(self, coll: str, dims: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
         """[(collective, dimension, NPUs)] of one chunk, in the order ASTRA-sim's
         Sys::generate_collective builds them."""
-        if coll != C.ALL_REDUCE or self.system.collective_optimization == "baseline":
-            order = list(reversed(dims)) if coll == C.ALL_GATHER else dims
-            return [(coll, d, n) for d, n in order]
-        # localBWAware all-reduce: RS up the dimensions, AR on the last, AG back down
-        *inner, (last, nl) = dims
-        return ([(C.REDUCE_SCATTER, d, n) for d, n in inner] + [(C.ALL_REDUCE, last, nl)]
-                + [(C.ALL_GATHER, d, n) for d, n in reversed(inner)])
+        return self.planner.phase_plan(coll, dims)
 
     def phases(self, coll: str, dims: list[tuple[int, int]], chunk: int,
                members: int | None = None) -> list[tuple[int, int]]:
         """[(queue, ns)] for one chunk of a collective of `members` ranks, in the order of `phase_plan`."""
-        out, data = [], chunk
-        for c, d, n in self.phase_plan(coll, dims):
-            ns, data = self._phase(c, d, n, data, coll, members)
-            out.append((d, ns))
-        return out
-
-    def _context(self, d: int, group_ring: bool = False) -> C.PhaseContext:
-        """The phase's link and endpoint delay. ASTRA-sim's memory bus charges `endpoint-delay`
-        per packet on the system's own topology (RingTopology::Dimension::NA), and a fixed 10 ns
-        (`Transmition::Fast`) on the ring it builds for a communicator group (Dimension::Local),
-        which its Ring, HalvingDoubling and AllToAll take; the double binary tree always pays
-        `endpoint-delay`."""
-        delay = 10 if group_ring else self.system.endpoint_delay_ns
-        return C.PhaseContext(self.network.dims[d], delay, self.system.local_mem_bw_gbps)
-
-    def _phase(self, coll: str, d: int, n: int, data: int, parent: str | None = None,
-               members: int | None = None) -> tuple[int, int]:
-        """One phase `coll` of a `parent` collective (by default the phase's own) of `members`
-        ranks: ASTRA-sim runs every phase of a collective with the collective's implementation on
-        that dimension (a localBWAware all-reduce's reduce-scatter and all-gather phases with
-        all-reduce-implementation), `_algorithm`."""
-        ctx = self._context(d)
-        if ctx.dim.in_network_offload:
-            return C.offload_phase(coll, n, data, ctx)
-        algo = self._algorithm(parent or coll, d, members)
-        return C.phase_fn(coll, algo, ctx.dim.topology)(n, data, ctx)
+        return self.planner.phases(coll, dims, chunk, members)
 
     @staticmethod
     def _scaled(ns: int, scale: float) -> int:

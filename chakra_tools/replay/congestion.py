@@ -2,7 +2,7 @@
 links of a `linknet.LinkNetwork`, in the replay's own event loop, so messages that meet on a link
 queue behind each other (ASTRA-sim's congestion_aware analytical backend).
 
-A collective runs as ASTRA-sim's system layer runs it (backend.AnalyticalBackend plans it: its
+A collective runs as ASTRA-sim's system layer runs it (planner.CollectivePlanner plans it: its
 chunks, one phase per dimension, `active-chunks-per-dimension` at a time, the algorithm's steps
 with their endpoint delays and reductions), but each member starts when it arrives and each step's
 messages are real events: a member sends a step's messages, then waits for its peers' of the same
@@ -28,9 +28,10 @@ from chakra_tools.feed.info import NodeInfo
 
 from . import collectives as C
 from . import steps as S
-from .backend import AnalyticalBackend, collective_of
+from .backend import AnalyticalBackend
 from .linknet import COMPILED, LinkNetwork, LinkStateTwin, Scheduler
 from .phases import CompiledSteps, PerPacket, Steps, Tree, expected, receivers
+from .planner import collective_of
 from .timing import Captured, Staggered
 
 Done = Callable[[int], None]
@@ -136,25 +137,26 @@ class CongestionAware(Staggered):
         if len(ranks) > 1 and b.scales.comm == 1.0:
             if div == 0:
                 size //= len(ranks)
-            local = b._local_ring(coll, ranks)
-            dims = [(0, len(ranks))] if local else b.group_dims(ranks, involved)
-            chunk, chunks = b.chunking(size, coll) if dims else (0, 0)
+            planner = b.planner
+            local = planner.local_ring(coll, ranks)
+            dims = [(0, len(ranks))] if local else planner.group_dims(ranks, involved)
+            chunk, chunks = planner.chunking(size, coll) if dims else (0, 0)
             plan = _Plan(0, (), ())
             if chunks:
                 if local:
                     rings = {0: [list(range(len(ranks)))]}
                     phase_plan = [(coll, 0, len(ranks))]
                 else:
-                    rings = {d: b._rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
-                    phase_plan = b.phase_plan(coll, dims)
+                    rings = {d: planner.rings(ranks, d, len(dims) == 1 and n == len(ranks)) for d, n in dims}
+                    phase_plan = planner.phase_plan(coll, dims)
                 phases, data = [], chunk
                 per_dim = {d: sum(1 for _, e, _ in phase_plan if e == d) for d, _ in dims}
                 for p, (kind, d, n) in enumerate(phase_plan):
-                    ctx = b._context(d, group_ring=local)
-                    algo = b._algorithm(coll, d, len(ranks))
-                    if b._tree_phase(coll, d, n, len(ranks)):
+                    ctx = planner.context(d, group_ring=local)
+                    algo = planner.algorithm(coll, d, len(ranks))
+                    if planner.tree_phase(coll, d, n, len(ranks)):
                         before = sum(1 for _, e, _ in phase_plan[:p] if e == d)
-                        tree_ctx = b._context(d)
+                        tree_ctx = planner.context(d)
                         phases.append(_Phase(d, tuple(tuple(r) for r in rings[d]), (),
                                              (data, tree_ctx, before, per_dim[d])))
                         continue
@@ -170,7 +172,7 @@ class CongestionAware(Staggered):
                         self._unmodelled.add(f"{algo} {kind}")
                         plan = None
                         break
-                    reverse = b._reversed(coll, kind)
+                    reverse = planner.runs_reversed(coll, kind)
                     phases.append(_Phase(d, tuple(tuple(r[::-1] if reverse else r) for r in rings[d]), tuple(steps)))
                     data = data_out
                 else:
