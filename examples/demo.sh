@@ -31,6 +31,6 @@ trace-replay "$OUT/gpt8" --network examples/configs/ring4_switch2.yml | tail -12
 
 step "the bundled ASTRA-sim ring all-reduce (8 ranks of send/recv): validate and replay"
 trace-validate traces/examples/custom_ring_allreduce | tail -1
-trace-replay traces/examples/custom_ring_allreduce --network examples/configs/ring4_switch2.yml | sed -n "1p;\$p"
+trace-replay traces/examples/custom_ring_allreduce --network examples/configs/ring4_switch2.yml | head -3
 
 printf '\nDone. Open %s/report.html in a browser and %s/timeline.json.gz in https://ui.perfetto.dev\n' "$OUT" "$OUT"
