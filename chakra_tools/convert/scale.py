@@ -183,10 +183,16 @@ class ScalePlan:
         self.groups = NewGroups(rs, job, new)
         if job.world:
             self.groups.id_for(job.world, 0)  # the world (or what it was: the one data-parallel group) comes first
+        comm = {src: [(n.type in _PEERED, n.pg_name) for n in rs[src].nodes.values()
+                      if n.type in _PEERED or n.type is NodeType.COMM_COLL_NODE] for src in set(self.source.values())}
         for r, src in self.source.items():  # every group, in the order making the ranks meets them
-            for n in rs[src].nodes.values():
-                if n.type in _PEERED or n.type is NodeType.COMM_COLL_NODE and len(self.groups.members(n.pg_name, r)) > 1:
-                    self.groups.id_for(n.pg_name, r)
+            for peered, pg in comm[src]:
+                if peered or len(self.groups.members(pg, r)) > 1:
+                    self.groups.id_for(pg, r)
+        #: each source rank with its nodes' attributes decoded once, as plain dicts: every new rank
+        #: copies its source's nodes, and the writer's compiled encoder takes dicts (a file's lazy
+        #: attributes sent each of 16,384 ranks' nodes through the Python encoder)
+        self.sources = {src: _plain(rs[src]) for src in sorted(set(self.source.values()))}
         self.waits = {r: step_waits(rs[r]) for r in sorted(set(self.source.values()))}
         self.report.waits_ns = {r: sum(w.values()) or waits_out(rs[r]) for r, w in self.waits.items()}
         place = placement_of(rs)
@@ -195,11 +201,17 @@ class ScalePlan:
     def ranks(self) -> Iterator[tuple[int, Graph]]:
         """(new rank, its graph), in rank order, each made as it is asked for."""
         for r, src in self.source.items():
-            g = _scaled_graph(self.rs[src], r, self.old, self.new, self.batch, self.groups, self.report,
+            g = _scaled_graph(self.sources[src], r, self.old, self.new, self.batch, self.groups, self.report,
                               self.waits[src])
             if self.hosts is not None:
                 record_placement((g,), self.hosts, None)
             yield r, g
+
+
+def _plain(g: Graph) -> Graph:
+    """`g` with every node's attributes a plain dict (a file's are decoded on first use)."""
+    nodes = [n if type(n.attrs) is dict else n.replace(attrs=dict(n.attrs)) for n in g.nodes.values()]
+    return Graph(nodes, rank=g.rank, metadata=g.metadata, source=g.source)
 
 
 #: the nodes whose group is their rank's own pair of ranks (regrouped in `_repeered`)
