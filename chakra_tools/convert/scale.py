@@ -77,7 +77,7 @@ from chakra_tools.core.model import CommType, Metadata, Node, NodeType, make_att
 from chakra_tools.core.placement import placement_of, record_placement
 from chakra_tools.core.rankfiles import write_ranks
 
-from .joblayout import RESIZE, check_sizes, communication, job_layout, refuse_experts, set_where
+from .joblayout import RESIZE, JobLayout, check_sizes, communication, job_layout, refuse_experts, set_where
 from .newgroups import NewGroups, group_records
 from .stepwaits import step_waits, waits_out, without_wait
 
@@ -151,24 +151,7 @@ class ScalePlan:
 
     def __init__(self, rs: RankSet, dp: int, batch: str = "per-rank", *, tp: int | None = None,
                  pp: int | None = None, all_to_all: str = "refuse"):
-        if batch not in BATCH_MODES:
-            raise InputError(f"--batch {batch!r}: use " + " or ".join(BATCH_MODES))
-        if all_to_all not in ALL_TO_ALL_MODES:
-            raise InputError(f"--all-to-all {all_to_all!r}: use " + " or ".join(ALL_TO_ALL_MODES))
-        if dp < 1:
-            raise InputError(f"--dp {dp}: the degree is at least 1")
-        comm = communication(rs)
-        job = job_layout(rs, tp, pp, comm)
-        if tp is None:
-            refuse_experts(rs, job, comm)
-        if dp != job.layout.dp:
-            check_sizes(rs, job, comm, all_to_all)
-        if dp > job.layout.dp and not job.synced:
-            raise InputError(f"{set_where(rs)}: no collective of the capture is on a data-parallel group or the "
-                             "world (not even on a group of one, as DDP makes at one rank), so nothing says what "
-                             f"{dp} replicas would exchange; scale does not make them up: capture the job under "
-                             "its data parallelism (DDP, FSDP, a framework's), or write it at the new degree "
-                             "(trace-convert generate)")
+        job = _checked_job(rs, dp, batch, tp, pp, all_to_all)
         self.rs, self.batch = rs, batch
         self.old = old = job.layout
         self.new = new = ParallelLayout(old.tp, dp, old.pp)
@@ -180,15 +163,7 @@ class ScalePlan:
                                   group_kinds=dict(sorted(job.kinds.items())),
                                   alternatives=[(a.tp, a.pp) for a in job.alternatives])
         self.report.dropped_groups = sorted(pg for pg in rs.comm_groups if pg != job.world and pg not in job.kinds)
-        self.groups = NewGroups(rs, job, new)
-        if job.world:
-            self.groups.id_for(job.world, 0)  # the world (or what it was: the one data-parallel group) comes first
-        comm = {src: [(n.type in _PEERED, n.pg_name) for n in rs[src].nodes.values()
-                      if n.type in _PEERED or n.type is NodeType.COMM_COLL_NODE] for src in set(self.source.values())}
-        for r, src in self.source.items():  # every group, in the order making the ranks meets them
-            for peered, pg in comm[src]:
-                if peered or len(self.groups.members(pg, r)) > 1:
-                    self.groups.id_for(pg, r)
+        self.groups = self._every_group(rs, job)
         #: each source rank with its nodes' attributes decoded once, as plain dicts: every new rank
         #: copies its source's nodes, and the writer's compiled encoder takes dicts (a file's lazy
         #: attributes sent each of 16,384 ranks' nodes through the Python encoder)
@@ -197,6 +172,21 @@ class ScalePlan:
         self.report.waits_ns = {r: sum(w.values()) or waits_out(rs[r]) for r, w in self.waits.items()}
         place = placement_of(rs)
         self.hosts = place.hosts_at(new.world) if place is not None else None  # as many a machine, more machines
+
+    def _every_group(self, rs: RankSet, job: JobLayout) -> NewGroups:
+        """The new ranks' process groups, each with its id, met in the order making the ranks
+        meets them (so the ids are those a rank-by-rank pass gives): the world first (or what it
+        was: the one data-parallel group), then each rank's collectives' and sends' groups."""
+        groups = NewGroups(rs, job, self.new)
+        if job.world:
+            groups.id_for(job.world, 0)
+        comm = {src: [(n.type in _PEERED, n.pg_name) for n in rs[src].nodes.values()
+                      if n.type in _PEERED or n.type is NodeType.COMM_COLL_NODE] for src in set(self.source.values())}
+        for r, src in self.source.items():
+            for peered, pg in comm[src]:
+                if peered or len(groups.members(pg, r)) > 1:  # a collective of one is left out
+                    groups.id_for(pg, r)
+        return groups
 
     def ranks(self) -> Iterator[tuple[int, Graph]]:
         """(new rank, its graph), in rank order, each made as it is asked for."""
@@ -208,13 +198,38 @@ class ScalePlan:
             yield r, g
 
 
+def _checked_job(rs: RankSet, dp: int, batch: str, tp: int | None, pp: int | None, all_to_all: str) -> JobLayout:
+    """The captured job's layout, once what cannot be scaled to `dp` is refused (the module
+    docstring): unknown modes, expert parallelism read as tensor parallelism, sizes that depend
+    on peers, replicas nothing says how to join."""
+    if batch not in BATCH_MODES:
+        raise InputError(f"--batch {batch!r}: use " + " or ".join(BATCH_MODES))
+    if all_to_all not in ALL_TO_ALL_MODES:
+        raise InputError(f"--all-to-all {all_to_all!r}: use " + " or ".join(ALL_TO_ALL_MODES))
+    if dp < 1:
+        raise InputError(f"--dp {dp}: the degree is at least 1")
+    comm = communication(rs)
+    job = job_layout(rs, tp, pp, comm)
+    if tp is None:
+        refuse_experts(rs, job, comm)
+    if dp != job.layout.dp:
+        check_sizes(rs, job, comm, all_to_all)
+    if dp > job.layout.dp and not job.synced:
+        raise InputError(f"{set_where(rs)}: no collective of the capture is on a data-parallel group or the "
+                         "world (not even on a group of one, as DDP makes at one rank), so nothing says what "
+                         f"{dp} replicas would exchange; scale does not make them up: capture the job under "
+                         "its data parallelism (DDP, FSDP, a framework's), or write it at the new degree "
+                         "(trace-convert generate)")
+    return job
+
+
 def _plain(g: Graph) -> Graph:
     """`g` with every node's attributes a plain dict (a file's are decoded on first use)."""
     nodes = [n if type(n.attrs) is dict else n.replace(attrs=dict(n.attrs)) for n in g.nodes.values()]
     return Graph(nodes, rank=g.rank, metadata=g.metadata, source=g.source)
 
 
-#: the nodes whose group is their rank's own pair of ranks (regrouped in `_repeered`)
+#: sends and receives: their group is renamed for each new rank too (`_repeered`)
 _PEERED = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 
 
