@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Iterator
 
 from chakra_tools.core.errors import InputError
+from chakra_tools.core.etwrite import with_plain_attrs
 from chakra_tools.core.graph import Graph, RankSet
 from chakra_tools.core.layout import ParallelLayout
 from chakra_tools.core.measured import HOST_END, SCALED_FROM, STEPS, WAITS_OUT, WINDOW, scaled_from, step_windows
@@ -225,8 +226,7 @@ def _checked_job(rs: RankSet, dp: int, batch: str, tp: int | None, pp: int | Non
 
 def _plain(g: Graph) -> Graph:
     """`g` with every node's attributes a plain dict (a file's are decoded on first use)."""
-    nodes = [n if type(n.attrs) is dict else n.replace(attrs=dict(n.attrs)) for n in g.nodes.values()]
-    return Graph(nodes, rank=g.rank, metadata=g.metadata, source=g.source)
+    return Graph(map(with_plain_attrs, g.nodes.values()), rank=g.rank, metadata=g.metadata, source=g.source)
 
 
 #: sends and receives: their group is renamed for each new rank too (`_repeered`)

@@ -118,3 +118,23 @@ def test_metadata_fields_punt_where_protobuf_might_refuse():
     assert hotloops.COMPILED.metadata_fields(raw) == (None, 3, None)
     for bad in (raw[:-1], raw + b"\x1a\x00", b"\x0a\x02\xff\xfe" + raw[7:], b"\x0a\x050.0.4"):
         assert hotloops.COMPILED.metadata_fields(bad) is None  # cut, unknown field, not UTF-8, no attribute
+
+
+@compiled
+def test_nodes_read_from_a_file_are_written_by_the_compiled_run(tmp_path, monkeypatch):
+    """A read node's attributes stay undecoded (etio.PbAttrs), which the compiled encoder does
+    not take: write_all hands it plain ones, and the file it writes is the one it read."""
+    from chakra_tools.core.etio import TraceReader
+    from chakra_tools.core.etwrite import TraceWriter
+    from chakra_tools.core.model import make_attrs
+
+    nodes = [Node(i, f"op{i}", NodeType.COMP_NODE, (i - 1,) if i > 1 else (),
+                  attrs=make_attrs(is_cpu_op=True, num_ops=i, tensor_size=i * 4)) for i in range(1, 200)]
+    write_trace(tmp_path / "a.0.et", nodes)
+    read = list(TraceReader(tmp_path / "a.0.et"))
+    assert type(read[0].attrs) is not dict
+    alone = []
+    monkeypatch.setattr(TraceWriter, "write", lambda self, node: alone.append(node))
+    with TraceWriter(tmp_path / "b.0.et", TraceReader(tmp_path / "a.0.et").metadata) as w:
+        w.write_all(read)
+    assert alone == [] and (tmp_path / "b.0.et").read_bytes() == (tmp_path / "a.0.et").read_bytes()
