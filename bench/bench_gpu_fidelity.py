@@ -34,6 +34,7 @@ from pathlib import Path
 
 from chakra_tools.convert.run import convert, inputs_from_files
 from chakra_tools.core.errors import ChakraToolsError
+from chakra_tools.core.graph import find_rank_files
 from chakra_tools.replay import AS_CAPTURED, AnalyticalBackend, CaptureModes, default_network, replay_rankset
 from chakra_tools.replay.api import open_rankset, run_replay
 from chakra_tools.replay.config import Dim, NetworkConfig
@@ -105,10 +106,9 @@ def measure(host: str, device: str, work: Path) -> dict:
     out = work / Path(host).name.split(".")[0]
     devices = files(device, work)
     convert(inputs_from_files(files(host, work), devices, []), out, executor="serial")
-    feeders, _ = open_rankset(out)
-    machine = machine_network(devices[0], len(feeders))
-    runs = {"default": (CaptureModes(), default_network(len(feeders))),
-            "captured": (AS_CAPTURED, default_network(len(feeders)))}
+    ranks = len(find_rank_files(out))
+    machine = machine_network(devices[0], ranks)
+    runs = {"default": (CaptureModes(), default_network(ranks)), "captured": (AS_CAPTURED, default_network(ranks))}
     if machine is not None:
         runs["modelled"] = (MODELLED, machine[1])
     figures: dict = {"modelled": None, "network": machine[0] if machine else "no known machine"}

@@ -12,6 +12,13 @@ from chakra_tools.core.layout import ParallelLayout
 from .joblayout import JobLayout
 
 
+#: a scaled group's record lists its members up to this many; a larger one says its `size` (its
+#: members are comm_group.json's, where every reader takes them from): listed in every rank's
+#: file, a 16,384-rank world made each file 87 KB and the set 1.4 GB, and grows with the square
+#: of the ranks
+LISTED_MEMBERS = 1024
+
+
 class NewGroups:
     """The scaled set's process groups: the first group made from an old one (at the lowest new
     rank: the world, replica 0's groups) keeps its id, every other one gets the next id after
@@ -29,8 +36,7 @@ class NewGroups:
         self._shared: dict[tuple[int, int] | None, tuple[int, ...]] = {}  # a dp group by (tp, pp); the world
         #: id(members) -> group id, for member tuples `_members` keeps alive (so their ids stay theirs)
         self._by_object: dict[int, str] = {}
-        #: a rank's recorded process_groups JSON -> the scaled ranks' (`group_records`)
-        self.records: dict[str, str] = {}
+        self._records: dict[str, str] = {}  # a rank's recorded process_groups -> the scaled ranks'
 
     def old_size(self, pg: str) -> int:
         """How many ranks old group `pg` had ("" and "0": the world)."""
@@ -76,32 +82,25 @@ class NewGroups:
             self.origin[gid] = pg
         return gid
 
-
-#: a scaled group's record lists its members up to this many; a larger one says its `size` (its
-#: members are comm_group.json's, where every reader takes them from): listed in every rank's
-#: file, a 16,384-rank world made each file 87 KB and the set 1.4 GB, and grows with the square
-#: of the ranks
-LISTED_MEMBERS = 1024
-
-
-def group_records(recorded_json: str, groups: NewGroups, source: str | None) -> str:
-    """GlobalMetadata `process_groups` of a scaled rank: a kept group's record as it was, a new
-    one's description and the old group it was made from. The same for every rank made from
-    the same record: worked out once (`groups.records`)."""
-    got = groups.records.get(recorded_json)
-    if got is not None:
+    def records(self, recorded_json: str, source: str | None) -> str:
+        """GlobalMetadata `process_groups` of a scaled rank whose source recorded
+        `recorded_json`: a kept group's record as it was, a new one's description and the old
+        group it was made from. The same for every rank made from the same record: worked out
+        once."""
+        got = self._records.get(recorded_json)
+        if got is not None:
+            return got
+        try:
+            recorded = dict(json.loads(recorded_json))
+        except (ValueError, TypeError):
+            raise InputError(f"{source}: GlobalMetadata process_groups is not a JSON object of groups") from None
+        written = {}
+        for gid, ranks in self.groups.items():
+            was = self.origin[gid]
+            info = recorded.get(was) if isinstance(recorded.get(was), dict) else {}
+            members = {"ranks": list(ranks)} if len(ranks) <= LISTED_MEMBERS else {"size": len(ranks)}
+            kept = {k: v for k, v in info.items() if k not in ("ranks", "size")}
+            written[gid] = ({**kept, **members} if gid == was else
+                            {**members, "desc": info.get("desc"), "made_from": was})
+        got = self._records[recorded_json] = json.dumps(written, separators=(",", ":"))
         return got
-    try:
-        recorded = dict(json.loads(recorded_json))
-    except (ValueError, TypeError):
-        raise InputError(f"{source}: GlobalMetadata process_groups is not a JSON object of groups") from None
-    written = {}
-    for gid, ranks in groups.groups.items():
-        was = groups.origin[gid]
-        info = recorded.get(was) if isinstance(recorded.get(was), dict) else {}
-        members = {"ranks": list(ranks)} if len(ranks) <= LISTED_MEMBERS else {"size": len(ranks)}
-        kept = {k: v for k, v in info.items() if k not in ("ranks", "size")}
-        written[gid] = ({**kept, **members} if gid == was else
-                        {**members, "desc": info.get("desc"), "made_from": was})
-    got = groups.records[recorded_json] = json.dumps(written, separators=(",", ":"))
-    return got

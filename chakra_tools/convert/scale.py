@@ -79,7 +79,7 @@ from chakra_tools.core.placement import placement_of, record_placement
 from chakra_tools.core.rankfiles import write_ranks
 
 from .joblayout import RESIZE, JobLayout, check_sizes, communication, job_layout, refuse_experts, set_where
-from .newgroups import NewGroups, group_records
+from .newgroups import NewGroups
 from .stepwaits import step_waits, waits_out, without_wait
 
 BATCH_MODES = ("per-rank", "global")
@@ -351,7 +351,7 @@ def _scaled_compute(n: Node, f: float) -> Node:
 def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, groups: NewGroups,
               batch: str) -> Metadata:
     """The rank's GlobalMetadata at the new degree: its rank, the world size, the process groups
-    (`group_records`), `scaled_from`; the measured window left out (see the module docstring)."""
+    (`NewGroups.records`), `scaled_from`; the measured window left out (see the module docstring)."""
     meta = g.metadata
     attrs = {k: v for k, v in meta.attrs.items() if k not in _MEASURED_KEYS}
     prior = scaled_from(g)
@@ -365,8 +365,7 @@ def _metadata(g: Graph, rank: int, old: ParallelLayout, new: ParallelLayout, gro
     if "world_size" in attrs:
         attrs["world_size"] = make_attr("world_size", new.world)
     if "process_groups" in attrs:  # every group of the set: ScalePlan made them all first
-        attrs["process_groups"] = make_attr("process_groups", group_records(attrs["process_groups"].value, groups,
-                                                                             g.source))
+        attrs["process_groups"] = make_attr("process_groups", groups.records(attrs["process_groups"].value, g.source))
     return Metadata(meta.version, attrs, meta.present)
 
 

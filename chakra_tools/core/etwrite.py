@@ -88,8 +88,8 @@ class TraceWriter:
                 out.write(data)
                 self.count += j - i
                 i = j
-            elif not plain and type(nodes[i].attrs) is not dict:
-                nodes, plain = [with_plain_attrs(n) for n in nodes], True
+            elif not plain and type(nodes[i].attrs) is not dict:  # the rest, from here on
+                nodes, i, end, plain = [with_plain_attrs(n) for n in nodes[i:]], 0, end - i, True
             else:
                 self.write(nodes[i])
                 i += 1

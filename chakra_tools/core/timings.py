@@ -1,7 +1,7 @@
 """What repeated timings of one thing say it takes, where the host they ran on was shared.
 
-The probe repeats each call; a capture repeats each op once a step; the calibration and the
-steady durations a what-if starts from read them here, one way."""
+The probe repeats each call and a capture repeats each training step; the calibration reads
+both here, one way."""
 
 from __future__ import annotations
 
