@@ -5,6 +5,7 @@ time and peak memory of each, and how far apart their per-rank finish times are.
     python bench/bench_side_by_side.py --unaware BIN --ranks 256,1024 --astra-max 1024
     python bench/bench_side_by_side.py --quick                          # smaller jobs, ours only
     python bench/bench_side_by_side.py --unaware BIN --huge 0           # without the 131,072-rank job
+    python bench/bench_side_by_side.py --unaware BIN --scaled OUT --ranks 1024,4096 --huge 0
     ASTRA_SIM_CONGESTION_UNAWARE=BIN ASTRA_SIM_CONGESTION_AWARE=BIN make bench
 
 The binaries are ASTRA-sim 518bd51's `AstraSim_Analytical_Congestion_Unaware` and `_Aware`
@@ -17,6 +18,10 @@ one, only our side of that model runs and the ratio is left out.
   ours twice: by replica classes where they apply (`--replicas auto`, the default from 256 ranks;
   "4 cl": four ranks replayed) and every rank (`--replicas off`), and whether the two give every
   rank the same row; and validation's share of the replay by classes (`--no-validate` beside it);
+- with `--scaled CAPTURE` (a converted capture's rank set, one you made: not a generated job),
+  that capture too, `trace-convert scale`d to each of `--ranks` (its data-parallel degree times
+  the degrees it keeps), on Ring 4 x Switch N/4 (50 and 25 GB/s, 500 and 1,000 ns), the same two
+  replays and the same check;
 - congestion-aware (`--network-model congestion-aware`; ASTRA-sim's backend takes one dimension
   only, so one Switch of every rank): a GPT of 64 ranks (tp 4 x dp 8 x pp 2; --quick 8), whose
   tensor-parallel all-reduces, data-parallel reduce-scatters and pipeline sends meet on the
@@ -66,6 +71,20 @@ def gpt(work: Path, tp: int, dp: int, pp: int, layers: int = 8, microbatches: in
     subprocess.run([str(BIN / "trace-convert"), "generate", "--config", str(work / "gpt.yml"), "-o", str(work / "w"),
                     "--prefix", "w"], check=True, capture_output=True)
     return tp * dp * pp
+
+
+def scaled(work: Path, capture: Path, ranks: int) -> int:
+    """The capture at `capture` scaled to about `ranks` ranks (its kept degrees times a
+    data-parallel degree), written rank by rank as w/w.<rank>.et; how many ranks it has."""
+    from chakra_tools.convert.joblayout import communication, job_layout
+    from chakra_tools.convert.scale import ScalePlan
+    from chakra_tools.core.rankfiles import write_ranks
+
+    rs = RankSet.load(capture)
+    layout = job_layout(rs, None, None, communication(rs)).layout
+    plan = ScalePlan(rs, max(1, ranks // (layout.tp * layout.pp)))
+    write_ranks(work / "w", "w", plan.ranks(), plan.groups.groups, world_size=plan.new.world)
+    return plan.new.world
 
 
 def chain(work: Path, quick: bool) -> int:
@@ -148,6 +167,20 @@ def side_by_side(name: str, work: Path, n: int, model: str, reference: tuple | N
     return doc["ranks"]
 
 
+def unaware(name: str, work: Path, n: int, args) -> None:
+    """The congestion-unaware rows of the set in `work` (its network.yml written): ASTRA-sim's run
+    where asked, ours by classes and every rank, whether the two agree, validation's share."""
+    prepare(work)
+    reference = astra_run(work, args.unaware) if args.unaware and n <= args.astra_max else None
+    if args.unaware and reference is None:
+        print(f"(ASTRA-sim not run at {n:,} ranks: about half an hour; --astra-max {n} runs it)")
+    by_class = side_by_side(name, work, n, "congestion-unaware", reference)
+    whole = side_by_side(name, work, n, "congestion-unaware", reference, replicas="off")
+    print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
+          f"{by_class == whole}", flush=True)
+    validation_share(work, n)
+
+
 def validation_share(work: Path, n: int, runs: int = 5) -> None:
     """What validating first adds to `trace-replay` (by classes, the default from 256 ranks): the
     least CPU of `runs` alternating runs with and without `--no-validate` (goal: at most 10%)."""
@@ -196,6 +229,8 @@ def main() -> int:
     ap.add_argument("--astra-max", type=int, default=4096,
                     help="the largest rank count ASTRA-sim runs at (16,384 ranks take it about half an hour)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scaled", type=Path, default=None, metavar="CAPTURE",
+                    help="also a converted capture (its rank-set folder) scaled to each of --ranks")
     ap.add_argument("--huge", type=int, default=None, metavar="RANKS",
                     help="also a GPT of this many ranks replayed by its replica classes, ours only (default "
                          "131072: about 3 minutes to write, 1.2 GB; 0 skips it; --quick skips it)")
@@ -212,15 +247,13 @@ def main() -> int:
             work = Path(tmp)
             gpt(work, 8, n // 32, 4)
             (work / "network.yml").write_text(network([("Ring", 8, 50.0, 500.0), ("Switch", n // 8, 25.0, 700.0)]))
-            prepare(work)
-            reference = astra_run(work, args.unaware) if args.unaware and n <= args.astra_max else None
-            if args.unaware and reference is None:
-                print(f"(ASTRA-sim not run at {n:,} ranks: about half an hour; --astra-max {n} runs it)")
-            by_class = side_by_side("gpt", work, n, "congestion-unaware", reference)
-            whole = side_by_side("gpt", work, n, "congestion-unaware", reference, replicas="off")
-            print(f"{'':<19} {'':<11} {n:>6}  every rank's row by classes equal to the full replay's: "
-                  f"{by_class == whole}", flush=True)
-            validation_share(work, n)
+            unaware("gpt", work, n, args)
+    for n in ranks if args.scaled else ():
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            n = scaled(work, args.scaled, n)
+            (work / "network.yml").write_text(network([("Ring", 4, 50.0, 500.0), ("Switch", n // 4, 25.0, 1000.0)]))
+            unaware("scaled", work, n, args)
     huge_ranks = args.huge if args.huge is not None else (0 if args.quick else 131072)
     if huge_ranks:
         huge(huge_ranks)
