@@ -54,19 +54,34 @@ def spans_text(spans: list[tuple[int, int]], shown: int = 8) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def issuers_of(scans: Mapping[int, RankScan]) -> dict[str, list[int]]:
-    """pg -> the ranks that issue a collective on it, ascending: one pass over the set, which
-    the checks below read instead of every rank once per group (17k groups of a 131k-rank job)."""
-    out: dict[str, list[int]] = {}
+class Issuers(dict):
+    """pg -> the ranks that issue a collective on it, ascending (`issuers_of`); `shared[pg]`: the
+    record of those collectives where every one of them holds the same (replicas of one
+    representative, validated by shape, share its record), else None."""
+
+    shared: dict[str, list | None]
+
+
+def issuers_of(scans: Mapping[int, RankScan]) -> Issuers:
+    """Each group's issuers (`Issuers`): one pass over the set, which the checks below read
+    instead of every rank once per group (17k groups of a 131k-rank job)."""
+    out, shared = Issuers(), {}
     for r in sorted(scans):
         for pg, issued in scans[r].collectives.items():
             if issued:
-                out.setdefault(pg, []).append(r)
+                ranks = out.get(pg)
+                if ranks is None:
+                    out[pg], shared[pg] = [r], issued
+                else:
+                    ranks.append(r)
+                    if shared[pg] is not issued:
+                        shared[pg] = None
+    out.shared = shared
     return out
 
 
 def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
-                               out: Diagnostics, issuers: Mapping[str, list[int]] | None = None) -> None:
+                               out: Diagnostics, issuers: Issuers | None = None) -> None:
     """Every rank of a group must issue the same collectives in the same order."""
     all_ranks = tuple(sorted(scans))
     issuers = issuers_of(scans) if issuers is None else issuers
@@ -74,7 +89,11 @@ def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mappi
         members = all_ranks if pg in ("", "0") and pg not in comm_groups else comm_groups.get(pg)
         if members is None:
             continue  # reported per node as unknown-pg / no-comm-groups
-        _check_membership(scans, pg, members, issuers[pg], out)
+        issued = issuers[pg]
+        if issuers.shared[pg] is not None and len(issued) == len(members) and (
+                issued == list(members) or set(issued) == set(members)):
+            continue  # every member issues, and one record: the same sequence
+        _check_membership(scans, pg, members, issued, out)
         ref = ref_calls = None
         for r in members:
             scan = scans.get(r)
@@ -283,7 +302,7 @@ def _split(spans: Iterator[tuple[int, int]], taken: list[int]) -> Iterator[tuple
 
 
 def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
-                groups_file: str | None, issuers: Mapping[str, list[int]] | None = None,
+                groups_file: str | None, issuers: Issuers | None = None,
                 peers_present: bool = False) -> dict[int, list]:
     """Each rank the set names but no file holds: [file, where it is first named, how many times].
     First by a send or receive (the lowest rank's first node), then by a collective on a group
@@ -309,7 +328,7 @@ def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[i
     used = {pg for pg in issuers if pg in comm_groups}
     for pg in sorted(used, key=lambda p: (len(p), p)):
         first = issuers[pg][0]
-        if all(m in scans for m in comm_groups[pg]):
+        if all(map(scans.__contains__, comm_groups[pg])):
             continue  # names no rank without a file
         nid, name, _, _ = scans[first].collectives[pg][0]
         times = sum(len(scans[r].collectives[pg]) for r in issuers[pg])

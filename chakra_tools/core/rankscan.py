@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from .model import CommType
 
 
-@dataclass
+@dataclass(slots=True)
 class RankScan:
-    """What the cross-rank checks need from one rank, gathered in one pass over its nodes."""
+    """What the cross-rank checks need from one rank, gathered in one pass over its nodes (slots:
+    a 131,072-rank set validated by shape makes one for each replica, `replica`)."""
 
     rank: int | None
     file: str | None
@@ -45,6 +47,14 @@ class RankScan:
         self.world_size = world.value if world is not None and type(world.value) is int else None
         self.recorded_rank = rank.value if rank is not None and type(rank.value) is int and rank.value >= 0 else None
         self.conversion = conversion.value if conversion is not None and isinstance(conversion.value, str) else None
+
+    @classmethod
+    def replica(cls, rank: int, file: str, nodes: int, metadata: tuple, collectives: dict,
+                renamed_from: Renamed) -> RankScan:
+        """The scan of a replica, made from its representative's (`renamed_from`): no sends,
+        receives or peers of its own (they are the representative's, renamed where asked for);
+        `metadata` is `read_metadata`'s three fields."""
+        return cls(rank, file, nodes, *metadata, collectives, (), (), _NO_PEERS, renamed_from)
 
     def renaming(self) -> tuple[RankScan, dict[int, int] | None, dict[int, int] | None]:
         """(the scan whose records this one's are, what each rank that scan names is called here,
@@ -77,6 +87,10 @@ class RankScan:
         if self._by_peer is None:
             self._by_peer = tuple(_sequences(side) for side in self.point_to_point())
         return self._by_peer
+
+
+#: a replica's own peers: none (never written: a replica's scan is made whole, not streamed)
+_NO_PEERS = MappingProxyType({})
 
 
 class Renamed(NamedTuple):

@@ -10,6 +10,7 @@ shape in full and the others by that renaming (core/validate.py, `by_shape`).
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -92,53 +93,49 @@ def scan_by_shape(files: Mapping[int, Path], groups, out: Diagnostics, shapes: d
     of them (`_renamed`); anything else is read node by node too (`scan_file(rank, file, groups,
     out, None)`, validate.py's). `shapes` gets every shape."""
     scans: dict[int, RankScan] = {}
-    clean: dict[tuple, tuple[int, RankScan | None]] = {}  # shape -> its first rank, its scan if clean
+    clean: dict[tuple, _Template | None] = {}  # shape -> its first file's, where that had no finding
     renamer = _Renamer(groups)
     for rank, f in files.items():
         shape, metadata = read_shape_and_metadata(f)
         shapes[rank] = shape
         key = None if shape is None else (shape.digest, shape.pattern)
-        first = clean.get(key) if key is not None else None
-        if first is not None and first[1] is not None:
-            scan = renamer.renamed(first[1], shapes[first[0]], shape, rank, f, metadata)
+        template = clean.get(key) if key is not None else None
+        if template is not None:
+            scan = renamer.renamed(template, shape, rank, f, metadata)
             if scan is not None:
                 scans[rank] = scan
                 continue
         found = len(out)
         scans[rank] = scan_file(rank, f, groups, out, None)
         if key is not None and key not in clean:
-            clean[key] = (rank, scans[rank] if len(out) == found else None)
+            clean[key] = _Template(scans[rank], shape, renamer.judged) if len(out) == found else None
     return scans
 
 
 class _Renamer:
-    """Makes a replica's scan from its representative's (`renamed`), with what every replica
-    shares worked out once: the size of each group of the comm-group file, each GlobalMetadata's
-    three attributes by its bytes (replicas' differ in a rank at most)."""
+    """Makes a replica's scan from its representative's (`renamed`), with what replicas share
+    worked out once: what the checks ask of each group name (`judged`), each GlobalMetadata's
+    three attributes by its bytes (replicas' differ in a rank at most), and per representative
+    what a replica's names are checked against (`_Template`). At 131,072 ranks each replica costs
+    this loop a few microseconds: most of validation's share of a replay by classes."""
 
     def __init__(self, groups) -> None:
-        self.sizes = None if groups is None else {pg: len(members) for pg, members in groups.items()}
+        #: group name -> what validate._check_pg asks of a replica's name in its place: decimal,
+        #: in the file, of the representative's size; the world's names ("" and "0") unchecked
+        self.judged = {} if groups is None else {pg: len(m) for pg, m in groups.items() if pg.isdecimal()}
+        self.judged[""] = self.judged["0"] = _WORLD
         self.metadata: dict[bytes, tuple | None] = {}
 
-    def renamed(self, scan: RankScan, shape: RankShape, other: RankShape, rank: int, f: Path,
-                metadata: bytes | None) -> RankScan | None:
-        """`scan` (of a file of `shape`, with no findings) as the scan of rank `rank`'s file `f`,
-        of the same shape `other`; None where that file must be read node by node: no metadata,
-        or a legacy one, or a name the checks would judge otherwise (a group the comm-group file
-        lacks or of another size, a peer that is the rank itself)."""
-        if metadata is None:
+    def renamed(self, t: _Template, other: RankShape, rank: int, f: Path, metadata: bytes | None) -> RankScan | None:
+        """The representative's scan (`t`: of a file with no findings) as the scan of rank `rank`'s
+        file `f`, of the same shape `other`; None where that file must be read node by node: no
+        metadata, or a legacy one, or a name the checks would judge otherwise (a group the
+        comm-group file lacks or of another size, a peer that is the rank itself)."""
+        theirs, names = other.groups, other.ranks
+        if metadata is None or tuple(map(self.judged.get, theirs)) != t.sizes:
             return None
-        sizes = self.sizes
-        for mine, theirs in zip(shape.groups, other.groups):  # validate._check_pg judges them alike?
-            if mine in ("", "0"):
-                if theirs not in ("", "0"):
-                    return None
-            elif sizes is None or not theirs.isdecimal() or sizes.get(theirs, -1) != sizes.get(mine, -2):
-                return None
-        own = scan.rank
-        for mine, theirs in zip(shape.ranks, other.ranks):
-            if (theirs == rank) != (mine == own) or theirs < 0:
-                return None
+        if names and (min(names) < 0 or (names[t.own_at] != rank if t.own_at >= 0 else rank in names)):
+            return None
         if len(metadata) > SMALL_METADATA:
             fields = _metadata_fields(metadata)
         else:
@@ -147,12 +144,43 @@ class _Renamer:
                 fields = self.metadata[metadata] = _metadata_fields(metadata)
         if fields is None:
             return None
-        pgs, ranks = shape.renaming(other)
-        out = RankScan(rank, str(f), scan.nodes,
-                       collectives={pgs.get(pg, pg): calls for pg, calls in scan.collectives.items()},
-                       renamed_from=Renamed(scan, ranks, dict(zip(other.ranks, shape.ranks))))
-        out.world_size, out.recorded_rank, out.conversion = fields
-        return out
+        scan = t.scan
+        collectives = dict(zip(t.pick(theirs), t.calls)) if t.pick is not None else t.collectives_for(theirs)
+        renaming = Renamed(scan, dict(zip(t.ranks, names)), dict(zip(names, t.ranks))) if names else t.bare
+        return RankScan.replica(rank, str(f), scan.nodes, fields, collectives, renaming)
+
+
+#: what `_Renamer.judged` says of a world name; what a template asks of a name its representative
+#: could not have had clean (no name is judged so: a name not in the file is judged None)
+_WORLD, _NEVER = -1, -3
+
+
+class _Template:
+    """A representative's scan as its replicas' are made from it: the size each of its group names
+    has (`sizes`, what a replica's name in that place must have: `_Renamer.judged`), the place of
+    its own rank among the ranks it names (`own_at`, -1: none), and its collectives laid out to be
+    renamed by position (`collectives_for`)."""
+
+    __slots__ = ("scan", "groups", "ranks", "sizes", "own_at", "pick", "calls", "bare")
+
+    def __init__(self, scan: RankScan, shape: RankShape, judged: dict[str, int]) -> None:
+        self.scan, self.groups, self.ranks = scan, shape.groups, shape.ranks
+        self.sizes = tuple(_WORLD if pg in ("", "0") else judged.get(pg, _NEVER) for pg in shape.groups)
+        self.own_at = shape.ranks.index(scan.rank) if scan.rank in shape.ranks else -1
+        at = {pg: j for j, pg in enumerate(shape.groups)}
+        self.pick = self.calls = None
+        if scan.collectives and all(pg in at for pg in scan.collectives):
+            places, self.calls = zip(*((at[pg], calls) for pg, calls in scan.collectives.items()))
+            get = operator.itemgetter(*places)
+            self.pick = get if len(places) > 1 else (lambda names: (get(names),))
+        self.bare = Renamed(scan, {}, {})  # for replicas whose nodes name no rank
+
+    def collectives_for(self, theirs: tuple[str, ...]) -> dict:
+        """The representative's collectives under the group names `theirs` of a replica."""
+        if self.pick is not None:
+            return dict(zip(self.pick(theirs), self.calls))
+        pgs = dict(zip(self.groups, theirs))  # no collective, or one on a group no node names
+        return {pgs.get(pg, pg): calls for pg, calls in self.scan.collectives.items()}
 
 
 def _metadata_fields(metadata: bytes) -> tuple | None:

@@ -76,6 +76,10 @@ CHANGES = {
     # the names a shape leaves out
     "a group the comm-group file lacks": lambda nodes, meta: (
         [with_attr(n, pg_name="999") if i == first_of(nodes, "COMM_COLL_NODE") else n for i, n in enumerate(nodes)], meta),
+    "the world's name for a group": lambda nodes, meta: (
+        [with_attr(n, pg_name="0") if i == first_of(nodes, "COMM_COLL_NODE") else n for i, n in enumerate(nodes)], meta),
+    "a group name that is no integer": lambda nodes, meta: (
+        [with_attr(n, pg_name="dp") if i == first_of(nodes, "COMM_COLL_NODE") else n for i, n in enumerate(nodes)], meta),
     "a send to itself": lambda nodes, meta: (
         [with_attr(n, comm_dst=3) if i == first_of(nodes, "COMM_SEND_NODE") else n for i, n in enumerate(nodes)], meta),
     "a send to a rank without a file": lambda nodes, meta: (
