@@ -54,34 +54,19 @@ def spans_text(spans: list[tuple[int, int]], shown: int = 8) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-class Issuers(dict):
-    """pg -> the ranks that issue a collective on it, ascending (`issuers_of`); `shared[pg]`: the
-    record of those collectives where every one of them holds the same (replicas of one
-    representative, validated by shape, share its record), else None."""
-
-    shared: dict[str, list | None]
-
-
-def issuers_of(scans: Mapping[int, RankScan]) -> Issuers:
-    """Each group's issuers (`Issuers`): one pass over the set, which the checks below read
-    instead of every rank once per group (17k groups of a 131k-rank job)."""
-    out, shared = Issuers(), {}
+def issuers_of(scans: Mapping[int, RankScan]) -> dict[str, list[int]]:
+    """pg -> the ranks that issue a collective on it, ascending: one pass over the set, which
+    the checks below read instead of every rank once per group (17k groups of a 131k-rank job)."""
+    out: dict[str, list[int]] = {}
     for r in sorted(scans):
         for pg, issued in scans[r].collectives.items():
             if issued:
-                ranks = out.get(pg)
-                if ranks is None:
-                    out[pg], shared[pg] = [r], issued
-                else:
-                    ranks.append(r)
-                    if shared[pg] is not issued:
-                        shared[pg] = None
-    out.shared = shared
+                out.setdefault(pg, []).append(r)
     return out
 
 
 def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
-                               out: Diagnostics, issuers: Issuers | None = None) -> None:
+                               out: Diagnostics, issuers: Mapping[str, list[int]] | None = None) -> None:
     """Every rank of a group must issue the same collectives in the same order."""
     all_ranks = tuple(sorted(scans))
     issuers = issuers_of(scans) if issuers is None else issuers
@@ -89,11 +74,7 @@ def check_collective_sequences(scans: Mapping[int, RankScan], comm_groups: Mappi
         members = all_ranks if pg in ("", "0") and pg not in comm_groups else comm_groups.get(pg)
         if members is None:
             continue  # reported per node as unknown-pg / no-comm-groups
-        issued = issuers[pg]
-        if issuers.shared[pg] is not None and len(issued) == len(members) and (
-                issued == list(members) or set(issued) == set(members)):
-            continue  # every member issues, and one record: the same sequence
-        _check_membership(scans, pg, members, issued, out)
+        _check_membership(scans, pg, members, issuers[pg], out)
         ref = ref_calls = None
         for r in members:
             scan = scans.get(r)
@@ -302,7 +283,7 @@ def _split(spans: Iterator[tuple[int, int]], taken: list[int]) -> Iterator[tuple
 
 
 def named_ranks(scans: Mapping[int, RankScan], comm_groups: Mapping[str, tuple[int, ...]],
-                groups_file: str | None, issuers: Issuers | None = None,
+                groups_file: str | None, issuers: Mapping[str, list[int]] | None = None,
                 peers_present: bool = False) -> dict[int, list]:
     """Each rank the set names but no file holds: [file, where it is first named, how many times].
     First by a send or receive (the lowest rank's first node), then by a collective on a group

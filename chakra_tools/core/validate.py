@@ -31,7 +31,8 @@ from .etio import TraceReader
 from .graph import Graph, RankSet, find_rank_files, read_comm_groups
 from .model import CONTRACT, INTEGER_KINDS, Attr, CommType, Node, NodeType
 from .rankscan import RankScan, note_peer
-from .shapes import LARGE_SET, scan_by_shape
+from .byshape import clean_by_class, node_count, scan_by_shape, scans_of
+from .shapes import LARGE_SET
 
 _CONTRACT_NAMES = frozenset(CONTRACT)
 _COMM_TYPES = frozenset(t for t in NodeType if t.is_comm)
@@ -302,8 +303,8 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     ("astra-sim") adds what that consumer rejects or mis-runs (core/consumers.py). The files
     are taken as a whole job (a rank they name without a file is an error) unless `absent_peers`
     (`--absent-peers assume`: one part of a larger job). `by_shape`: one file of each shape
-    (core/shapes.py) is checked node by node, the others by renaming its findings
-    (`shapes.scan_by_shape`); the same report, and `report.shapes` keeps the shapes read. None:
+    (core/shapes.py) is checked node by node, the others as its replicas under their own names
+    (core/byshape.py); the same report, and `report.shapes` keeps the shapes read. None:
     so for a set of `LARGE_SET` files or more (a set of distinct files would be read twice).
     `files`: the set's files (`find_rank_files(path)`) where the caller listed them already;
     `groups`: the groups of `comm_group` where the caller read them already (a replay reads the
@@ -321,13 +322,18 @@ def validate_path(path: str | Path, comm_group: str | Path | None = None, *,
     shapes = {} if by_shape and target is None else None
     with gc_paused():  # each rank's scan is kept: nothing for the collector to find
         if shapes is not None:
-            scans = scan_by_shape(files, groups, out, shapes, _scan_file)
+            scans, templates = scan_by_shape(files, groups, out, shapes, _scan_file)
+            nodes = node_count(scans, templates)
+            clean, declared = clean_by_class(scans, templates, groups) if not absent_peers else (False, None)
+            if not clean:  # crosscheck.py says what, on a scan for every rank
+                scans = scans_of(files, scans, templates)
         else:
             scans = {rank: _scan_file(rank, f, groups, out, target) for rank, f in files.items()}
-        declared = check_across_ranks(scans, groups, out, absent_peers=absent_peers,
-                                      groups_file=comm_group and str(comm_group))
-    return ValidationReport(out, sorted(files), sum(s.nodes for s in scans.values()), str(path), declared,
-                            shapes)
+            nodes, clean = sum(s.nodes for s in scans.values()), False
+        if not clean:
+            declared = check_across_ranks(scans, groups, out, absent_peers=absent_peers,
+                                          groups_file=comm_group and str(comm_group))
+    return ValidationReport(out, sorted(files), nodes, str(path), declared, shapes)
 
 
 def _scan_file(rank: int, f: Path, groups, out: Diagnostics, target: str | None) -> RankScan:

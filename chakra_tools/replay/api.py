@@ -165,6 +165,7 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
                memory_on_comm=memory_on_comm, absent_peers=absent_peers, kernel=kernel)
     classes, declined = classes_for(path, files, groups, backend, replicas, modelled=modes.modelled and
                                     modes.lanes == "kind", absent_peers=absent_peers, shapes=shapes)
+    del shapes  # a shape per rank, not to be walked by every pass of the collector the replay makes
     result = None
     if classes is not None:
         feeders = open_feeders(files, resolve=resolve, window=window, ranks=classes.present)

@@ -66,9 +66,9 @@ def test_python_twins_switches_both_loops_for_the_block_only():
 def _decoded_fields(msg: bytes):
     """What the reference (core/shapes.py, decoding with protobuf) takes from a metadata message."""
     with hotloops.python_twins():
-        from chakra_tools.core.shapes import _metadata_fields
+        from chakra_tools.core.shapes import metadata_fields
 
-        return _metadata_fields(msg)
+        return metadata_fields(msg)
 
 
 _VALUES = st.one_of(st.none(), st.integers(-2**31, 2**31 - 1), st.integers(0, 2**64 - 1), st.booleans(),

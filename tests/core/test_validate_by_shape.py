@@ -113,6 +113,28 @@ def test_one_spoiled_replica_is_found_either_way(job, tmp_path, name):
     assert full[3], f"{name}: the full validation found nothing: the test spoils nothing"
 
 
+def test_a_replica_from_another_conversion(job, tmp_path):
+    """Every file written by one conversion but rank 3's (the generator records none: set here)."""
+    out = tmp_path / "mixed"
+    shutil.copytree(job, out)
+    for rank, f in find_rank_files(out).items():
+        reader = TraceReader(f)
+        nodes, meta = list(reader), reader.metadata
+        conversion = "another run" if rank == 3 else "this run"
+        write_trace(f, nodes, Metadata(meta.version, {**meta.attrs, **make_attrs(conversion=conversion)}, True))
+    assert "mixed-conversions" in both(out)[3]
+
+
+def test_a_replica_without_its_file(job, tmp_path):
+    """Rank 3's file removed: a rank below the set's count without a file, and one its group and
+    pipeline peers name."""
+    out = tmp_path / "gone"
+    shutil.copytree(job, out)
+    find_rank_files(out)[3].unlink()
+    full = both(out)
+    assert "missing-rank" in full[3] or "missing-ranks" in full[3]
+
+
 def test_a_replica_without_metadata(job, tmp_path):
     """Its GlobalMetadata frame cut off: read in full, where the reader says so."""
     from chakra_tools.core.framing import decode_varint
@@ -186,12 +208,26 @@ def test_large_metadata_is_read_for_what_the_checks_take(job, tmp_path, spoil):
     from chakra_tools.core.etio import metadata_from_pb
     from chakra_tools.core.rankscan import RankScan
     from chakra_tools.core.schema import et_def_pb2 as pb
-    from chakra_tools.core.shapes import _metadata_fields, _picked, read_shape_and_metadata
+    from chakra_tools.core.shapes import metadata_fields, _picked, read_shape_and_metadata
 
     for f in find_rank_files(out).values():
         _, metadata = read_shape_and_metadata(f)
         assert len(_picked(metadata)) < 100 < SMALL_METADATA < len(metadata)
         whole = RankScan(None, None)
         whole.read_metadata(metadata_from_pb(pb.GlobalMetadata.FromString(metadata)))
-        assert _metadata_fields(metadata) == (whole.world_size, whole.recorded_rank, whole.conversion)
+        assert metadata_fields(metadata) == (whole.world_size, whole.recorded_rank, whole.conversion)
         assert _picked(metadata[:-7]) == metadata[:-7]  # cut short: left whole, for protobuf to refuse
+
+
+def test_a_clean_set_is_checked_across_ranks_by_class(job, monkeypatch):
+    """The clean job's replicas stay rows of their representative's template: no scan is made for
+    them, and crosscheck.py (which needs a scan per rank) is not run; a spoiled set is."""
+    from chakra_tools.core import validate
+
+    ran = []
+    check = validate.check_across_ranks
+    monkeypatch.setattr(validate, "check_across_ranks", lambda scans, *a, **kw: ran.append(len(scans)) or check(scans, *a, **kw))
+    assert not validate_path(job, by_shape=True).diagnostics
+    assert ran == []
+    validate_path(job)  # by file: every rank's scan
+    assert ran == [len(find_rank_files(job))]
