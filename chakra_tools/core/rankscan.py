@@ -1,7 +1,7 @@
 """What one rank's stream leaves for the checks that need every rank at once (crosscheck.py):
 its collectives per group, its sends and receives, the ranks it names, three attributes of its
 metadata. Made while a rank file is read node by node (validate.py), or, for a replica validated
-by shape, from its representative's under the replica's names (shapes.py)."""
+by shape, from its representative's under the replica's names (byshape.py), where a check needs it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class RankScan:
     sends: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, dst, tag, size
     recvs: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # id, name, src, tag, size
     peers: dict[int, list] = field(default_factory=dict)  # rank sent to/received from: first node, count
-    #: a replica validated by shape (core/shapes.py): the scan its own was made from, under this
+    #: a replica validated by shape (core/byshape.py): the scan its own was made from, under this
     #: file's names. Its sends, receives and peers are that scan's, renamed where first asked for
     #: (`point_to_point`, `peer_notes`): the checks compare pairs of ranks through the
     #: representatives' own (`renaming`, `by_peer`), so a clean set renames none.

@@ -10,7 +10,7 @@ and `pg_name`s that are not integer ids or not in the communicator-group file. A
 ranks of each process group issue the same sequence of collectives, and every send has a
 receive with the same (src, dst, tag, size) — mismatches that make ASTRA-sim end "successfully"
 with ranks unfinished — and every rank the set names has a file (crosscheck.py, on each rank's
-compact `RankScan`).
+compact `RankScan`; a large set's replicas asked first a class at a time, byshape.py).
 """
 
 from __future__ import annotations
