@@ -241,14 +241,8 @@ def _pairs_agree(scans, templates, where: Mapping[int, object]) -> bool:
             names = other.ranks
             if r not in names:
                 return False
-            sent, received = t.scan.by_peer()
-            name = t.ranks[names.index(r)]
-        else:
-            (sent, received), name = v.by_peer(), r
-        if seq is None:
-            return name in sent
-        theirs = received.get(name)
-        return theirs is seq or theirs == seq
+            return _answers(t.scan.by_peer(), t.ranks[names.index(r)], seq)
+        return _answers(v.by_peer(), r, seq)
 
     for r, s in scans.items():
         sent, received = s.by_peer()
@@ -277,8 +271,13 @@ def _one_pairing(ranks: list[int], peers: list, seq: tuple | None) -> bool:
     t, k = first[0], first[1].ranks.index(ranks[0])
     if not all(type(v) is tuple and v[0] is t and v[1].ranks[k] == r for v, r in zip(peers, ranks)):
         return False
-    sent, received = t.scan.by_peer()
-    name = t.ranks[k]
+    return _answers(t.scan.by_peer(), t.ranks[k], seq)
+
+
+def _answers(by_peer: tuple[dict, dict], name: int, seq: tuple | None) -> bool:
+    """Whether a scan whose sends and receives by peer are `by_peer` receives from the rank it
+    calls `name` what that rank sends it (`seq`), or, with None, sends to it."""
+    sent, received = by_peer
     if seq is None:
         return name in sent
     theirs = received.get(name)

@@ -3,8 +3,8 @@ hashed in C (`hotloops.shape_of`).
 
 Two files of one shape differ in nothing but which ranks and groups their nodes name, so what
 holds of one file's nodes holds of the other's once those names are swapped, place for place
-(`RankShape.groups`, `ranks`). Replica classes start from shapes (replay/replicas.py), and validation checks one file of each
-shape in full and the others by that renaming (core/byshape.py).
+(`RankShape.groups`, `ranks`). Replica classes start from shapes (replay/replicas.py), and
+validation checks one file of each shape in full and the others by that renaming (core/byshape.py).
 """
 
 from __future__ import annotations
