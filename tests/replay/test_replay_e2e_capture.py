@@ -71,7 +71,12 @@ def test_mlp_capture_convert_replay(tmp_path):
     fid = doc["fidelity"]
     assert len(fid["ranks"]) == 1 and fid["ranks"][0]["steps"] == 2
     assert doc["ranks"][0]["compute_ns"] > 0
-    assert abs(fid["step"]["error"]) < 0.25  # 0.9% measured here; loose for a loaded machine
+    # the headline: the captured window against the makespan (0.9% measured here; loose for a
+    # loaded machine). Not the mean step time: that leaves out the profiler's work between the
+    # captured steps, which the window and the trace hold; on a loaded CI machine that gap grew
+    # to three quarters of a step (step figure +75.6%, window -0.4%)
+    assert fid["headline"]["basis"] == "job"
+    assert abs(_job_error(doc)) < 0.25
     captured = _replay(run, conv, env, *AS_CAPTURED)  # one process: the recorded timeline itself
     # host time telescopes to the traced window: the replay is that span, to the rounding
     from chakra_tools.core.graph import RankSet
