@@ -14,8 +14,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: benchmarks not named bench_*.py (fidelity_fuzz.py: 30 random scripts, about 6 minutes;
 #: fuzz.py: 10,000 mutated inputs through the commands, about 25 minutes on 2 cores;
-#: whatif_check.py: predictions against real runs on the test bed, about 17 minutes, root only)
-OTHERS = ("fidelity_fuzz.py", "fuzz.py", "scale_check.py", "whatif_check.py")
+#: whatif_check.py: predictions against real runs on the test bed, about 17 minutes, root only;
+#: collectives_check.py: the network model's collectives on other clusters of it, about 5 minutes)
+OTHERS = ("fidelity_fuzz.py", "fuzz.py", "scale_check.py", "whatif_check.py", "collectives_check.py")
 
 
 def main() -> int:

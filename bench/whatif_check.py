@@ -129,13 +129,14 @@ def capture_job(work: Path, job: str, args) -> Path:
     return cap
 
 
-def probe(work: Path) -> Path:
-    nodes, nproc, rate = CAPTURE
-    out = work / "probe"
+def probe(work: Path, cluster=CAPTURE, name: str = "probe") -> Path:
+    """The probe run on `cluster` (nodes, ranks per node, Mbit/s); its folder."""
+    nodes, nproc, rate = cluster
+    out = work / name
     with _cluster(work, nodes, rate) as cl:
-        runs = run_job(cl, nproc, ["--out", str(out)], logs=work / "logs" / "probe", module=PROBE, timeout_s=900)
+        runs = run_job(cl, nproc, ["--out", str(out)], logs=work / "logs" / name, module=PROBE, timeout_s=900)
     if failed(runs):
-        raise RuntimeError(f"the probe failed:\n{failed(runs)}")
+        raise RuntimeError(f"the probe on {_label(cluster)} failed:\n{failed(runs)}")
     return out
 
 

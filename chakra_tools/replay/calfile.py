@@ -255,8 +255,11 @@ def cluster_from_dict(doc: Any, source: str) -> ClusterFit:
                 isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                             and x > 0 for x in p) for p in by_size):
             raise bad(f"kinds.{k}.by_size", "a list of [size, efficiency] pairs above 0")
+        per_peer = c.get("per_peer", False)  # absent in fits written before floors per peer: per round
+        if not isinstance(per_peer, bool):
+            raise bad(f"kinds.{k}.per_peer", "true or false")
         kinds[str(k)] = KindCost(tuple(float(f) for f in floors), number(c, "efficiency", f"kinds.{k}.", 1e-6),
-                                 tuple(sorted((int(s_), float(e)) for s_, e in by_size)))
+                                 tuple(sorted((int(s_), float(e)) for s_, e in by_size)), per_peer)
     rows = doc.get("rows") or []
     window = doc.get("p2p_window_bytes")
     if window is not None and (type(window) is not int or not 0 <= window < 1 << 62):

@@ -16,7 +16,9 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    floor per round for each level, the median time per round of the other sizes (latency-bound
    calls, which on a shared host take what waking the members takes, not what the links do)
    on the groups spanning that level: the world for rounds between machines, one machine's
-   ranks for rounds within it (pooled over the ring kinds, whose rounds are alike).
+   ranks for rounds within it (pooled over the ring kinds, whose rounds are alike). An
+   all-to-all's floor is per peer (its one round's time over the n-1 others each member sends
+   to), so it carries to another number of ranks.
 4. A shaped uplink's burst, from messages after an idle spell to a waiting receiver: the bytes
    they did not take their rate's time for passed at once (a token bucket, kept as time at the
    rate so a what-if at another rate scales it as a shaper would). And the window a send gets
@@ -29,7 +31,7 @@ a replay that needs it (more machines than one) is refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any, Mapping
 
@@ -84,6 +86,21 @@ class ClusterFit:
                              "between machines was not measured (probe a multi-node launch)")
         return LibraryBackend(base, fabric, self.library, dict(self.kinds), self.reduce_ns_per_byte,
                               self.p2p_window_bytes)
+
+    def priced(self, probe: ProbeResult, changes: tuple[LinkChange, ...] = ()) -> list[dict]:
+        """Each collective `probe` measured against what this fit prices it at, on as many ranks
+        as the probe ran (with `changes`, the links as they say): the fit's own probe, or one run on
+        another cluster, checks how the model carries to its scale and rate
+        (bench/collectives_check.py)."""
+        backend = self.backend(len(probe.hosts), _NoCompute(), changes)
+        rows = []
+        for c in sorted(probe.collectives, key=lambda c: c.kind):
+            predicted = backend.collective_ns(int(CommType[c.kind]), c.size, c.ranks)
+            measured = undisturbed(c.ns)
+            rows.append({"kind": c.kind, "ranks": len(c.ranks), "size": c.size, "measured_ns": measured,
+                         "min_ns": min(c.ns), "max_ns": max(c.ns), "predicted_ns": predicted,
+                         "error": (predicted - measured) / measured if measured else 0.0})
+        return rows
 
     def network_yaml(self, npus: int) -> str:
         """The fabric as an ASTRA-sim analytical network of `npus` NPUs: a FullyConnected
@@ -150,7 +167,8 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
         lines.append("  inter-node: not measured (the probe ran on one machine)")
     for kind, c in sorted(cluster.kinds.items()):
         floors = ", ".join(f"{lv.name} {f / 1e6:.3g}" for lv, f in zip(cluster.fabric.levels, c.floors_ns))
-        lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor per round (ms): {floors or 'none'}")
+        unit = "peer a member sends to in a round" if c.per_peer else "round"
+        lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor per {unit} (ms): {floors or 'none'}")
     if cluster.p2p_window_bytes is not None:
         lines.append(f"  a send gets {cluster.p2p_window_bytes / 1024:.0f} KiB ahead of its receive; the rest waits "
                      "until the receive is posted")
@@ -208,7 +226,6 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     reduce = _slope_and_floor([(r.size, median(r.ns)) for r in probe.reduce])[0] if len(probe.reduce) > 1 else 0.0
     fabric = Fabric(levels)
     kinds: dict[str, KindCost] = {P2P: KindCost()}
-    rows: list[dict] = []
     by_kind: dict[str, list] = {}
     for c in probe.collectives:
         by_kind.setdefault(c.kind, []).append(c)
@@ -223,21 +240,17 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     for kind, samples in sorted(by_kind.items()):
         floors = ring_floors if kind in RING_KINDS else _floors(
             fabric, _round_times(modelled[kind], samples), ring_floors)
-        kinds[kind] = KindCost(floors, *_efficiency(modelled[kind], samples))
-    backend = LibraryBackend(_NoCompute(), fabric, library, kinds, reduce)
-    for kind, samples in sorted(by_kind.items()):
-        for c in samples:
-            predicted = backend.collective_ns(int(CommType[kind]), c.size, c.ranks)
-            measured = undisturbed(c.ns)
-            rows.append({"kind": kind, "ranks": len(c.ranks), "size": c.size, "measured_ns": measured,
-                         "min_ns": min(c.ns), "max_ns": max(c.ns), "predicted_ns": predicted,
-                         "error": (predicted - measured) / measured if measured else 0.0})
-    return ClusterFit(fabric, library, kinds, reduce, inter is not None, tuple(rows),
-                      _window(probe, {True: (*intra, 0.0), False: inter and (*inter, burst)}))
+        kinds[kind] = KindCost(floors, *_efficiency(modelled[kind], samples), per_peer=kind in PER_PEER_KINDS)
+    fit = ClusterFit(fabric, library, kinds, reduce, inter is not None, (),
+                     _window(probe, {True: (*intra, 0.0), False: inter and (*inter, burst)}))
+    return replace(fit, rows=tuple(fit.priced(probe)))
 
 
 #: the kinds gloo runs as rings of one share per round (reduce-scatter as an all-reduce)
 RING_KINDS = ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER")
+#: the kinds whose floor is per peer (KindCost.per_peer): gloo's all-to-all, one round in which
+#: each member sends to every other
+PER_PEER_KINDS = ("ALL_TO_ALL",)
 
 
 def _passed(samples, hosts, link: tuple[float, float], same_host: bool, latencies: int) -> list[tuple[int, float]]:
@@ -280,7 +293,8 @@ def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float, float] 
 
 
 def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:
-    """Per sample: (latency part, bytes part, measured (`undisturbed`), rounds, outermost level its ranks span)."""
+    """Per sample: (latency part, bytes part, measured (`undisturbed`), floors it pays
+    (`floor_units`), outermost level its ranks span)."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -288,7 +302,7 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
     for c in samples:
         full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        rounds = max(1, full_model.rounds(int(CommType[kind]), c.size, c.ranks))
+        rounds = max(1, full_model.floor_units(int(CommType[kind]), c.size, c.ranks, kind in PER_PEER_KINDS))
         spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
         rows.append((base, full - base, undisturbed(c.ns), rounds, max(0, spans)))
     return rows

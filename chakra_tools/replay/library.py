@@ -23,7 +23,8 @@ Each kind also has a `KindCost` fitted by calibration: a floor per round (the le
 takes, however small its messages: waking the members that wait for them, which no link
 explains; measured, it does not add to a bandwidth-bound round's time but hides behind it, so a
 round costs the larger of the two: a 256 KiB all-reduce on 8 ranks at 500 Mbit/s is
-latency-bound, 14 rounds of 32 KiB each shorter than the floor, and the same on 4 ranks is not)
+latency-bound, 14 rounds of 32 KiB each shorter than the floor, and the same on 4 ranks is not;
+an all-to-all's floor is per peer, its round waking each member for every other's message)
 and an efficiency (how far the kind's traffic falls short of the links' rate: many flows on one
 shaped link lose some to each other).
 """
@@ -62,10 +63,15 @@ class KindCost:
     #: bandwidth varies with size); between two sizes in proportion to log size, beyond them the
     #: nearest; `efficiency` where none was measured
     by_size: tuple[tuple[int, float], ...] = ()
+    #: the floor is per peer a member sends to in the round, not per round: an all-to-all's one
+    #: round wakes each member for every other's message (on the test bed 150-240 us a peer at 4,
+    #: 6 and 8 ranks alike, where a floor per round, fitted on 4, priced 8 ranks' small calls at
+    #: half what they took)
+    per_peer: bool = False
 
     def to_dict(self) -> dict:
         return {"floors_ns": list(self.floors_ns), "efficiency": self.efficiency,
-                "by_size": [list(p) for p in self.by_size]}
+                "by_size": [list(p) for p in self.by_size], "per_peer": self.per_peer}
 
     def efficiency_at(self, size: int) -> float:
         pts = self.by_size
@@ -85,7 +91,18 @@ class KindCost:
         if not self.floors_ns:
             return 0.0
         crossed = max((fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
-        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] if crossed >= 0 else 0.0
+        if crossed < 0:
+            return 0.0
+        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] * (peers_per_member(msgs) if self.per_peer else 1)
+
+
+def peers_per_member(msgs) -> int:
+    """The most messages one member of a round sends (1 in a ring's round, n-1 in an all-to-all)."""
+    sends: dict[int, int] = {}
+    for s, d, _ in msgs:
+        if s != d:
+            sends[s] = sends.get(s, 0) + 1
+    return max(sends.values(), default=1)
 
 
 def ring_all_reduce(g: Sequence[int], size: int) -> list[Round]:
@@ -211,9 +228,11 @@ class LibraryBackend:
     def _rounds_of(self, kind: CommType, size: int, ranks: Sequence[int]) -> list[Round]:
         return self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
 
-    def rounds(self, comm_type: int, size: int, ranks: Sequence[int]) -> int:
-        """How many rounds the library's algorithm for this call takes."""
-        return len(self._rounds_of(CommType(comm_type), size, ranks))
+    def floor_units(self, comm_type: int, size: int, ranks: Sequence[int], per_peer: bool) -> int:
+        """How many floors the library's algorithm for this call pays: its rounds, or with
+        `per_peer` (KindCost.per_peer) the peers each round's busiest member sends to."""
+        rounds = self._rounds_of(CommType(comm_type), size, ranks)
+        return sum(peers_per_member(msgs) for msgs, _ in rounds) if per_peer else len(rounds)
 
     def _scaled(self, ns: float) -> int:
         scale = self.base.scales.comm

@@ -233,7 +233,8 @@ def _fit_html(cal: dict | None) -> str:
                        "yes" if lv["shared"] else "no"] for lv in cluster["levels"]], "fit-cluster")
         + html_table(["kind", "efficiency", "floor per round µs (" + ", ".join(
                          escape(lv["name"]) for lv in cluster["levels"]) + ")"],
-                     [[escape(k), f'{v["efficiency"]:.3f}', ", ".join(_us(f) for f in v["floors_ns"])]
+                     [[escape(k), f'{v["efficiency"]:.3f}', ", ".join(_us(f) for f in v["floors_ns"])
+                       + (" per peer a rank sends to" if v.get("per_peer") else "")]
                       for k, v in cluster["kinds"].items()], "fit-cluster-kinds"))
     return ('<h2 id="network-fit">Calibrated network</h2>' + probed + head
             + '<h3>each kind fitted alone</h3>' + kinds + by_kind
