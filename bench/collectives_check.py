@@ -6,9 +6,12 @@ bed's noise (a stalled step, a slow set-up); this isolates the network. On the t
 is fitted as `trace-convert calibrate --probe` fits it; then the probe runs again on each target
 cluster (3 and 4 nodes, other rates), and every collective it measured on the whole job (every
 kind, 1 KiB to 4 MiB) is priced by the first fit, sized to the target's ranks and with its
-uplinks at the target's rate (`ClusterFit.priced`). Printed per kind and size: measured (the
-repetitions' lower quartile, as the fit reads them), predicted, error; and per target the mean
-|error| of the sizes whose bytes dominate (64 KiB and up) and of the smaller, latency-bound ones.
+uplinks at the target's rate (`ClusterFit.priced`). Printed per kind and size: measured,
+predicted, error; and per target the mean |error| of the sizes whose bytes dominate (64 KiB and
+up) and of the smaller, latency-bound ones. Measured is what a job pays: for a call whose bytes
+dominate, its repetitions' lower quartile (as the fit reads them: a busy host only adds time);
+for a latency-bound one, their mean (a job of many such calls pays each one's wait, the
+occasional long one included).
 
 Needs root (network namespaces, tc) and torch; about 5 minutes on 2 cores (`--quick`: one target,
 about 2). Run it on an otherwise idle machine.
@@ -50,8 +53,16 @@ def check(work: Path, targets, capture_probe: Path | None = None) -> list[dict]:
         measured = read_probe(kept if kept.exists() else probe(work, target, name))
         changes = parse_changes([f"inter-node=x{target[2] / CAPTURE[2]:g}"])
         world = len(measured.hosts)
-        rows += [{"target": _label(target), **r} for r in fit.priced(measured, changes) if r["ranks"] == world]
+        rows += [_as_paid({"target": _label(target), **r}) for r in fit.priced(measured, changes) if r["ranks"] == world]
     return rows
+
+
+def _as_paid(row: dict) -> dict:
+    """A latency-bound call measured at its repetitions' mean (what a job of them pays)."""
+    if row["size"] < BYTES_BOUND:
+        row["measured_ns"] = row["mean_ns"]
+        row["error"] = (row["predicted_ns"] - row["mean_ns"]) / row["mean_ns"]
+    return row
 
 
 def _means(rows: list[dict]) -> str:

@@ -131,5 +131,7 @@ def test_the_probes_fit_prices_collectives_on_three_machines(captured, tmp_path)
     assert {r["kind"] for r in rows} >= {"ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "BROADCAST"}
     # calls whose bytes dominate: 3.4% on average in bench/collectives_check.py's run, and noise on 2 cores
     assert fmean(abs(r["error"]) for r in rows if r["size"] >= 256 << 10) < 0.15
-    # small all-to-alls, priced from a floor per peer: 10-23% there (36-60% short as a floor per round)
-    assert median(abs(r["error"]) for r in rows if r["kind"] == "ALL_TO_ALL" and r["size"] < 64 << 10) < 0.35
+    # small all-to-alls against what a job pays for them (their mean wait), priced from a floor per
+    # peer: 16-34% off there (38-54% as a floor per round at the median)
+    small = [r for r in rows if r["kind"] == "ALL_TO_ALL" and r["size"] < 64 << 10]
+    assert small and median(abs(r["predicted_ns"] - r["mean_ns"]) / r["mean_ns"] for r in small) < 0.35
