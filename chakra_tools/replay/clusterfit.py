@@ -23,7 +23,10 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    latency-bound mixture of experts, 16 all-to-alls of 16 KiB a step, came out 13.5% short of
    its own cluster at the median, 6.2% at the mean). Within a machine the loopback is so fast
    that calls up to 1 MiB count as latency-bound, and their copies and reductions would set
-   a mean: the median there. An
+   a mean: the median there. A kind whose calls' rounds cross different levels (a broadcast's
+   tree: its first round within a machine, the next ones between) and that was not measured on
+   one machine's ranks takes the rings' floor within a machine, but no more than its own rounds
+   take on average; its rounds between machines take what is left of its calls. An
    all-to-all's floor is per peer (its one round's time over the n-1 others each member sends
    to), so it carries to another number of ranks.
 4. A shaped uplink's burst, from messages after an idle spell to a waiting receiver: the bytes
@@ -245,8 +248,7 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
             pooled.setdefault(level, []).extend(xs)
     ring_floors = _floors(fabric, pooled, ())
     for kind, samples in sorted(by_kind.items()):
-        floors = ring_floors if kind in RING_KINDS else _floors(
-            fabric, _round_times(modelled[kind], samples), ring_floors)
+        floors = ring_floors if kind in RING_KINDS else _kind_floors(fabric, modelled[kind], samples, ring_floors)
         kinds[kind] = KindCost(floors, *_efficiency(modelled[kind], samples), per_peer=kind in PER_PEER_KINDS)
     fit = ClusterFit(fabric, library, kinds, reduce, inter is not None, (),
                      _window(probe, {True: (*intra, 0.0), False: inter and (*inter, burst)}))
@@ -300,8 +302,8 @@ def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float, float] 
 
 
 def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:
-    """Per sample: (latency part, bytes part, measured (`undisturbed`), floors it pays
-    (`floor_units`), outermost level its ranks span)."""
+    """Per sample: (latency part, bytes part, measured (`undisturbed`), floors it pays at each
+    level (`floor_units`), outermost level its ranks span)."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
@@ -309,9 +311,9 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
     for c in samples:
         full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        rounds = max(1, full_model.floor_units(int(CommType[kind]), c.size, c.ranks, kind in PER_PEER_KINDS))
+        units = full_model.floor_units(int(CommType[kind]), c.size, c.ranks, kind in PER_PEER_KINDS)
         spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
-        rows.append((base, full - base, undisturbed(c.ns), rounds, max(0, spans)))
+        rows.append((base, full - base, undisturbed(c.ns), units, max(0, spans)))
     return rows
 
 
@@ -320,15 +322,44 @@ def _bound(b: float, m: float) -> bool:
     return b > 0 and b >= 0.5 * m
 
 
-def _round_times(rows: list[tuple], samples) -> dict[int, list[float]]:
+def _round_times(rows: list[tuple], samples, inner: tuple[float, ...] | None = None) -> dict[int, list[float]]:
     """level -> every repetition of the latency-bound sizes of the groups spanning that level,
     per round (on a busy host each varies several-fold: the median of them all is steadier
-    than that of a few sizes' medians). `rows`: `_modelled` of `samples`."""
+    than that of a few sizes' medians). `rows`: `_modelled` of `samples`. A call whose rounds
+    cross different levels (a broadcast's tree: its first round within a machine) counts each
+    round at the spanned level, or, given the `inner` levels' floors, only what is left of it
+    once its inner rounds have taken theirs."""
     out: dict[int, list[float]] = {}
-    for (base, b, m, n, level), c in zip(rows, samples):
-        if not _bound(b, m):
+    for (base, b, m, units, level), c in zip(rows, samples):
+        if _bound(b, m):
+            continue
+        n = max(1, sum(units.values()))
+        ahead = {lv: u for lv, u in units.items() if lv < level} if inner is not None else {}
+        if ahead and units.get(level):
+            own = units[level]
+            out.setdefault(level, []).extend(
+                max(0.0, x - sum(u * min(inner[lv], x / n) for lv, u in ahead.items())) / own for x in c.ns)
+        else:
             out.setdefault(level, []).extend(x / n for x in c.ns)
     return out
+
+
+def _kind_floors(fabric: Fabric, rows: list[tuple], samples, rings: tuple[float, ...]) -> tuple[float, ...]:
+    """A kind's floors where its calls' rounds may cross different levels (a broadcast's tree).
+    A level it was not measured on alone takes the rings' floor there, but no more than the
+    kind's own rounds take on average (on the test bed a broadcast's whole tree of 3 rounds
+    took 0.3-0.5 ms, the rings' round within a machine 0.63); then the rounds between machines
+    are what their calls took beyond their rounds within."""
+    alone = _round_times(rows, samples)
+    floors = list(_floors(fabric, alone, rings))
+    outer = len(floors) - 1
+    if alone.get(outer):
+        for lv in range(outer):
+            if not alone.get(lv):
+                floors[lv] = min(floors[lv], median(alone[outer]))
+        split = _round_times(rows, samples, tuple(floors))
+        floors[outer] = _floors(fabric, {outer: split[outer]}, tuple(floors))[outer]
+    return tuple(floors)
 
 
 def _floors(fabric: Fabric, times: dict[int, list[float]], fallback: tuple[float, ...]) -> tuple[float, ...]:

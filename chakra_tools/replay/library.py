@@ -228,11 +228,16 @@ class LibraryBackend:
     def _rounds_of(self, kind: CommType, size: int, ranks: Sequence[int]) -> list[Round]:
         return self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
 
-    def floor_units(self, comm_type: int, size: int, ranks: Sequence[int], per_peer: bool) -> int:
-        """How many floors the library's algorithm for this call pays: its rounds, or with
-        `per_peer` (KindCost.per_peer) the peers each round's busiest member sends to."""
-        rounds = self._rounds_of(CommType(comm_type), size, ranks)
-        return sum(peers_per_member(msgs) for msgs, _ in rounds) if per_peer else len(rounds)
+    def floor_units(self, comm_type: int, size: int, ranks: Sequence[int], per_peer: bool) -> dict[int, int]:
+        """How many floors the library's algorithm for this call pays at each level (the
+        outermost one a round crosses): its rounds, or with `per_peer` (KindCost.per_peer) the
+        peers each round's busiest member sends to."""
+        units: dict[int, int] = {}
+        for msgs, _ in self._rounds_of(CommType(comm_type), size, ranks):
+            level = max((self.fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
+            if level >= 0:
+                units[level] = units.get(level, 0) + (peers_per_member(msgs) if per_peer else 1)
+        return units
 
     def _scaled(self, ns: float) -> int:
         scale = self.base.scales.comm
