@@ -17,18 +17,15 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    calls, which on a shared host take what waking the members takes, not what the links do)
    on the groups spanning that level: the world for rounds between machines, one machine's
    ranks for rounds within it (pooled over the ring kinds, whose rounds are alike). Between
-   machines the floor is the mean of every repetition's rounds: a round there waits for its
-   receiver to wake for a message, on the test bed mostly in well under a millisecond and now
-   and then in steps of 3-4 ms, and a job pays every round's wait, so their mean (a
-   latency-bound mixture of experts, 16 all-to-alls of 16 KiB a step, came out 13.5% short of
-   its own cluster at the median, 6.2% at the mean). Within a machine the loopback is so fast
-   that calls up to 1 MiB count as latency-bound, and their copies and reductions would set
-   a mean: the median there. A kind whose calls' rounds cross different levels (a broadcast's
-   tree: its first round within a machine, the next ones between) and that was not measured on
-   one machine's ranks takes the rings' floor within a machine, but no more than its own rounds
-   take on average; its rounds between machines take what is left of its calls. An
-   all-to-all's floor is per peer (its one round's time over the n-1 others each member sends
-   to), so it carries to another number of ranks.
+   machines, the mean of every repetition's rounds: a round there waits for its receiver to
+   wake, on the test bed mostly in well under a millisecond, now and then in steps of 3-4 ms,
+   and a job pays every wait (a latency-bound mixture of experts came out 13.5% short of its own
+   cluster at the median, 6.2% at the mean); within a machine, where calls up to 1 MiB count as
+   latency-bound and their copies would set a mean, the median. A kind whose rounds cross
+   different levels (a broadcast's tree) and that was not measured on one machine's ranks takes
+   the rings' floor within a machine, at most its own mean round; its rounds between machines
+   take the rest of its calls. An all-to-all's floor is per peer (its one round's time over the
+   n-1 others each member sends to), so it carries to another number of ranks.
 4. A shaped uplink's burst, from messages after an idle spell to a waiting receiver: the bytes
    they did not take their rate's time for passed at once (a token bucket, kept as time at the
    rate so a what-if at another rate scales it as a shaper would). And the window a send gets
