@@ -174,7 +174,7 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
         lines.append("  inter-node: not measured (the probe ran on one machine)")
     for kind, c in sorted(cluster.kinds.items()):
         floors = ", ".join(f"{lv.name} {f / 1e6:.3g}" for lv, f in zip(cluster.fabric.levels, c.floors_ns))
-        unit = "peer a member sends to in a round" if c.per_peer else "round"
+        unit = "peer" if c.per_peer else "round"
         lines.append(f"  {kind:<15} efficiency {c.efficiency:.3f}, floor per {unit} (ms): {floors or 'none'}")
     if cluster.p2p_window_bytes is not None:
         lines.append(f"  a send gets {cluster.p2p_window_bytes / 1024:.0f} KiB ahead of its receive; the rest waits "
