@@ -304,11 +304,12 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
     full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
     free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
+    unfitted = KindCost(per_peer=kind in PER_PEER_KINDS)  # how its rounds pay floors, none fitted yet
     rows = []
     for c in samples:
         full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
         base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        units = full_model.floor_units(int(CommType[kind]), c.size, c.ranks, kind in PER_PEER_KINDS)
+        units = full_model.floor_units(int(CommType[kind]), c.size, c.ranks, unfitted)
         spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
         rows.append((base, full - base, undisturbed(c.ns), units, max(0, spans)))
     return rows

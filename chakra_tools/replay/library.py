@@ -86,14 +86,18 @@ class KindCost:
         w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
         return e0 + w * (e1 - e0)
 
+    def floors_paid(self, fabric: Fabric, msgs) -> tuple[int, int]:
+        """(the outermost level a round of `msgs` crosses on `fabric`, -1 for none; how many of
+        this kind's floors it pays there: one, or per peer its busiest member sends to)."""
+        crossed = max((fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
+        return crossed, peers_per_member(msgs) if self.per_peer else 1
+
     def floor_of(self, fabric: Fabric, msgs) -> float:
         """This kind's floor for a round of `msgs` on `fabric`."""
         if not self.floors_ns:
             return 0.0
-        crossed = max((fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
-        if crossed < 0:
-            return 0.0
-        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] * (peers_per_member(msgs) if self.per_peer else 1)
+        crossed, units = self.floors_paid(fabric, msgs)
+        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] * units if crossed >= 0 else 0.0
 
 
 def peers_per_member(msgs) -> int:
@@ -228,15 +232,14 @@ class LibraryBackend:
     def _rounds_of(self, kind: CommType, size: int, ranks: Sequence[int]) -> list[Round]:
         return self._algorithms.get(kind, ring_all_reduce)(tuple(sorted(ranks)), size)
 
-    def floor_units(self, comm_type: int, size: int, ranks: Sequence[int], per_peer: bool) -> dict[int, int]:
-        """How many floors the library's algorithm for this call pays at each level (the
-        outermost one a round crosses): its rounds, or with `per_peer` (KindCost.per_peer) the
-        peers each round's busiest member sends to."""
+    def floor_units(self, comm_type: int, size: int, ranks: Sequence[int], cost: KindCost) -> dict[int, int]:
+        """How many of `cost`'s floors the library's algorithm for this call pays at each level
+        (`KindCost.floors_paid`, round by round)."""
         units: dict[int, int] = {}
         for msgs, _ in self._rounds_of(CommType(comm_type), size, ranks):
-            level = max((self.fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
+            level, n = cost.floors_paid(self.fabric, msgs)
             if level >= 0:
-                units[level] = units.get(level, 0) + (peers_per_member(msgs) if per_peer else 1)
+                units[level] = units.get(level, 0) + n
         return units
 
     def _scaled(self, ns: float) -> int:
