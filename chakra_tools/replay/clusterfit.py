@@ -49,7 +49,7 @@ from chakra_tools.core.probe import ProbeResult, read_probe
 from chakra_tools.core.timings import undisturbed
 
 from .fabric import Fabric, Level
-from .library import P2P, KindCost, LibraryBackend, library_of
+from .library import P2P, KindCost, LibraryBackend, floors_changed, library_of
 from .links import LinkChange, changed_fabric
 
 #: what calibrate says where the capture cannot tell latency from bandwidth
@@ -85,14 +85,15 @@ class ClusterFit:
 
     def backend(self, world: int, base, changes: tuple[LinkChange, ...] = ()) -> LibraryBackend:
         """A backend for `world` ranks, `ranks_per_node` per machine (as many machines as that
-        takes), each link as `changes` say, compute and memory as `base` says."""
+        takes), each link as `changes` say (a latency the floors too), compute and memory as
+        `base` says."""
         fabric = changed_fabric(self.fabric.sized(world), changes)
+        kinds = floors_changed(self.kinds, self.fabric.sized(world), changes)
         if fabric.levels[-1].npus > 1 and not self.inter_known:
             raise InputError(f"{world} ranks at {self.ranks_per_node} per machine span "
                              f"{fabric.levels[-1].npus} machines, but the probe ran on one: the network "
                              "between machines was not measured (probe a multi-node launch)")
-        return LibraryBackend(base, fabric, self.library, dict(self.kinds), self.reduce_ns_per_byte,
-                              self.p2p_window_bytes)
+        return LibraryBackend(base, fabric, self.library, kinds, self.reduce_ns_per_byte, self.p2p_window_bytes)
 
     def priced(self, probe: ProbeResult, changes: tuple[LinkChange, ...] = ()) -> list[dict]:
         """Each collective `probe` measured against what this fit prices it at, on as many ranks

@@ -41,6 +41,7 @@ from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
 from .fabric import Fabric
+from .links import latency_factors
 
 P2P = "SEND_RECV"
 #: a round: its simultaneous (src, dst, bytes) messages and the bytes each rank then reduces
@@ -92,12 +93,33 @@ class KindCost:
         crossed = max((fabric.level_between(s, d) for s, d, _ in msgs if s != d), default=-1)
         return crossed, peers_per_member(msgs) if self.per_peer else 1
 
+    def floor_at(self, level: int) -> float:
+        """The floor of a round whose outermost crossing is `level` (0 where none was fitted)."""
+        return self.floors_ns[min(level, len(self.floors_ns) - 1)] if self.floors_ns else 0.0
+
+    def with_floors_scaled(self, factors: Mapping[int, float], levels: int) -> "KindCost":
+        """This cost on a fabric of `levels` levels with the floor at each level of `factors`
+        multiplied by its factor (a what-if on that level's latency)."""
+        if not self.floors_ns or not factors:
+            return self
+        return replace(self, floors_ns=tuple(self.floor_at(i) * factors.get(i, 1.0) for i in range(levels)))
+
     def floor_of(self, fabric: Fabric, msgs) -> float:
         """This kind's floor for a round of `msgs` on `fabric`."""
         if not self.floors_ns:
             return 0.0
         crossed, units = self.floors_paid(fabric, msgs)
-        return self.floors_ns[min(crossed, len(self.floors_ns) - 1)] * units if crossed >= 0 else 0.0
+        return self.floor_at(crossed) * units if crossed >= 0 else 0.0
+
+
+def floors_changed(kinds: Mapping[str, KindCost], fabric: Fabric, changes) -> dict[str, KindCost]:
+    """`kinds` with their floors as the --latency `changes` to `fabric` make them: a level's time at
+    no bytes is its link's latency or the rings' floor there, whichever is more, and a change to
+    it scales every kind's floor there alike (links.latency_factors)."""
+    ring = kinds.get("ALL_REDUCE", KindCost())
+    factors = latency_factors(fabric, changes, [max(lv.latency_ns, ring.floor_at(i))
+                                                for i, lv in enumerate(fabric.levels)])
+    return {k: c.with_floors_scaled(factors, len(fabric.levels)) for k, c in kinds.items()}
 
 
 def peers_per_member(msgs) -> int:

@@ -107,6 +107,24 @@ def changed_fabric(fabric: Fabric, changes: Sequence[LinkChange], source: str = 
     return fabric
 
 
+def latency_factors(fabric: Fabric, changes: Sequence[LinkChange], zero_byte: Sequence[float]) -> dict[int, float]:
+    """By level, what the --latency `changes` multiply the time a message of no bytes takes there
+    by: a factor as given, a time over `zero_byte`'s (each level's time at no bytes before the
+    change; at 0 no factor applies). A fitted cluster's rounds take a floor beyond the link's own
+    latency (waking the members), which a what-if on the level's latency scales with it."""
+    names = [lv.name for lv in fabric.levels]
+    now, factors = list(zero_byte), {}
+    for c in changes:
+        if c.what != "latency":
+            continue
+        i = _index(names, c, "the fitted network")
+        new = c.latency_ns(now[i])
+        if now[i] > 0:
+            factors[i] = factors.get(i, 1.0) * new / now[i]
+        now[i] = new
+    return factors
+
+
 def changed_network(net: NetworkConfig, changes: Sequence[LinkChange]) -> NetworkConfig:
     """An ASTRA-sim network with each change made to the dimension it names (by index)."""
     dims = list(net.dims)

@@ -208,6 +208,25 @@ def test_more_machines_and_a_faster_uplink_from_the_fit():
     assert 4.0 < slow_ns / fast_ns <= 5.0  # bytes 5x cheaper, latency unchanged
 
 
+def test_a_latency_what_if_moves_the_floor_it_stands_for():
+    # a probed cluster's small rounds take its floor (1 ms here), far above the links' own
+    # latency: a what-if on a level's latency is on that time, not only on the link's term
+    fit = fit_probe(probe_from_dict(_probe_doc(TRUE, floor_ns=1e6, noise=0.0), "probe.json"))
+
+    def ns(*latency, kind=CommType.ALL_REDUCE, size=4096, ranks=(0, 1, 2, 3)):
+        return fit.backend(4, _Base(), parse_changes(latency=latency)).collective_ns(int(kind), size, ranks)
+
+    small, big = ns(), ns(size=1 << 24)
+    assert ns("inter-node=x0.5") == pytest.approx(small / 2, rel=0.05)  # every round crosses machines
+    assert ns("inter-node=4ms") == pytest.approx(small * 4, rel=0.05)  # a time: the floor set to it
+    assert ns("inter-node=x0.5", size=1 << 24) == pytest.approx(big, rel=0.02)  # bytes-bound: as before
+    within = ns(ranks=(0, 1))
+    assert ns("inter-node=x0.5", ranks=(0, 1)) == within  # a call within a machine crosses no uplink
+    assert ns("intra-node=x3", ranks=(0, 1)) == pytest.approx(within * 3, rel=0.05)
+    a2a = ns(kind=CommType.ALL_TO_ALL)
+    assert ns("inter-node=x2", kind=CommType.ALL_TO_ALL) == pytest.approx(a2a * 2, rel=0.05)
+
+
 def _late(doc: dict, window: int, fabric: Fabric = TRUE) -> dict:
     """`doc` with late receives as a library whose sends get `window` bytes ahead would show:
     the rest of each message crosses its link after the receive is posted."""
