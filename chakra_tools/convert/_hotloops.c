@@ -926,8 +926,20 @@ static PyObject *nest(PyObject *self, PyObject *args)
         for (Py_ssize_t k = lo; k < hi && ok; k++) {
             Item *it = &sorted[k];
             double end = it->ts - it->neg_dur;
-            while (depth && end > ends[depth - 1])
-                depth--;
+            while (depth && end > ends[depth - 1] && ok) {
+                /* one that starts inside and ends after it: the part inside is not its own time */
+                PyObject *left = PyList_GET_ITEM(host, stack[--depth]);
+                double lts, ldur;
+                if (it->kind == 0 && event_times(left, &lts, &ldur) == 0 && it->ts < lts + ldur) {
+                    PyObject *child = PyFloat_FromDouble(PyFloat_AS_DOUBLE(SLOT(DEV, left, D_CHILD_US))
+                                                         + ((lts + ldur) - it->ts));
+                    ok = child != NULL;
+                    if (ok)
+                        Py_SETREF(SLOT(DEV, left, D_CHILD_US), child);
+                }
+            }
+            if (!ok)
+                break;
             if (it->kind == 1) {
                 if (depth) {
                     PyObject *r = PyLong_FromSsize_t(it->idx),

@@ -102,8 +102,11 @@ def device_events(events: list, lanes: dict, event_type: type, key_args: tuple,
 def nest(host: list, runtime: list, runtime_parent: dict, event_type: type, eps: float) -> None:
     """Each host event's parent (the innermost host event enclosing it on its thread, `eps`
     microseconds of tolerance) and its children's summed time, and each runtime call's host
-    event (`runtime_parent`). The compiled loop declines, changing nothing, where an event's
-    times are not plain floats."""
+    event (`runtime_parent`). An event that starts inside another and ends after it (the
+    profiler's step closed from a hook inside the user's `optimizer` range) is not its child, but
+    the part of it inside counts in the other's children's time: left in its exclusive time, a
+    step node carried the optimizer's time a second time. The compiled loop declines, changing
+    nothing, where an event's times are not plain floats."""
     if _c is not None and _c.nest(host, runtime, runtime_parent, event_type, eps):
         return
     by_tid: dict[Any, list[tuple[float, float, int, int]]] = {}
@@ -118,8 +121,10 @@ def nest(host: list, runtime: list, runtime_parent: dict, event_type: type, eps:
         for ts, neg_dur, kind, idx in items:
             end = ts - neg_dur
             while ends and end > ends[-1]:
-                stack.pop()
+                left = stack.pop()
                 ends.pop()
+                if kind == 0 and ts < left.ts + left.dur:
+                    left.child_us += left.ts + left.dur - ts
             if kind == 1:
                 if stack:
                     runtime_parent[idx] = stack[-1].idx

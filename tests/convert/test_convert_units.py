@@ -164,6 +164,21 @@ def test_kineto_nesting_with_float_and_int_timestamps():
     assert d.runtime_parent == {0: inner.idx}
 
 
+def test_a_range_the_step_closed_inside_is_not_the_steps_own_time():
+    # the profiler's step ends from a hook inside the user's `optimizer` range: that range is no
+    # child of the step (it ends after it), but its part inside the step is not the step's own
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "layer", "tid": 1, "ts": 1, "dur": 70},
+        {"ph": "X", "cat": "user_annotation", "name": "optimizer", "tid": 1, "ts": 75, "dur": 27},
+        {"ph": "X", "cat": "cpu_op", "name": "Optimizer.step", "tid": 1, "ts": 90, "dur": 5},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "tid": 1, "ts": 100.5, "dur": 100}]}
+    step, layer, opt, inner, nxt = parse_device(doc, "d.json").host
+    assert layer.parent == step.idx and opt.parent == -1 and inner.parent == opt.idx
+    assert step.exclusive_us == pytest.approx(100 - 70 - 25)  # the 4 us between layer and optimizer
+    assert opt.exclusive_us == pytest.approx(27 - 5 - 1.5)  # nor its part the next step began in
+
+
 def test_record_param_comms_schema_110_attributes():
     """PyTorch >= 2.3 (schema 1.1.0) names the collective, group and sizes in attributes."""
     attrs = {"collective_name": "_reduce_scatter_base", "dtype": "BFloat16", "in_msg_nelems": 4096,

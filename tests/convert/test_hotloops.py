@@ -343,7 +343,9 @@ def test_nesting_equals_python_on_made_up_timelines():
               ev("cudaLaunchKernel", 2, 1, cat="cuda_runtime", correlation=7),
               ev("k", 3, 1, cat="kernel", correlation=7, stream=7), ev("nccl:x", 1, 1),
               {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 1},
-              ev("nodur", 3, None), ev("neg", 2, -1)]
+              ev("nodur", 3, None), ev("neg", 2, -1),
+              ev("step", 20, 10, tid=3), ev("optimizer", 27, 5, tid=3), ev("opt.step", 28, 1, tid=3),
+              ev("step2", 30.5, 10, tid=3)]
     compiled, python = _device_both(_trace(events), False)
     assert compiled == python
     assert any(f[7][0] != -1 for f in compiled[0][0])  # some host event has a parent
