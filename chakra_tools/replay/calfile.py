@@ -154,7 +154,7 @@ def read_calibration(path: str | Path) -> Calibration:
         per_kind[kind] = NetworkFit(*params)
     cluster = cluster_from_dict(doc["cluster"], str(file)) if doc.get("cluster") is not None else None
     return Calibration(NetworkFit(*values), npus, rows, kinds, {k: str(v) for k, v in files.items()}, replay,
-                       per_kind, cluster, _sharing(doc.get("sharing"), file))
+                       per_kind, cluster, _sharing(doc.get("sharing"), file), _job_floors(doc.get("job_floors"), file))
 
 
 def _sharing(v, file) -> dict | None:
@@ -167,6 +167,19 @@ def _sharing(v, file) -> dict | None:
                                       for k, t in keys.items()):
         raise InputError(f"{file}: sharing: expected an object with {', '.join(keys)}")
     return {k: v[k] for k in keys}
+
+
+def _job_floors(v, file) -> dict | None:
+    """fit.json's "job_floors" (jobfloors.py), checked: printed, not priced (the cluster's kinds are)."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or any(
+            not isinstance(f, dict) or set(f) != {"calls", "probe_ns", "job_ns"}
+            or any(not isinstance(x, (int, float)) or isinstance(x, bool) or x < 0 for x in f.values())
+            for f in v.values()):
+        raise InputError(f"{file}: job_floors: expected an object {{kinds: {{calls, probe_ns, job_ns}}}}, "
+                         "each a number of 0 or more")
+    return v
 
 
 def format_calibration(cal: Calibration) -> str:
@@ -199,6 +212,9 @@ def format_calibration(cal: Calibration) -> str:
                      + f"; bandwidth {any_fit.bandwidth_gbps:.4g} GB/s, local-mem-bw {any_fit.local_mem_bw_gbps:.4g} GB/s")
     if cal.sharing is not None:
         lines.append(_sharing_line(cal.sharing))
+    for kinds, f in (cal.job_floors or {}).items():
+        lines.append(f"floor within a machine, {kinds.replace(',', ', ')}: {f['job_ns'] / 1000:.0f} us a round, as "
+                     f"the capture's {f['calls']} calls there paid it (the probe's {f['probe_ns'] / 1000:.0f} us)")
     for net, modes in (cal.replay or {}).items():
         lines.append(f"replayed on the {net} network: " + ", ".join(f"{m} {e:+.1%}" for m, e in modes.items())
                      + " (job error against the manifest)")

@@ -57,6 +57,7 @@ from chakra_tools.feed.info import NodeInfo
 
 from .backend import AnalyticalBackend
 from .clusterfit import ClusterFit, fit_cluster
+from .jobfloors import with_job_floors
 from .commsamples import CommSample, comm_samples
 from .library import P2P
 from .lsq import nonnegative_least_squares
@@ -284,6 +285,9 @@ class Calibration:
     cluster: "ClusterFit | None" = None
     #: how much of a shared uplink's rate the capture's calls got together (sharefit.SharingFit)
     sharing: dict | None = None
+    #: the floors within a machine the capture's own calls there set (jobfloors.py): {kinds:
+    #: {"calls", "probe_ns", "job_ns"}}; printed, the cluster's kinds price them
+    job_floors: dict | None = None
 
     @property
     def one_size(self) -> bool:
@@ -312,7 +316,8 @@ class Calibration:
                 "median_abs_error": self.median_abs_error, "buckets": self.rows, "kinds": self.kinds,
                 "per_kind": {k: {p: getattr(f, p) for p in PARAMS} for k, f in sorted(self.per_kind.items())},
                 "files": self.files, "replay": self.replay, "one_size": self.one_size,
-                "cluster": self.cluster.to_dict() if self.cluster is not None else None, "sharing": self.sharing}
+                "cluster": self.cluster.to_dict() if self.cluster is not None else None, "sharing": self.sharing,
+                "job_floors": self.job_floors}
 
 
 def residual_rows(rows: Sequence[Bucket], fit: NetworkFit, npus: int) -> list[dict]:
@@ -358,6 +363,8 @@ def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Pa
         raise InputError(f"{path}: no timed collective or send/receive between two ranks or more to fit "
                          "a network to (a single-rank capture has none)")
     fit = fit_network(rows, world)
-    cluster = fit_cluster(path, probe) if probe is not None else None
+    cluster, job_floors = fit_cluster(path, probe) if probe is not None else None, None
+    if cluster is not None:
+        cluster, job_floors = with_job_floors(cluster, samples, world)
     return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world),
-                       per_kind=fit_kind_latencies(rows, world), cluster=cluster)
+                       per_kind=fit_kind_latencies(rows, world), cluster=cluster, job_floors=job_floors or None)

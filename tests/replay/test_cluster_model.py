@@ -447,3 +447,44 @@ def test_the_commands_calibrate_on_a_probe_and_replay_what_ifs(tmp_path):
     refused = run.invoke(replay_app, [str(prefix), "--network-fit", str(tmp_path / "net1"), "--bandwidth", "1=x5"])
     assert refused.exit_code == 2 and "calibrate with --probe" in refused.output
     assert "Traceback" not in refused.output + bad.output
+
+
+def _within(n: int, size: int, ns, group=(0, 1), kind: str = "ALL_REDUCE") -> list:
+    from chakra_tools.replay.commsamples import CommSample
+
+    return [CommSample(kind, group, size, float(ns(i)), f"rank {group[0]} node {i}") for i in range(n)]
+
+
+def test_calls_within_a_machine_set_its_floor_at_the_mean_the_job_paid(tmp_path):
+    # the probe's quiet calls put a round within a machine at 250 us; the job's own all-reduces
+    # there took that three times in four and 4 ms the fourth (a thread woken late), and the job
+    # pays their mean: the model's price for them is that mean once the capture sets the floor
+    from chakra_tools.replay.calfile import format_calibration, read_calibration, write_calibration
+    from chakra_tools.replay.jobfloors import with_job_floors
+    from chakra_tools.replay.netfit import Calibration, NetworkFit
+
+    fit = fit_probe(probe_from_dict(_probe_doc(TRUE, floor_ns=1e6, noise=0.0), "probe.json"))
+    quiet = fit.backend(4, _Base()).collective_ns(int(CommType.ALL_REDUCE), 4096, (0, 1))
+    calls = _within(20, 4096, lambda i: 4e6 if i % 4 == 3 else quiet)
+    calls += _within(20, 1 << 22, lambda i: 1e9, group=(0, 1, 2, 3))  # across machines: not these
+    calls += _within(3, 4096, lambda i: 9e6, kind="BROADCAST")  # too few to tell
+    job, set_ = with_job_floors(fit, calls, 4)
+    paid = job.backend(4, _Base()).collective_ns(int(CommType.ALL_REDUCE), 4096, (0, 1))
+    assert paid == pytest.approx((15 * quiet + 5 * 4e6) / 20, rel=0.01)
+    ring, probe_ring = job.kinds["ALL_GATHER"], fit.kinds["ALL_GATHER"]
+    assert ring.floors_ns[0] == job.kinds["ALL_REDUCE"].floors_ns[0] > probe_ring.floors_ns[0]  # pooled
+    assert ring.floors_ns[1:] == probe_ring.floors_ns[1:]  # between machines: the probe's
+    assert job.kinds["BROADCAST"] == fit.kinds["BROADCAST"] and job.kinds["ALL_TO_ALL"] == fit.kinds["ALL_TO_ALL"]
+    (record,) = set_.values()
+    assert record["calls"] == 20 and record["job_ns"] == ring.floors_ns[0]
+    assert with_job_floors(fit, calls[20:], 4) == (fit, {})  # nothing within a machine to go by
+    cal = Calibration(NetworkFit(1000.0, 0.1, 0.0), 4, [], {}, cluster=job, job_floors=set_)
+    write_calibration(cal, tmp_path)
+    back = read_calibration(tmp_path)
+    assert back.cluster.kinds["ALL_REDUCE"].floors_ns == job.kinds["ALL_REDUCE"].floors_ns
+    assert "as the capture's 20 calls there paid it" in format_calibration(back)
+    doc = json.loads((tmp_path / "fit.json").read_text())
+    doc["job_floors"] = {"ALL_REDUCE": {"calls": -1, "probe_ns": 1.0, "job_ns": 2.0}}
+    (tmp_path / "fit.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="fit.json: job_floors: expected"):
+        read_calibration(tmp_path)
