@@ -21,7 +21,8 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    wake, on the test bed mostly in well under a millisecond, now and then in steps of 3-4 ms,
    and a job pays every wait (a latency-bound mixture of experts came out 13.5% short of its own
    cluster at the median, 6.2% at the mean); within a machine, where calls up to 1 MiB count as
-   latency-bound and their copies would set a mean, the median. A kind whose rounds cross
+   latency-bound and their copies would set a mean, the median (a capture's own calls there may
+   set it instead: jobfloors.py). A kind whose rounds cross
    different levels (a broadcast's tree) and that was not measured on one machine's ranks takes
    the rings' floor within a machine, at most its own mean round; its rounds between machines
    take the rest of its calls. An all-to-all's floor is per peer (its one round's time over the
@@ -85,8 +86,7 @@ class ClusterFit:
 
     def backend(self, world: int, base, changes: tuple[LinkChange, ...] = ()) -> LibraryBackend:
         """A backend for `world` ranks, `ranks_per_node` per machine (as many machines as that
-        takes), each link as `changes` say (a latency the floors too), compute and memory as
-        `base` says."""
+        takes), each link as `changes` say (a latency the floors too), the rest as `base` says."""
         fabric = changed_fabric(self.fabric.sized(world), changes)
         kinds = floors_changed(self.kinds, self.fabric.sized(world), changes)
         if fabric.levels[-1].npus > 1 and not self.inter_known:
