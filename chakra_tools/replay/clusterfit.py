@@ -100,7 +100,7 @@ class ClusterFit:
         as the probe ran (with `changes`, the links as they say): the fit's own probe, or one run on
         another cluster, checks how the model carries to its scale and rate
         (bench/collectives_check.py)."""
-        backend = self.backend(len(probe.hosts), _NoCompute(), changes)
+        backend = self.backend(len(probe.hosts), NoCompute(), changes)
         rows = []
         for c in sorted(probe.collectives, key=lambda c: c.kind):
             predicted = backend.collective_ns(int(CommType[c.kind]), c.size, c.ranks)
@@ -303,8 +303,8 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
     """Per sample: (latency part, bytes part, measured (`undisturbed`), floors it pays at each
     level (`floor_units`), outermost level its ranks span)."""
     free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
-    full_model = LibraryBackend(_NoCompute(), fabric, library, {}, reduce)
-    free_model = LibraryBackend(_NoCompute(), free, library, {}, reduce)
+    full_model = LibraryBackend(NoCompute(), fabric, library, {}, reduce)
+    free_model = LibraryBackend(NoCompute(), free, library, {}, reduce)
     unfitted = KindCost(per_peer=kind in PER_PEER_KINDS)  # how its rounds pay floors, none fitted yet
     rows = []
     for c in samples:
@@ -387,7 +387,7 @@ def _efficiency(rows: list[tuple], samples) -> tuple[float, tuple]:
     return (median(e for _, e in by_size) if by_size else 1.0), by_size
 
 
-class _NoCompute:
+class NoCompute:
     """The base a communication-only LibraryBackend needs (no compute, scales of 1)."""
 
     class _Scales:

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from chakra_tools.core.model import CommType
 
-from .clusterfit import RING_KINDS, ClusterFit, _NoCompute
+from .clusterfit import RING_KINDS, ClusterFit, NoCompute
 from .commsamples import CommSample
 from .library import P2P, KindCost
 
@@ -43,7 +43,7 @@ def with_job_floors(cluster: ClusterFit, samples: Sequence[CommSample], world: i
     """`cluster` with each kind's floor within a machine set from the capture's calls there
     (`samples`, on `world` ranks placed as the cluster places them), and what was set: {kinds
     (comma-joined): {"calls", "probe_ns", "job_ns"}} (empty where nothing was)."""
-    fabric = cluster.backend(world, _NoCompute()).fabric
+    fabric = cluster.backend(world, NoCompute()).fabric
     within: dict[str, list[CommSample]] = {}
     for s in samples:
         if s.kind != P2P and s.kind in CommType.__members__ and len(set(s.group)) > 1 \
@@ -71,7 +71,7 @@ def with_job_floors(cluster: ClusterFit, samples: Sequence[CommSample], world: i
 def _priced(cluster: ClusterFit, calls: Sequence[CommSample], world: int) -> tuple[float, float]:
     """The model's mean for `calls` on `cluster`, and the mean number of floors within a machine
     each pays."""
-    backend = cluster.backend(world, _NoCompute())
+    backend = cluster.backend(world, NoCompute())
     prices, units = [], []
     for s in calls:
         kind = int(CommType[s.kind])

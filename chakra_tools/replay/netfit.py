@@ -57,8 +57,8 @@ from chakra_tools.feed.info import NodeInfo
 
 from .backend import AnalyticalBackend
 from .clusterfit import ClusterFit, fit_cluster
-from .jobfloors import with_job_floors
 from .commsamples import CommSample, comm_samples
+from .jobfloors import with_job_floors
 from .library import P2P
 from .lsq import nonnegative_least_squares
 from .config import MAX_RATE, MIN_BANDWIDTH, Dim, NetworkConfig, SystemConfig
@@ -363,8 +363,8 @@ def calibrate(path: str | Path, *, npus: int | None = None, comm_group: str | Pa
         raise InputError(f"{path}: no timed collective or send/receive between two ranks or more to fit "
                          "a network to (a single-rank capture has none)")
     fit = fit_network(rows, world)
-    cluster, job_floors = fit_cluster(path, probe) if probe is not None else None, None
-    if cluster is not None:
-        cluster, job_floors = with_job_floors(cluster, samples, world)
+    cluster, job_floors = None, {}
+    if probe is not None:
+        cluster, job_floors = with_job_floors(fit_cluster(path, probe), samples, world)
     return Calibration(fit, npus, residual_rows(rows, fit, world), kind_fits(rows, world),
                        per_kind=fit_kind_latencies(rows, world), cluster=cluster, job_floors=job_floors or None)
