@@ -29,7 +29,7 @@ def replay(
     bandwidth: List[str] = typer.Option([], "--bandwidth", metavar="LEVEL=RATE",
                                         help="What-if: a level's link bandwidth, a factor or a rate (inter-node=x5, inter-node=500Mbit/s, 0=12.5GB/s). LEVEL: a level of the --network-fit cluster (intra-node, inter-node) or a dimension index of the network. Repeatable."),
     latency: List[str] = typer.Option([], "--latency", metavar="LEVEL=TIME",
-                                      help="What-if: a level's latency, a factor or a time (inter-node=x0.5, intra-node=2us). Repeatable."),
+                                      help="What-if: a level's latency, a factor or a time (inter-node=x0.5, intra-node=2us): on a --network-fit cluster, what a round of no bytes takes there, its fitted floor included. Repeatable."),
     comm_group: Optional[Path] = typer.Option(None, "--comm-group", "-g",
                                               help="comm_group.json; default: the one beside the traces."),
     memory: Optional[Path] = typer.Option(None, "--memory", "-m",
