@@ -87,8 +87,8 @@ class ClusterFit:
     def backend(self, world: int, base, changes: tuple[LinkChange, ...] = ()) -> LibraryBackend:
         """A backend for `world` ranks, `ranks_per_node` per machine (as many machines as that
         takes), each link as `changes` say (a latency the floors too), the rest as `base` says."""
-        fabric = changed_fabric(self.fabric.sized(world), changes)
-        kinds = floors_changed(self.kinds, self.fabric.sized(world), changes)
+        sized = self.fabric.sized(world)
+        fabric, kinds = changed_fabric(sized, changes), floors_changed(self.kinds, sized, changes)
         if fabric.levels[-1].npus > 1 and not self.inter_known:
             raise InputError(f"{world} ranks at {self.ranks_per_node} per machine span "
                              f"{fabric.levels[-1].npus} machines, but the probe ran on one: the network "

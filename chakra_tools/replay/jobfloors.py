@@ -35,7 +35,7 @@ from chakra_tools.core.model import CommType
 
 from .clusterfit import RING_KINDS, ClusterFit, NoCompute
 from .commsamples import CommSample
-from .library import P2P, KindCost
+from .library import KindCost
 
 #: the fewest calls of a kind within a machine that set its floor there
 MIN_CALLS = 8
@@ -50,10 +50,10 @@ def with_job_floors(cluster: ClusterFit, samples: Sequence[CommSample], world: i
     """`cluster` with each kind's floor within a machine set from the capture's calls there
     (`samples`, on `world` ranks placed as the cluster places them), and what was set: {kinds
     (comma-joined): {"calls", "probe_ns", "job_ns"}} (empty where nothing was)."""
-    fabric = cluster.backend(world, NoCompute()).fabric
+    fabric = cluster.fabric.sized(world)
     within: dict[str, list[CommSample]] = {}
-    for s in samples:
-        if s.kind != P2P and s.kind in CommType.__members__ and len(set(s.group)) > 1 \
+    for s in samples:  # collectives (a send's kind is no CommType) within one machine
+        if s.kind in CommType.__members__ and len(set(s.group)) > 1 \
                 and all(fabric.level_between(s.group[0], r) <= 0 for r in s.group):
             within.setdefault("RING" if s.kind in RING_KINDS else s.kind, []).append(s)
     kinds, changed = dict(cluster.kinds), {}
