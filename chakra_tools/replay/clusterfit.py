@@ -11,19 +11,18 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
    efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
    over measured bytes time, a size's repetitions at their lower quartile: core/timings.py;
-   kept within [1/3, 3]; a call between two of them interpolated, so
-   a 256 KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a
+   kept within [1/3, 3]; a call between two of them interpolated, so a 256 KiB call gets what
+   the probe's 256 KiB calls got, not what 4 MiB ones did); and a
    floor per round for each level, from the time per round of the other sizes (latency-bound
    calls, which on a shared host take what waking the members takes, not what the links do)
    on the groups spanning that level: the world for rounds between machines, one machine's
    ranks for rounds within it (pooled over the ring kinds, whose rounds are alike). Between
    machines, the mean of every repetition's rounds: a round there waits for its receiver to
    wake, on the test bed mostly in well under a millisecond, now and then in steps of 3-4 ms,
-   and a job pays every wait (a latency-bound mixture of experts came out 13.5% short of its own
-   cluster at the median, 6.2% at the mean); within a machine, where calls up to 1 MiB count as
+   and a job pays every wait; within a machine, where calls up to 1 MiB count as
    latency-bound and their copies would set a mean, the median (a capture's own calls there may
-   set it instead: jobfloors.py). A kind whose rounds cross
-   different levels (a broadcast's tree) and that was not measured on one machine's ranks takes
+   set it instead: jobfloors.py). A kind whose rounds cross different levels (a broadcast's
+   tree) and that was not measured on one machine's ranks takes
    the rings' floor within a machine, at most its own mean round; its rounds between machines
    take the rest of its calls. An all-to-all's floor is per peer (its one round's time over the
    n-1 others each member sends to), so it carries to another number of ranks.
@@ -96,18 +95,19 @@ class ClusterFit:
         return LibraryBackend(base, fabric, self.library, kinds, self.reduce_ns_per_byte, self.p2p_window_bytes)
 
     def priced(self, probe: ProbeResult, changes: tuple[LinkChange, ...] = ()) -> list[dict]:
-        """Each collective `probe` measured against what this fit prices it at, on as many ranks
-        as the probe ran (with `changes`, the links as they say): the fit's own probe, or one run on
-        another cluster, checks how the model carries to its scale and rate
-        (bench/collectives_check.py)."""
+        """Each collective `probe` measured against this fit's price for it on as many ranks (with
+        `changes`, the links as they say): `error` against its undisturbed time, `mean_error`
+        against its repetitions' mean (what a job of latency-bound calls pays). The fit's own
+        probe, or one on another cluster, checks how the model carries (bench/collectives_check.py)."""
         backend = self.backend(len(probe.hosts), NoCompute(), changes)
         rows = []
         for c in sorted(probe.collectives, key=lambda c: c.kind):
             predicted = backend.collective_ns(int(CommType[c.kind]), c.size, c.ranks)
-            measured = undisturbed(c.ns)
+            measured, mean = undisturbed(c.ns), fmean(c.ns)
             rows.append({"kind": c.kind, "ranks": len(c.ranks), "size": c.size, "measured_ns": measured,
-                         "min_ns": min(c.ns), "max_ns": max(c.ns), "mean_ns": fmean(c.ns), "predicted_ns": predicted,
-                         "error": (predicted - measured) / measured if measured else 0.0})
+                         "min_ns": min(c.ns), "max_ns": max(c.ns), "mean_ns": mean, "predicted_ns": predicted,
+                         "error": (predicted - measured) / measured if measured else 0.0,
+                         "mean_error": (predicted - mean) / mean if mean else 0.0})
         return rows
 
     def network_yaml(self, npus: int) -> str:

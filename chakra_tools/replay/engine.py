@@ -97,7 +97,7 @@ class Replayer:
         self._rendezvous: dict[tuple, list] = {}
         #: a policy whose communication runs as events of this loop (congestion-aware)
         self._async = bool(getattr(self.timing, "asynchronous", False))
-        self.messages = Messages(self, self._async and bool(getattr(self.timing, "asynchronous_sends", True)))
+        self.messages = Messages(self, self._async)
         self.on_send, self.on_recv = self.messages.on_send, self.messages.on_recv
         if self._async:
             self.timing.bind(self.call_at)

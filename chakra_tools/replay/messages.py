@@ -5,8 +5,9 @@ order each side issued them, and finishes when its timing policy says.
   finishes; the receive finishes at the later of its posting and the arrival.
 - Rendezvous (a capture's gloo or NCCL send, `eager_send_ns` None): both halves wait for each
   other, then each takes its `rendezvous_ns`.
-- Asynchronous (a policy that runs its own events, congestion-aware): the message reports its
-  own arrival through the policy.
+- Asynchronous (a policy that runs its own events: congestion-aware, shared uplinks): the message
+  reports its own arrival through the policy. A policy may hold part of a send until its receive
+  is posted (`start_send` returns a handle; `release(handle, now)` when the receive is there).
 
 An absent peer (`Replayer(absent_peers=True)`) posted its half when this one was issued.
 """
@@ -47,12 +48,15 @@ class Messages:
         self.landed: dict[tuple[int, int], int] = {}  # (rank, send id) -> its data's arrival (async)
         # (rank, send id) -> the send and the receive posted before its data arrived (async)
         self.waiting: dict[tuple[int, int], tuple[Posted, Posted]] = {}
+        self.held: dict[tuple[int, int], object] = {}  # (rank, send id) -> the policy's handle (async)
 
     def on_send(self, r: RankState, nid: int, info: NodeInfo, ev: int) -> None:
         dst = self.peer(r, nid, info, info.comm_dst, "comm_dst")
         if self.asynchronous:  # the message reports its arrival; until then the send is in flight
-            self.e.timing.start_send(r.rank, dst, info.comm_size, self.e._now,
-                                   lambda t, rank=r.rank, nid=nid: self.landed_at(rank, nid, t))
+            held = self.e.timing.start_send(r.rank, dst, info.comm_size, self.e._now,
+                                            lambda t, rank=r.rank, nid=nid: self.landed_at(rank, nid, t))
+            if held is not None:
+                self.held[(r.rank, nid)] = held
             arrival = IN_FLIGHT
         else:
             ns = self.e.timing.eager_send_ns(r.rank, nid, info, dst, self.e._now)
@@ -61,6 +65,7 @@ class Messages:
                 self.e._at(arrival, r.rank, nid)
         send = Posted(r.rank, nid, info, self.e._now, ev, arrival)
         if dst not in self.e.ranks:  # an absent peer (absent_peers): its receive was posted now
+            self.release(r.rank, nid)
             if arrival is None:
                 self.e._at(self.e._now + self.e.timing.rendezvous_ns(send, Posted(dst, nid, info, self.e._now, ev))[0],
                          r.rank, nid)
@@ -89,6 +94,7 @@ class Messages:
     def meet(self, send: Posted, recv: Posted) -> None:
         """A send and its receive are both issued: finish the receive (and a rendezvous send)."""
         self.e.result.pair(send.ev, recv.ev)
+        self.release(send.rank, send.nid)
         if send.arrival_ns is None:
             self.meet_rendezvous(send, recv)
             return
@@ -99,6 +105,12 @@ class Messages:
                 self.waiting[(send.rank, send.nid)] = (send, recv)
                 return
         self.deliver(send, recv, arrival)
+
+    def release(self, rank: int, nid: int) -> None:
+        """The receive of `rank`'s send `nid` is posted: what the policy held of it may go."""
+        held = self.held.pop((rank, nid), None)
+        if held is not None:
+            self.e.timing.release(held, self.e._now)
 
     def deliver(self, send: Posted, recv: Posted, arrival: int) -> None:
         """The receive completes at the later of its posting and the data's arrival."""
@@ -146,5 +158,5 @@ class Messages:
             waits += [f"%{p.nid} recv waits for a send from rank {src} tag {tag}" for p in posts if p.rank == rank]
         for (src, dst, tag), posts in sorted(self.sends.items(), key=str):
             waits += [f"%{p.nid} send waits for a recv on rank {dst} tag {tag}" for p in posts
-                      if p.rank == rank and p.arrival_ns is None]
+                      if p.rank == rank and (p.arrival_ns is None or (p.rank, p.nid) in self.held)]
         return waits

@@ -19,8 +19,8 @@ from chakra_tools.core.probe import probe_from_dict
 from chakra_tools.replay.calfile import cluster_from_dict
 from chakra_tools.replay.clusterfit import INTER, INTRA, ClusterFit, fit_probe
 from chakra_tools.replay.fabric import Fabric, Level
-from chakra_tools.replay.library import (KindCost, LibraryBackend, binomial_broadcast, direct_all_to_all,
-                                         library_of, ring_all_gather, ring_all_reduce)
+from chakra_tools.replay.algorithms import binomial_broadcast, direct_all_to_all, ring_all_gather, ring_all_reduce
+from chakra_tools.replay.library import KindCost, LibraryBackend, library_of
 from chakra_tools.replay.links import changed_fabric, parse_change, parse_changes
 
 # 2 ranks per machine: loopback 0.4 ns/B; machines' uplinks 100 Mbit/s (80 ns/B), shared
