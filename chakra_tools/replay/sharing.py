@@ -24,13 +24,16 @@ it can use of it alone (its bytes, not its floors), and calls that together ask 
 than its rate get the excess from what is left while it lasts, as a token bucket passes traffic
 at line rate.
 
-Sends are flows like calls (`LibraryBackend.p2p_call`): two pipeline replicas' sends leaving one
-machine at once split its uplink, as TCP's flows do. First in, first out, as the library backend
-queues them, let one replica's send take the uplink alone in 19 ms while the other's waited: on the
-test bed each of the two 256 KiB sends took ~40 ms, side by side, and a 4-stage pipeline captured
-on 4 machines replayed 15% short on its own probed network. A send larger than the library's window
-(`LibraryBackend.p2p_window_bytes`) sends the window at once and the rest when its receive is posted
-(`release`): gloo's receiver reads only into the buffer its receive gives.
+Sends are flows too (`LibraryBackend.p2p_call`): two pipeline replicas' sends leaving one machine
+at once split its uplink, as TCP's flows do. First in, first out, as the library backend queues
+them, let one replica's send take the uplink alone in 19 ms while the other's waited, where on the
+test bed each of the two 256 KiB sends took ~40 ms side by side: a 4-stage pipeline on 4 machines
+came out 13% short of its real runs, 7% as flows. A send is one stream with no rounds to fall out
+of step, so what flows lose to each other is the calls' loss among themselves: sends charged it
+too let the fit read a pipeline capture's own shortfall as loss (a tp 2 x pp 2 job on 4 machines
++25%). A send larger than the library's window (`LibraryBackend.p2p_window_bytes`) sends the
+window at once and the rest when its receive is posted (`release`): gloo's receiver reads only
+into the buffer its receive gives.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class _Flow:
     since: float = 0.0
     version: int = 0
     finish: Callable[[int], None] | None = None
+    stream: bool = False  # a send: one stream of bytes, no rounds
 
 
 @dataclass
@@ -127,9 +131,10 @@ class SharedUplinks(Staggered):
         only the window goes now: the HeldSend returned waits for `release` (its receive posted)."""
         if self.window is not None and size > self.window and src != dst:
             held = HeldSend(src, dst, size - self.window, arrived)
-            self._start(self.backend.p2p_call(src, dst, self.window), now, lambda t: self._window_through(held, t))
+            self._start(self.backend.p2p_call(src, dst, self.window), now, lambda t: self._window_through(held, t),
+                        stream=True)
             return held
-        self._start(self.backend.p2p_call(src, dst, size), now, arrived)
+        self._start(self.backend.p2p_call(src, dst, size), now, arrived, stream=True)
         return None
 
     def release(self, held: HeldSend, now: int) -> None:
@@ -149,10 +154,11 @@ class SharedUplinks(Staggered):
         alone, loads, waking = self.backend.p2p_call(held.src, held.dst, held.rest)
         if not waited:
             alone, waking = max(0, alone - waking), 0
-        self._start((alone, loads, waking), now, held.arrived)
+        self._start((alone, loads, waking), now, held.arrived, stream=True)
 
     # -- the shared links -------------------------------------------------------------------------
-    def _start(self, call: tuple[int, dict[tuple, int], int], now: int, finished: Done) -> None:
+    def _start(self, call: tuple[int, dict[tuple, int], int], now: int, finished: Done, *,
+               stream: bool = False) -> None:
         """A call or a send from `now` (`call`: its ns alone, ns it keeps each shared link busy,
         the ns of its floors), at first on what a shaped link's bucket lets through at once."""
         alone, loads, waking = call
@@ -162,7 +168,7 @@ class SharedUplinks(Staggered):
         usable = max(0, alone - waking)  # a call's floors are its own: the bucket cannot shorten them
         saved = min((self._spend(link, now, min(busy, usable)) for link, busy in loads.items()), default=0)
         shares = {link: min(1.0, busy / alone) for link, busy in loads.items()}
-        self._add(_Flow(float(alone - saved), shares, finish=finished), now)
+        self._add(_Flow(float(alone - saved), shares, finish=finished, stream=stream), now)
 
     def _spend(self, link: tuple, now: int, busy: int) -> int:
         """What the link's bucket lets through at once: it refills while nothing is on the link."""
@@ -203,6 +209,7 @@ class SharedUplinks(Staggered):
         for link in links:
             self._settle(link, now)
         load: dict[tuple, float] = {}
+        rounds: dict[tuple, float] = {}  # the part of `load` that calls' rounds keep
         for fid in sorted(touched):
             flow = self._flows[fid]
             flow.remaining -= (now - flow.since) * flow.rate
@@ -210,9 +217,11 @@ class SharedUplinks(Staggered):
             for link in flow.shares:
                 if link not in load:
                     self._settle(link, now)
-                    load[link] = sum(self._flows[f].shares[link] for f in self._links.flows[link])
+                    on = [self._flows[f] for f in self._links.flows[link]]
+                    load[link] = sum(f.shares[link] for f in on)
+                    rounds[link] = sum(f.shares[link] for f in on if not f.stream)
                     self._drain(link, load[link], now)
-            flow.rate = min(1.0 if link in self._links.draining else self._capacity(link, load[link])
+            flow.rate = min(1.0 if link in self._links.draining else self._capacity(link, load[link], rounds[link])
                             for link in flow.shares)
             flow.version += 1
             end = now + max(0.0, flow.remaining) / flow.rate
@@ -238,14 +247,15 @@ class SharedUplinks(Staggered):
         dry = now + int(tokens / per_ns) + 1
         self._at(dry, lambda t, link=link: self._retime({link}, t))
 
-    def _capacity(self, link: tuple, load: float) -> float:
-        """The rate a call on `link` gets when its calls keep it `load` times busy (1: one call
-        keeping it full): an even split, less what the flows lose to each other as they overlap
-        (`Level.shared_efficiency`, reached where two calls each keep it full)."""
+    def _capacity(self, link: tuple, load: float, rounds: float) -> float:
+        """The rate a flow on `link` gets when its flows keep it `load` times busy (1: one flow
+        keeping it full), `rounds` of that by calls: an even split, less what calls lose to each
+        other as their rounds overlap (`Level.shared_efficiency`, reached where two calls each keep
+        it full)."""
         if load <= 1.0:
             return 1.0
         efficiency = self.backend.fabric.levels[link[1]].shared_efficiency
-        return (1.0 - (1.0 - efficiency) * min(1.0, load - 1.0)) / load
+        return (1.0 - (1.0 - efficiency) * min(1.0, max(0.0, rounds - 1.0))) / load
 
     def _due(self, fid: int, version: int, t: int) -> None:
         flow = self._flows.get(fid)
