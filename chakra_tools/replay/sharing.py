@@ -31,13 +31,15 @@ test bed each of the two 256 KiB sends took ~40 ms side by side: a 4-stage pipel
 came out 13% short of its real runs, 7% as flows. A send is one stream with no rounds to fall out
 of step, so what flows lose to each other is the calls' loss among themselves: sends charged it
 too let the fit read a pipeline capture's own shortfall as loss (a tp 2 x pp 2 job on 4 machines
-+25%). A send larger than the library's window (`LibraryBackend.p2p_window_bytes`) sends the
-window at once and the rest when its receive is posted (`release`): gloo's receiver reads only
-into the buffer its receive gives.
++25%). Sends from one rank to another go in order, each after the one before (gloo's pair of
+ranks is one TCP connection). A send larger than the library's window
+(`LibraryBackend.p2p_window_bytes`) sends the window at once and the rest when its receive is
+posted (`release`): gloo's receiver reads only into the buffer its receive gives.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -64,16 +66,16 @@ class _Flow:
 
 
 @dataclass
-class HeldSend:
-    """A send past the library's window: what is left of it after the window, and whether its
-    window is through (`through`, when) and its receive posted (`posted`)."""
+class _Send:
+    """A send on its connection: its bytes, whether its receive is posted, and past the library's
+    window, when the window was through (None: not yet)."""
 
     src: int
     dst: int
-    rest: int
+    size: int
     arrived: Done
-    through: int | None = None
     posted: bool = False
+    through: int | None = None
 
 
 @dataclass
@@ -100,6 +102,7 @@ class SharedUplinks(Staggered):
         self._links = _Links()
         self._ids = 0
         self._tokens: dict[tuple, float] = {}
+        self._connections: dict[tuple[int, int], deque[_Send]] = {}  # (src, dst) -> its sends in order
 
     def bind(self, at: Scheduler) -> None:
         self._at = at
@@ -126,35 +129,55 @@ class SharedUplinks(Staggered):
         self._start(self.backend._call(first.comm_type or 0, first.comm_size, members), now, finished)
 
     # -- sends ------------------------------------------------------------------------------------
-    def start_send(self, src: int, dst: int, size: int, now: int, arrived: Done) -> HeldSend | None:
-        """A send issued at `now`; `arrived(t)` when its data is through. Past the library's window
-        only the window goes now: the HeldSend returned waits for `release` (its receive posted)."""
-        if self.window is not None and size > self.window and src != dst:
-            held = HeldSend(src, dst, size - self.window, arrived)
-            self._start(self.backend.p2p_call(src, dst, self.window), now, lambda t: self._window_through(held, t),
-                        stream=True)
-            return held
-        self._start(self.backend.p2p_call(src, dst, size), now, arrived, stream=True)
-        return None
+    def start_send(self, src: int, dst: int, size: int, now: int, arrived: Done) -> _Send | None:
+        """A send issued at `now`; `arrived(t)` when its data is through. Sends from one rank to
+        another go in order, one after the other (gloo's pair of ranks is one TCP connection);
+        past the library's window a send waits for `release` (its receive posted) for the rest."""
+        if src == dst:
+            arrived(now)
+            return None
+        send = _Send(src, dst, size, arrived)
+        queue = self._connections.setdefault((src, dst), deque())
+        queue.append(send)
+        if len(queue) == 1:
+            self._go(send, now)
+        return send
 
-    def release(self, held: HeldSend, now: int) -> None:
-        """`held`'s receive is posted at `now`: the rest of it goes once its window is through."""
-        held.posted = True
-        if held.through is not None:
-            self._rest(held, now, waited=True)
+    def release(self, send: _Send, now: int) -> None:
+        """`send`'s receive is posted at `now`: what the window did not carry may follow it."""
+        send.posted = True
+        if send.through is not None:
+            self._rest(send, now, waited=True)
 
-    def _window_through(self, held: HeldSend, t: int) -> None:
-        held.through = t
-        if held.posted:
-            self._rest(held, t, waited=False)
+    def _go(self, send: _Send, now: int) -> None:
+        """`send` is first on its connection: the whole of it, or its window."""
+        if self.window is None or send.size <= self.window:
+            self._start(self.backend.p2p_call(send.src, send.dst, send.size), now,
+                        lambda t: self._through(send, t), stream=True)
+        else:
+            self._start(self.backend.p2p_call(send.src, send.dst, self.window), now,
+                        lambda t: self._window_through(send, t), stream=True)
 
-    def _rest(self, held: HeldSend, now: int, waited: bool) -> None:
-        """The rest of a held send: a message of its own (its floor again) where it waited for its
-        receive, or where the receive was there in time the same stream going on (its bytes)."""
-        alone, loads, waking = self.backend.p2p_call(held.src, held.dst, held.rest)
+    def _window_through(self, send: _Send, t: int) -> None:
+        send.through = t
+        if send.posted:
+            self._rest(send, t, waited=False)
+
+    def _rest(self, send: _Send, now: int, waited: bool) -> None:
+        """What the window did not carry: a message of its own (its floor again) where it waited for
+        its receive, or where the receive was there in time the same stream going on (its bytes)."""
+        alone, loads, waking = self.backend.p2p_call(send.src, send.dst, send.size - self.window)
         if not waited:
             alone, waking = max(0, alone - waking), 0
-        self._start((alone, loads, waking), now, held.arrived, stream=True)
+        self._start((alone, loads, waking), now, lambda t: self._through(send, t), stream=True)
+
+    def _through(self, send: _Send, t: int) -> None:
+        """`send` arrived: the next send on its connection goes."""
+        queue = self._connections[(send.src, send.dst)]
+        queue.popleft()
+        send.arrived(t)
+        if queue:
+            self._go(queue[0], t)
 
     # -- the shared links -------------------------------------------------------------------------
     def _start(self, call: tuple[int, dict[tuple, int], int], now: int, finished: Done, *,

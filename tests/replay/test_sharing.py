@@ -292,6 +292,18 @@ def test_two_replicas_sends_leaving_one_machine_split_its_uplink(tmp_path):
     assert all(abs(ends[(rank, 1)] - 2 * alone) <= 2 for rank in range(4))
 
 
+def test_sends_from_one_rank_to_another_go_in_order(tmp_path):
+    """Rank 0 sends two 128 KiB messages to rank 2 at once: one TCP connection (gloo's pair)
+    carries them one after the other, the first arriving at its time alone and the second after
+    it, not both at twice that as two flows would."""
+    size = 128 << 10
+    ends, be = _p2p_ends(tmp_path, {0: [send(1, 2, size, tag=1), send(2, 2, size, tag=2)],
+                                    2: [recv(1, 0, size, tag=1), recv(2, 0, size, tag=2)],
+                                    1: [comp(1)], 3: [comp(1)]})
+    alone = be.p2p_ns(0, 2, size)
+    assert abs(ends[(2, 1)] - alone) <= 2 and abs(ends[(2, 2)] - 2 * alone) <= 2
+
+
 def test_a_send_beside_a_call_shares_the_uplink_with_it(tmp_path):
     """A 128 KiB send (a alone) from rank 0 to 2 and a 512 KiB all-reduce of ranks 1 and 3 (4a
     alone, the same uplinks kept as busy): each at half the rate while both are there, the send
