@@ -188,6 +188,12 @@ class LibraryBackend:
                                                      self._fabric(P2P, size).message_ns(src, dst, size)))
         return ns
 
+    def _p2p_parts(self, src: int, dst: int, size: int) -> tuple[int, int, float]:
+        """(the level a message crosses, the ns its bytes keep that level's link busy, its floor)."""
+        lv = self.fabric.level_between(src, dst)
+        return (lv, self._scaled(size * self._fabric(P2P, size).levels[lv].ns_per_byte),
+                self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)]))
+
     def p2p_call(self, src: int, dst: int, size: int) -> tuple[int, dict[tuple, int], int]:
         """A message as `_call` gives a collective (sharing.SharedUplinks runs both alike): its
         ns alone (`p2p_ns`), ns each shared link it crosses is busy carrying its bytes, and the
@@ -199,11 +205,9 @@ class LibraryBackend:
             loads: dict[tuple, int] = {}
             waking = 0.0
             if links:
-                lv = links[0][1]
-                busy = self._scaled(size * self._fabric(P2P, size).levels[lv].ns_per_byte)
+                lv, busy, floor = self._p2p_parts(src, dst, size)
                 loads = {link: busy for link in links}
-                waking = max(self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)]),
-                             self.fabric.levels[lv].latency_ns)
+                waking = max(floor, self.fabric.levels[lv].latency_ns)
             got = self._cache[key] = (self.p2p_ns(src, dst, size), loads, self._scaled(waking))
         return got
 
@@ -212,17 +216,12 @@ class LibraryBackend:
         it crosses (its machine's uplink out, the peer's in; `_share`): two pipeline stages'
         sends leaving one machine at once take twice as long, as they did on the test bed. A
         message within a machine, or on a level of per-rank links, takes its time alone."""
-        if src == dst:
-            return now_ns
-        lv = self.fabric.level_between(src, dst)
-        level = self.fabric.levels[lv]
-        if not level.shared:
+        links = self.fabric.uplinks(src, dst)
+        if not links:
             return now_ns + self.p2p_ns(src, dst, size)
-        out, into = self.fabric.uplinks(src, dst)
-        bytes_ns = self._scaled(size * self._fabric(P2P, size).levels[lv].ns_per_byte)
-        through = max(self._share(out, now_ns, bytes_ns)[0], self._share(into, now_ns, bytes_ns)[0])
-        floor = self.kinds.get(P2P, KindCost()).floor_of(self.fabric, [(src, dst, size)])
-        return max(now_ns + self._scaled(floor), through + self._scaled(level.latency_ns))
+        lv, bytes_ns, floor = self._p2p_parts(src, dst, size)
+        through = max(self._share(link, now_ns, bytes_ns)[0] for link in links)
+        return max(now_ns + self._scaled(floor), through + self._scaled(self.fabric.levels[lv].latency_ns))
 
     def _share(self, link: tuple, now: int, busy: int) -> tuple[int, int]:
         """When `busy` ns of new traffic on `link` from `now` is through: after what the link

@@ -67,12 +67,14 @@ class _Flow:
 
 @dataclass
 class _Send:
-    """A send on its connection: its bytes, whether its receive is posted, and past the library's
-    window, when the window was through (None: not yet)."""
+    """A send on its connection: the bytes that go at once (all of it, or the library's window),
+    the rest that waits for its receive (0: none), whether the receive is posted, and when what
+    went at once was through (None: not yet)."""
 
     src: int
     dst: int
     size: int
+    rest: int
     arrived: Done
     posted: bool = False
     through: int | None = None
@@ -131,17 +133,19 @@ class SharedUplinks(Staggered):
     # -- sends ------------------------------------------------------------------------------------
     def start_send(self, src: int, dst: int, size: int, now: int, arrived: Done) -> _Send | None:
         """A send issued at `now`; `arrived(t)` when its data is through. Sends from one rank to
-        another go in order, one after the other (gloo's pair of ranks is one TCP connection);
-        past the library's window a send waits for `release` (its receive posted) for the rest."""
+        another go in order, one after the other (gloo's pair of ranks is one TCP connection).
+        Past the library's window the rest waits for its receive: the send returned is released
+        (`release`) when it is posted; None where nothing waits."""
         if src == dst:
             arrived(now)
             return None
-        send = _Send(src, dst, size, arrived)
+        rest = size - self.window if self.window is not None and size > self.window else 0
+        send = _Send(src, dst, size - rest, rest, arrived)
         queue = self._connections.setdefault((src, dst), deque())
         queue.append(send)
         if len(queue) == 1:
             self._go(send, now)
-        return send
+        return send if rest else None
 
     def release(self, send: _Send, now: int) -> None:
         """`send`'s receive is posted at `now`: what the window did not carry may follow it."""
@@ -150,13 +154,9 @@ class SharedUplinks(Staggered):
             self._rest(send, now, waited=True)
 
     def _go(self, send: _Send, now: int) -> None:
-        """`send` is first on its connection: the whole of it, or its window."""
-        if self.window is None or send.size <= self.window:
-            self._start(self.backend.p2p_call(send.src, send.dst, send.size), now,
-                        lambda t: self._through(send, t), stream=True)
-        else:
-            self._start(self.backend.p2p_call(send.src, send.dst, self.window), now,
-                        lambda t: self._window_through(send, t), stream=True)
+        """`send` is first on its connection: what goes at once goes."""
+        done = self._window_through if send.rest else self._through
+        self._start(self.backend.p2p_call(send.src, send.dst, send.size), now, lambda t: done(send, t), stream=True)
 
     def _window_through(self, send: _Send, t: int) -> None:
         send.through = t
@@ -166,7 +166,7 @@ class SharedUplinks(Staggered):
     def _rest(self, send: _Send, now: int, waited: bool) -> None:
         """What the window did not carry: a message of its own (its floor again) where it waited for
         its receive, or where the receive was there in time the same stream going on (its bytes)."""
-        alone, loads, waking = self.backend.p2p_call(send.src, send.dst, send.size - self.window)
+        alone, loads, waking = self.backend.p2p_call(send.src, send.dst, send.rest)
         if not waited:
             alone, waking = max(0, alone - waking), 0
         self._start((alone, loads, waking), now, lambda t: self._through(send, t), stream=True)
