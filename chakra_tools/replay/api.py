@@ -74,13 +74,15 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
                classes: Classes | None = None, kernel: str = "auto") -> ReplayResult:
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
     None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
-    worker threads); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`.
+    worker threads, and `call_lanes`, whose they are); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`.
     `classes` (replicas.find_classes): `feeders` are its representatives, and the result has
     every rank's row (`ClassesRefused` where the model sets a replica apart). `kernel`: see
     `Replayer` (the compiled event loop where it applies, or the Python reference)."""
-    library = getattr(backend, "lane_limits", {}) if modes.lanes in (None, "kind") else {}  # per thread: as recorded
+    by_kind = modes.lanes in (None, "kind")  # per thread: as recorded
+    library = getattr(backend, "lane_limits", {}) if by_kind else {}
     limits = dict(limits) if limits else {**DEFAULT_LIMITS, **library}
-    resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm)
+    resources = Resources(limits, per=modes.check().lanes, memory_on_comm=memory_on_comm,
+                          calls=getattr(backend, "call_lanes", "rank") if by_kind else "rank")
     timing = (modes.timing(path, feeders, backend) if classes is None
               else Mirrored(backend, classes.mirror, last=modes.coll_start == "last"))
     result = Replayer(feeders, timing, groups=groups, resources=resources, record_events=record_events,

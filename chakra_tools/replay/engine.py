@@ -83,7 +83,8 @@ class Replayer:
         self.timing = timing if isinstance(timing, Modelled) else Staggered(timing)
         res = resources or Resources()
         caps = res.caps()
-        self.ranks = {r: RankState(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm)
+        self.ranks = {r: RankState(r, f, caps, split=res.per == "stream", memory_on_comm=res.memory_on_comm,
+                                   by_group=res.calls == "group")
                       for r, f in sorted(feeders.items())}
         self.world = tuple(sorted(feeders))
         self.comms = Communicators(groups or {}, self.world, self.ranks)
@@ -120,6 +121,7 @@ class Replayer:
             raise InputError(f"kernel {kernel!r}: use " + ", ".join(KERNELS))
         why = ("it is not built (no C compiler when installed)" if COMPILED is None else
                "lanes are split per thread and stream" if res.per != "kind" else
+               "communication lanes are per process group" if res.calls != "rank" else
                "absent peers are assumed" if self.absent_peers else
                f"{type(self).__name__} changes the loop" if type(self) is not Replayer else None)
         if kernel == "python" or (why and kernel == "auto"):

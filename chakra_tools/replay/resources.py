@@ -54,6 +54,11 @@ def parse_limits(text: str | None) -> dict[str, int]:
 
 #: Resources.per values: one lane per kind (ASTRA-sim), or per recorded thread and stream
 LANE_SPLITS = ("kind", "stream")
+#: Resources.calls values: a rank's collectives share one communication lane (ASTRA-sim), or each
+#: process group has its own and sends take none (gloo: `LibraryBackend.comm_lanes`)
+CALL_LANES = ("rank", "group")
+_SEND = int(NodeType.COMM_SEND_NODE)
+_COLL = int(NodeType.COMM_COLL_NODE)
 
 
 @dataclass(frozen=True)
@@ -69,15 +74,22 @@ class Resources:
     `memory_on_comm`: memory loads and stores take the communication slot (ASTRA-sim issues them
     as communication: they wait for each other and for collectives under `comm`'s limit; their
     events still say `mem`); False gives them the `mem` lane of their own.
+    `calls`: "rank" puts a rank's collectives and sends on its one communication lane; "group"
+    gives each process group a lane of `comm`'s limit and sends a lane without one, as gloo runs
+    them: a ProcessGroupGloo's collectives queue for that group's own worker threads, while a send
+    goes out from the calling thread at once (ProcessGroupGloo::send), beside them.
     """
 
     limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     per: str = "kind"
     memory_on_comm: bool = True
+    calls: str = "rank"
 
     def __post_init__(self) -> None:
         if self.per not in LANE_SPLITS:
             raise InputError(f"--lanes {self.per!r}: use " + " or ".join(LANE_SPLITS))
+        if self.calls not in CALL_LANES:
+            raise InputError(f"calls {self.calls!r}: use " + " or ".join(CALL_LANES))
         unknown = set(self.limits) - set(LANES)
         if unknown:
             raise InputError(f"unknown lane {sorted(unknown)[0]!r} in --limits; lanes: {', '.join(LANES)}")
@@ -98,6 +110,7 @@ class RankState:
     kind_caps: list[int]
     split: bool = False  # one resource per recorded thread / stream
     memory_on_comm: bool = True
+    by_group: bool = False  # one comm resource per process group, sends on one without a limit
     caps: list[int] = field(default_factory=list)
     busy: list[int] = field(default_factory=list)
     deferred: list[list[int]] = field(default_factory=list)
@@ -115,23 +128,28 @@ class RankState:
     def __post_init__(self) -> None:
         for lane in range(_NLANES):
             self._add(lane)
-        if not self.split:  # resources 0..5 are the lanes: no lookup on the hot path
+        if not self.split and not self.by_group:  # resources 0..5 are the lanes: no lookup on the hot path
             self.resource = _slot_of if self.memory_on_comm else lane_of
 
-    def _add(self, lane: int) -> int:
-        self.caps.append(self.kind_caps[lane])
+    def _add(self, lane: int, cap: int | None = None) -> int:
+        self.caps.append(self.kind_caps[lane] if cap is None else cap)
         self.busy.append(0)
         self.deferred.append([])
         self.lane_freed_by.append(-1)
         return len(self.caps) - 1
 
     def resource(self, info: NodeInfo) -> int:
-        """The resource `info` runs on (with `split`: its thread's or stream's lane)."""
+        """The resource `info` runs on (with `split`: its thread's or stream's lane; with
+        `by_group`: its process group's, or the sends')."""
         lane = _slot_of(info) if self.memory_on_comm else lane_of(info)
-        key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
+        if self.by_group:
+            key = (info.pg_name if info.type == _COLL else _SEND if info.type == _SEND else None) \
+                if lane == COMM else None
+        else:
+            key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
         if key is None:
             return lane
         res = self.keyed.get((lane, key))
         if res is None:
-            res = self.keyed[(lane, key)] = self._add(lane)
+            res = self.keyed[(lane, key)] = self._add(lane, _UNLIMITED if key == _SEND else None)
         return res
