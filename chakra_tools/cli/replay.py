@@ -45,7 +45,7 @@ def replay(
     mem_bw: Optional[float] = typer.Option(None, "--mem-bw-gbps", help="Local memory bandwidth (overrides local-mem-bw)."),
     scale: Optional[str] = typer.Option(None, "--scale", help="What-if multipliers, e.g. compute=0.5,comm=2 (host, compute, comm, memory)."),
     limits: Optional[str] = typer.Option(None, "--limits",
-                                         help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0 (comm=2 on a --network-fit cluster of gloo, which runs a group's calls on two worker threads)."),
+                                         help="Ops in flight per rank and lane (0 = unlimited); default host=1,compute=1,comm=1,recv=0,mem=0 (on a --network-fit cluster of gloo, comm=2 per process group: gloo runs each group's calls on two worker threads of its own, and sends on none)."),
     as_captured: bool = typer.Option(False, "--as-captured",
                                      help="Replay a capture on the system it ran on, to compare with its measured steps: --comm calibrated --host-time timeline --align recorded --lanes stream (each can still be set on its own)."),
     comm: Optional[str] = typer.Option(None, "--comm",

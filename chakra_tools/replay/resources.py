@@ -42,6 +42,12 @@ def _slot_of(info: NodeInfo) -> int:
     return _SLOT_OF.get((info.type, info.is_cpu_op), OTHER)
 
 
+def _whose_call(info: NodeInfo) -> object:
+    """Under `Resources.calls` "group": a collective's process group, or the sends' own key (None:
+    the rank's communication lane, as memory nodes on the communication slot)."""
+    return info.pg_name if info.type == _COLL else _SEND if info.type == _SEND else None
+
+
 def parse_limits(text: str | None) -> dict[str, int]:
     """`"compute=2,comm=0"` over the defaults (0 = unlimited)."""
     limits = dict(DEFAULT_LIMITS)
@@ -143,8 +149,7 @@ class RankState:
         `by_group`: its process group's, or the sends')."""
         lane = _slot_of(info) if self.memory_on_comm else lane_of(info)
         if self.by_group:
-            key = (info.pg_name if info.type == _COLL else _SEND if info.type == _SEND else None) \
-                if lane == COMM else None
+            key = _whose_call(info) if lane == COMM else None
         else:
             key = info.tid if lane == HOST else info.stream if lane in (COMPUTE, COMM) else None
         if key is None:
