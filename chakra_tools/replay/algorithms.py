@@ -84,9 +84,9 @@ def from_root(g: Sequence[int], size: int) -> list[Round]:
 #: library -> how many of a rank's calls it runs at once (ProcessGroupGloo's worker threads,
 #: two by default: an asynchronous reduce-scatter and the next layer's all-gather proceed together)
 IN_FLIGHT = {"gloo": 2}
-#: library -> whose those calls are (resources.CALL_LANES): gloo's worker threads belong to each
+#: library -> who owns those worker threads (a `resources.CALL_LANES` value): gloo's belong to each
 #: process group, and its sends do not use them (they leave from the calling thread)
-CALL_LANES = {"gloo": "group"}
+WORKERS_OWNED_BY = {"gloo": "group"}
 
 #: library -> collective kind -> its rounds
 LIBRARIES: dict[str, dict[CommType, Rounds]] = {

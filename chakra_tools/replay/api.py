@@ -74,7 +74,8 @@ def run_replay(path: str | Path, feeders: Mapping[int, ETFeeder], backend: Backe
                classes: Classes | None = None, kernel: str = "auto") -> ReplayResult:
     """Replay the opened rank set at `path` under `modes`, `limits` per lane (`parse_limits`;
     None: the defaults, with what the backend says of its library: `lane_limits`, gloo's two
-    worker threads, and `call_lanes`, whose they are); `memory_on_comm`: see `Resources`; `absent_peers`: see `Replayer`.
+    worker threads, and `call_lanes`, whose they are); `memory_on_comm`: see `Resources`;
+    `absent_peers`: see `Replayer`.
     `classes` (replicas.find_classes): `feeders` are its representatives, and the result has
     every rank's row (`ClassesRefused` where the model sets a replica apart). `kernel`: see
     `Replayer` (the compiled event loop where it applies, or the Python reference)."""

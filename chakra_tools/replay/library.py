@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 from chakra_tools.core.model import CommType
 from chakra_tools.feed.info import NodeInfo
 
-from .algorithms import CALL_LANES, IN_FLIGHT, LIBRARIES, Round, peers_per_member, ring_all_reduce
+from .algorithms import IN_FLIGHT, LIBRARIES, WORKERS_OWNED_BY, Round, peers_per_member, ring_all_reduce
 from .fabric import Fabric
 from .links import latency_factors
 
@@ -134,7 +134,7 @@ class LibraryBackend:
     def __post_init__(self) -> None:
         self.system = self.base.system
         self.lane_limits = {"comm": IN_FLIGHT.get(self.library, 1)}
-        self.call_lanes = CALL_LANES.get(self.library, "rank")
+        self.call_lanes = WORKERS_OWNED_BY.get(self.library, "rank")
         self._algorithms = LIBRARIES[self.library]
         self._cache: dict = {}
         self._priced: dict[float, Fabric] = {}  # efficiency -> the fabric at it

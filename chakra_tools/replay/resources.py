@@ -61,7 +61,7 @@ def parse_limits(text: str | None) -> dict[str, int]:
 #: Resources.per values: one lane per kind (ASTRA-sim), or per recorded thread and stream
 LANE_SPLITS = ("kind", "stream")
 #: Resources.calls values: a rank's collectives share one communication lane (ASTRA-sim), or each
-#: process group has its own and sends take none (gloo: `LibraryBackend.comm_lanes`)
+#: process group has its own and sends take none (gloo: `LibraryBackend.call_lanes`)
 CALL_LANES = ("rank", "group")
 _SEND = int(NodeType.COMM_SEND_NODE)
 _COLL = int(NodeType.COMM_COLL_NODE)

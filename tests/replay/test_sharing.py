@@ -368,3 +368,13 @@ def test_each_process_group_has_worker_threads_of_its_own(tmp_path):
     ends, _ = _p2p_ends(tmp_path / "b", {0: more, 1: more, 2: [comp(1)], 3: [comp(1)]}, {"1": [0, 1]},
                         fabric=SLOW_INSIDE)
     assert ends[(0, 3)] >= ends[(0, 1)] + 0.9 * ends[(0, 1)]
+
+
+def test_lanes_of_calls_other_than_a_ranks_or_a_groups_are_refused():
+    import pytest
+
+    from chakra_tools.core.errors import InputError
+    from chakra_tools.replay.resources import Resources
+
+    with pytest.raises(InputError, match="calls 'thread': use rank or group"):
+        Resources(calls="thread")
