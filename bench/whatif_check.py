@@ -19,7 +19,9 @@ experts), on the test bed
    (`--as-captured --manifest`).
 
 Needs root (network namespaces, tc) and torch; about 19 minutes on 2 cores (`--quick`: the data-
-parallel job and two targets, about 4). Run it on an otherwise idle machine: the real runs share
+parallel job and two targets, about 4). Check a job of your own, on clusters of your own:
+`--job 'mine=--layers 4 --tp 2 --bucket-kib 512' --capture 2x2@150 --targets 3x2@150,4x2@50`
+(the surrogate's arguments: `python -m chakra_tools.testbed.surrogate --help`). Run it on an otherwise idle machine: the real runs share
 its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies.
 Writes everything under --work (default: a temporary folder, removed) and the table as JSON with
 --json.
@@ -32,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
 import tempfile
 import time
@@ -100,6 +104,30 @@ def _label(t) -> str:
     return f"{t[0]}x{t[1]} @{t[2]:g} Mbit/s"
 
 
+def parse_cluster(text: str) -> tuple[int, int, float]:
+    """"4x2@250": 4 nodes of 2 ranks, 250 Mbit/s uplinks."""
+    m = re.fullmatch(r"\s*(\d+)x(\d+)\s*@\s*(\d+(?:\.\d+)?)\s*", text)
+    if not m or int(m[1]) < 1 or int(m[2]) < 1 or float(m[3]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a cluster is NODESxRANKS@MBIT, e.g. 4x2@250")
+    return int(m[1]), int(m[2]), float(m[3])
+
+
+def _spec(t) -> str:
+    return f"{t[0]}x{t[1]}@{t[2]:g}"
+
+
+def parse_clusters(text: str) -> list[tuple[int, int, float]]:
+    return [parse_cluster(t) for t in text.split(",") if t.strip()]
+
+
+def parse_job(text: str) -> tuple[str, list[str]]:
+    """'name=--layers 4 --tp 2': a surrogate job (chakra_tools/testbed/surrogate.py's arguments)."""
+    name, sep, args = text.partition("=")
+    if not sep or not name.strip() or not re.fullmatch(r"[\w.-]+", name.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r}: a job is NAME=ARGS, e.g. 'mydp=--layers 4 --bucket-kib 512'")
+    return name.strip(), shlex.split(args)
+
+
 def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[float, float]]:
     """The step and the host's load (`host_load`) of `runs` real runs on the target cluster (a
     fresh one each time)."""
@@ -115,8 +143,8 @@ def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[floa
     return out
 
 
-def capture_job(work: Path, job: str, args) -> Path:
-    nodes, nproc, rate = CAPTURE
+def capture_job(work: Path, job: str, args, capture=CAPTURE) -> Path:
+    nodes, nproc, rate = capture
     cap = work / f"cap-{job}"
     with _cluster(work, nodes, rate) as cl:
         runs = run_job(cl, nproc, [*args, "--steps", str(3 + CAPTURED_STEPS + 1)], logs=work / "logs" / cap.name,
@@ -140,11 +168,11 @@ def probe(work: Path, cluster=CAPTURE, name: str = "probe") -> Path:
     return out
 
 
-def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes) -> float:
+def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes, capture=CAPTURE) -> float:
     nodes, nproc, rate = target
     world = nodes * nproc
     et = work / f"et-{job}"
-    if world != CAPTURE[0] * CAPTURE[1]:
+    if world != capture[0] * capture[1]:
         tp = _arg(args, "--tp")
         pp = _arg(args, "--pp")
         scaled = work / f"et-{job}-{world}"
@@ -152,7 +180,7 @@ def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes) 
             scale(et, world // (tp * pp), scaled, tp=tp, pp=pp,
                   all_to_all="per-rank" if "--moe" in args else "refuse")
         et = scaled
-    spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / CAPTURE[2]:g}"]))
+    spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / capture[2]:g}"]))
     doc = replay(et, spec.backend(world), modes=modes, record_events=False).to_dict(events=False)
     return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS
 
@@ -172,23 +200,46 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=None, help="keep everything here")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--runs", type=int, default=2, help="real runs per target (their mean is the real step)")
+    p.add_argument("--job", type=parse_job, action="append", default=[], metavar="NAME=ARGS",
+                   help="a job of your own: the surrogate's arguments (python -m chakra_tools.testbed.surrogate "
+                        "--help), e.g. 'mydp=--layers 4 --bucket-kib 512'; repeatable; without --jobs only these run")
+    p.add_argument("--capture", type=parse_cluster, default=CAPTURE, metavar="NxP@MBIT",
+                   help=f"the cluster each job is captured and probed on (default {_spec(CAPTURE)})")
+    p.add_argument("--targets", type=parse_clusters, default=None, metavar="NxP@MBIT,...",
+                   help="the clusters each job runs on for real and is predicted for (default "
+                        + ",".join(_spec(t) for t in TARGETS) + ")")
     a = p.parse_args()
+    jobs_args = {**JOBS, **dict(a.job)}
+    jobs = a.jobs.split(",") if a.jobs else [n for n, _ in a.job] or (["dp"] if a.quick else list(JOBS))
+    unknown = [j for j in jobs if j not in jobs_args]
+    if unknown:
+        p.error(f"unknown job {unknown[0]!r}: jobs are {', '.join(jobs_args)} (or add one with --job)")
+    capture = a.capture
+    targets = a.targets or (QUICK_TARGETS if a.quick else TARGETS)
+    for t in targets:
+        if t[1] != capture[1]:
+            p.error(f"target {_spec(t)}: {t[1]} ranks a node where the capture has {capture[1]}; the fitted "
+                    "network's machines are the capture's (more or fewer machines of that size can be predicted)")
+        for job in jobs:
+            tp, pp = _arg(jobs_args[job], "--tp"), _arg(jobs_args[job], "--pp")
+            if (t[0] * t[1]) % (tp * pp) or (capture[0] * capture[1]) % (tp * pp):
+                p.error(f"job {job}: tp {tp} x pp {pp} does not divide the ranks of {_spec(capture)} or {_spec(t)}")
+    if any(t[1] > 8 or t[0] * t[1] > 16 for t in [capture, *targets]):
+        print("whatif_check: note: more than 16 ranks (or 8 a node) on this machine's cores is rarely faithful")
     why = unavailable()
     if why:
         print(f"whatif_check: skipped: {why}")
         return 0
-    jobs = a.jobs.split(",") if a.jobs else (["dp"] if a.quick else list(JOBS))
-    targets = QUICK_TARGETS if a.quick else TARGETS
     tmp = None if a.work else tempfile.TemporaryDirectory(prefix="whatif-")
     work = a.work or Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    print(f"capture cluster {_label(CAPTURE)}; probing ...", flush=True)
-    probe_dir = probe(work)
+    print(f"capture cluster {_label(capture)}; probing ...", flush=True)
+    probe_dir = probe(work, capture)
     cases, captured = [], {}
     for job in jobs:
-        args = JOBS[job]
-        cap = capture_job(work, job, args)
+        args = jobs_args[job]
+        cap = capture_job(work, job, args, capture)
         net = work / f"net-{job}"
         net.mkdir(exist_ok=True)
         cal, sharing = fit_sharing(work / f"et-{job}", calibrate(work / f"et-{job}", probe=probe_dir))
@@ -198,19 +249,20 @@ def main() -> int:
                   flush=True)
         for label, spec, modes in (("probed network", SystemSpec(kind_fit=net), CaptureModes()),
                                    ("--as-captured", SystemSpec(), AS_CAPTURED)):
-            doc = replay(work / f"et-{job}", spec.backend(4), modes=modes, record_events=False).to_dict(events=False)
+            doc = replay(work / f"et-{job}", spec.backend(capture[0] * capture[1]), modes=modes,
+                         record_events=False).to_dict(events=False)
             captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
         for target in targets:
             runs = real_steps(work, job, target, args, a.runs)
             reals = [step for step, _ in runs]
             real = fmean(reals)
-            pred = predict(work, job, args, net, target, CaptureModes())
+            pred = predict(work, job, args, net, target, CaptureModes(), capture)
             cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real,
                               fmean(load for _, load in runs)))
             print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
                   f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}  "
                   f"host {cases[-1].host_load:.0%} busy", flush=True)
-    print(f"\nwhat-if from a capture on {_label(CAPTURE)} (trace-replay --network-fit NET --bandwidth ...)")
+    print(f"\nwhat-if from a capture on {_label(capture)} (trace-replay --network-fit NET --bandwidth ...)")
     print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}{'host busy':>11}")
     for c in cases:
         print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}"
