@@ -21,8 +21,9 @@ experts), on the test bed
 Needs root (network namespaces, tc) and torch; about 19 minutes on 2 cores (`--quick`: the data-
 parallel job and two targets, about 4). Check a job of your own, on clusters of your own:
 `--job 'mine=--layers 4 --tp 2 --bucket-kib 512' --capture 2x2@150 --targets 3x2@150,4x2@50`
-(the surrogate's arguments: `python -m chakra_tools.testbed.surrogate --help`). Run it on an otherwise idle machine: the real runs share
-its cores with nothing else, and each target runs `--runs` times (2) to show how much it varies.
+(the surrogate's arguments: `python -m chakra_tools.testbed.surrogate --help`). Run it on an
+otherwise idle machine: the real runs share its cores with nothing else, and each target runs
+`--runs` times (2) to show how much it varies.
 Writes everything under --work (default: a temporary folder, removed) and the table as JSON with
 --json.
 
