@@ -11,9 +11,11 @@ experts), on the test bed
    predict each: `trace-convert scale --dp` to the target's ranks where they differ (the mixture
    of experts with `--all-to-all per-rank`), then
    `trace-replay --network-fit NET --bandwidth inter-node=xF`;
-4. print predicted, real and error per case, and how busy the real runs kept the host's cores: the
-   bed's nodes share one machine, and a target that keeps it near saturation is paced by the
-   machine, not by the network the bed models (`HOST_BOUND`: reported, not counted in the goal);
+4. print predicted, real (a run's median step, its slowest rank's: a step the shared host stalled
+   is counted apart, not averaged in) and error per case, and how busy the real runs kept the
+   host's cores: the bed's nodes share one machine, and a target that keeps it near saturation is
+   paced by the machine, not by the network the bed models (`HOST_BOUND`: reported, not counted
+   in the goal);
    then the capture replayed as it ran, against the steps its manifest measured: on the probed
    network (`--network-fit NET --manifest`) and with its own recorded communication
    (`--as-captured --manifest`).
@@ -55,7 +57,7 @@ from chakra_tools.replay.netfit import calibrate
 from chakra_tools.replay.sharefit import fit_sharing
 from chakra_tools.replay.spec import SystemSpec
 from chakra_tools.testbed.cluster import Cluster, Shaping, unavailable
-from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job
+from chakra_tools.testbed.jobs import PROBE, failed, host_load, measured_step_ns, run_job, stalled_steps
 
 #: name -> surrogate arguments; each runs on 4 ranks (2 nodes x 2) and on 8
 JOBS = {
@@ -84,9 +86,10 @@ class Case:
     job: str
     target: str
     predicted_ns: float
-    real_ns: float  # the mean of the real runs
+    real_ns: float  # the mean of the real runs' steps (each run's median step: testbed/jobs.py)
     spread: float = 0.0  # (max - min) / mean of the real runs: how much the target itself varies
     host_load: float = 0.0  # the share of the host's cores the real runs' ranks kept busy (mean)
+    stalled: int = 0  # timed steps the host stalled, over the real runs (left out of real_ns)
 
     @property
     def error(self) -> float:
@@ -129,9 +132,9 @@ def parse_job(text: str) -> tuple[str, list[str]]:
     return name.strip(), shlex.split(args)
 
 
-def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[float, float]]:
-    """The step and the host's load (`host_load`) of `runs` real runs on the target cluster (a
-    fresh one each time)."""
+def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[float, float, int]]:
+    """The step, the host's load (`host_load`) and the stalled steps (`stalled_steps`) of `runs`
+    real runs on the target cluster (a fresh one each time)."""
     nodes, nproc, rate = target
     out = []
     for i in range(runs):
@@ -140,7 +143,7 @@ def real_steps(work: Path, job: str, target, args, runs: int) -> list[tuple[floa
             done = run_job(cl, nproc, [*args, *STEPS, "--result", str(result)], logs=work / "logs" / result.stem)
         if failed(done):
             raise RuntimeError(f"{job} on {_label(target)} failed:\n{failed(done)}")
-        out.append((measured_step_ns(result), host_load(result)))
+        out.append((measured_step_ns(result), host_load(result), stalled_steps(result)))
     return out
 
 
@@ -184,6 +187,10 @@ def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes, 
     spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / capture[2]:g}"]))
     doc = replay(et, spec.backend(world), modes=modes, record_events=False).to_dict(events=False)
     return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _cores() -> int:
@@ -255,19 +262,20 @@ def main() -> int:
             captured.setdefault(label, {})[job] = compare_with_manifest(doc, cap)["job"]["error"]
         for target in targets:
             runs = real_steps(work, job, target, args, a.runs)
-            reals = [step for step, _ in runs]
+            reals = [step for step, _, _ in runs]
             real = fmean(reals)
             pred = predict(work, job, args, net, target, CaptureModes(), capture)
             cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real,
-                              fmean(load for _, load in runs)))
+                              fmean(load for _, load, _ in runs), sum(n for _, _, n in runs)))
             print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
                   f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}  "
-                  f"host {cases[-1].host_load:.0%} busy", flush=True)
+                  f"host {cases[-1].host_load:.0%} busy, {_count(cases[-1].stalled, 'stalled step')}", flush=True)
     print(f"\nwhat-if from a capture on {_label(capture)} (trace-replay --network-fit NET --bandwidth ...)")
-    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}{'host busy':>11}")
+    print(f"{'job':<10}{'target':<22}{'predicted':>12}{'real':>12}{'error':>9}{'real spread':>13}{'host busy':>11}"
+          f"{'stalled':>9}")
     for c in cases:
         print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}"
-              f"{c.spread:>13.1%}{c.host_load:>10.0%}{' *' if c.host_bound else ''}")
+              f"{c.spread:>13.1%}{c.host_load:>10.0%}{c.stalled:>9}{' *' if c.host_bound else ''}")
     faithful = [abs(c.error) for c in cases if not c.host_bound]
     if faithful:
         print(f"mean |error| {fmean(faithful):.1%}, max {max(faithful):.1%}, {sum(e <= 0.10 for e in faithful)} of "

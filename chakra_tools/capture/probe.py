@@ -45,10 +45,15 @@ FLOAT = 4
 #: a repetition's length: short calls are repeated back to back until they fill it
 REPETITION_NS = 20e6
 MAX_ITERS = 50
-#: sizes up to this are timed alone, after an idle pause, three times as often (latency-bound:
-#: they set the floors of a round)
+#: sizes up to this are timed alone, after an idle pause (latency-bound: they set the floors of a
+#: round) ...
 SMALL = 16 << 10
 IDLE_S = 0.005
+#: ... and `ALONE_REPEATS` times as often: between machines a round's floor is the mean of a
+#: long-tailed wait (mostly well under a millisecond, now and then 3-4 ms: clusterfit.py); timed 3 x
+#: 5 times a size, an all-to-all's came out 0.29-0.51 ms in four probes of one cluster (a job's
+#: step at 500 Mbit/s 14% apart), 50 times 0.35-0.45 ms. The samples cost ~7 ms each
+ALONE_REPEATS = 10
 #: the late receiver's delay (long enough for any window to cross a 10 Mbit/s link), the idle
 #: spell before a message to a waiting receiver (long enough to refill a shaper's bucket), sizes
 LATE_S = 0.2
@@ -268,9 +273,10 @@ class Probe:
         compute), timed from each member's own call to its return; the shortest over members,
         the last to arrive, is the call's own time once everyone was there. Back to back, with
         every rank busy, the same calls took 20-30% longer per round on a 2-core host than in a
-        job whose ranks mostly wait. Three times the repetitions: they vary most, and cost little."""
+        job whose ranks mostly wait. `ALONE_REPEATS` times the repetitions: they vary most, and
+        cost little."""
         mine = []
-        for _ in range(3 * self.args.repeats):
+        for _ in range(ALONE_REPEATS * self.args.repeats):
             dist.barrier()
             time.sleep(IDLE_S)
             t = time.perf_counter_ns()

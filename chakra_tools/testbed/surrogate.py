@@ -28,7 +28,8 @@ What each layout does per step, per layer of its stage:
     torchrun --nproc-per-node 4 -m chakra_tools.testbed.surrogate --pp 2 --microbatches 4
 
 `--result FILE`: rank 0 writes the measured step (the wall-clock span of the timed steps over
-their count, on every rank, the slowest rank's) as JSON, for the benchmark's real runs.
+their count, on every rank, the slowest rank's) and every rank's timed steps as JSON, for the
+benchmark's real runs (testbed/jobs.py reads them).
 """
 
 from __future__ import annotations
@@ -212,9 +213,14 @@ def main(argv=None) -> None:
     # near all of them, the bed itself, not the network it models, set the pace
     busy = torch.tensor([cpu[-1] - cpu[args.warmup]], dtype=torch.float64)
     dist.all_reduce(busy)
+    # every rank's timed steps, for a step measure that a stall of the shared host does not move
+    steps = torch.tensor([b - a for a, b in zip(timed, timed[1:])], dtype=torch.float64)
+    every = [torch.zeros_like(steps) for _ in range(job.world)]
+    dist.all_gather(every, steps)
     if args.result is not None and job.rank == 0:
         args.result.write_text(json.dumps({
-            "step_ns": int(span.item()), "world": job.world, "tp": args.tp, "pp": args.pp,
+            "step_ns": int(span.item()), "steps_ns": [[int(x) for x in r.tolist()] for r in every],
+            "world": job.world, "tp": args.tp, "pp": args.pp,
             "dp": job.layout.dp, "fsdp": args.fsdp, "steps": args.steps, "warmup": args.warmup,
             "cores_busy": round(busy.item() / ((timed[-1] - timed[0]) / 1e9), 3), "host_cores": os.cpu_count(),
             "hosts": os.environ.get("GROUP_WORLD_SIZE")}) + "\n")

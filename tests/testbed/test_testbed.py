@@ -105,6 +105,8 @@ def test_what_if_five_times_faster_uplinks_against_a_real_run(captured, tmp_path
         assert not failed(runs), failed(runs)
     real = measured_step_ns(result)
     assert 0 < host_load(result) <= 1  # 4 ranks' threads, on however many cores this host has
+    steps = json.loads(result.read_text())["steps_ns"]
+    assert len(steps) == 4 and all(len(r) == 5 and min(r) > 0 for r in steps)  # every rank's timed steps
     spec = SystemSpec(kind_fit=net, links=parse_changes(["inter-node=x5"]))
     doc = replay(et, spec.backend(4), record_events=False).to_dict(events=False)
     predicted = max(r["finish_ns"] for r in doc["ranks"]) / 2
