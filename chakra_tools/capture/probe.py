@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from chakra_tools.core.probe import FORMAT, PROBE_FILE
+from chakra_tools.core.probe import FORMAT, PROBE_FILE, TIMED_ALONE_BYTES
 
 FLOAT = 4
 #: a repetition's length: short calls are repeated back to back until they fill it
@@ -47,7 +47,7 @@ REPETITION_NS = 20e6
 MAX_ITERS = 50
 #: sizes up to this are timed alone, after an idle pause (latency-bound: they set the floors of a
 #: round) ...
-SMALL = 16 << 10
+SMALL = TIMED_ALONE_BYTES
 IDLE_S = 0.005
 #: ... and `ALONE_REPEATS` times as often: between machines a round's floor is the mean of a
 #: long-tailed wait (mostly well under a millisecond, now and then 3-4 ms: clusterfit.py); timed 3 x

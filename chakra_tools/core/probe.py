@@ -14,7 +14,9 @@ Document (JSON object, `FORMAT` in "format"):
   `size` bytes from src to dst and back, once per repetition;
 - `collectives`: [{kind (a CollectiveCommType name), ranks, size (`comm_size`, the converter's
   convention: docs/reference/trace-convert.md), ns: [...]}]: each repetition's time from the call to the return of
-  its slowest member, all members starting together;
+  its slowest member, all members starting together; a call whose buffer is at most
+  `TIMED_ALONE_BYTES` was timed alone, after every rank sat idle (`CollectiveSample.timed_alone`),
+  larger ones back to back;
 - `reduce`: [{size, ns: [...]}]: one rank adding two buffers of `size` bytes (the reduction a
   collective performs per byte it receives);
 - `idle_send` (optional): [{src, dst, size, idle_ns, ns: [...]}]: a message sent after the link
@@ -38,6 +40,9 @@ from .errors import InputError
 from .model import MAX_RANK, CommType
 
 FORMAT = "chakra-tools-probe/1"
+#: collectives whose buffer is at most this were timed one at a time after an idle pause (they
+#: set the floors a round pays; a shaped link's bucket, refilled in the pause, carried their bytes)
+TIMED_ALONE_BYTES = 16 << 10
 PROBE_FILE = "probe.json"
 
 
@@ -55,6 +60,13 @@ class CollectiveSample:
     ranks: tuple[int, ...]
     size: int
     ns: tuple[float, ...]
+
+    @property
+    def timed_alone(self) -> bool:
+        """Whether the probe timed it alone after an idle pause (its buffer: `size`, but each
+        member's share of an all-gather's output)."""
+        buffer = self.size * len(self.ranks) if self.kind == "ALL_GATHER" else self.size
+        return buffer <= TIMED_ALONE_BYTES
 
 
 @dataclass(frozen=True)

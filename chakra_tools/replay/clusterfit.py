@@ -9,14 +9,14 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    latency the least of what the two smallest sizes take beyond their bytes.
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
 3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
-   efficiency per size, read on the sizes whose bytes take most of the modelled time (modelled
-   over measured bytes time, a size's repetitions at their lower quartile: core/timings.py;
-   kept within [1/3, 3]; a call between two of them interpolated, so a 256 KiB call gets what
-   the probe's 256 KiB calls got, not what 4 MiB ones did); and a
-   floor per round for each level, from the time per round of the other sizes (latency-bound
-   calls, which on a shared host take what waking the members takes, not what the links do)
-   on the groups spanning that level: the world for rounds between machines, one machine's
-   ranks for rounds within it (pooled over the ring kinds, whose rounds are alike). Between
+   efficiency per size, read on the sizes timed back to back whose bytes take most of the
+   modelled time (modelled over measured bytes time, a size's repetitions at their lower
+   quartile: core/timings.py; within [1/3, 3]; a call between two sizes interpolated, so a 256
+   KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a floor per
+   round for each level, from the time per round of the other sizes (latency-bound calls, which
+   on a shared host take what waking the members takes, not what the links do) on the groups
+   spanning that level: the world for rounds between machines, one machine's ranks for rounds
+   within it (pooled over the ring kinds, whose rounds are alike). Between
    machines, the mean of every repetition's rounds: a round there waits for its receiver to
    wake, on the test bed mostly in well under a millisecond, now and then in steps of 3-4 ms,
    and a job pays every wait; within a machine, where calls up to 1 MiB count as
@@ -191,10 +191,9 @@ def cluster_lines(cluster: ClusterFit) -> list[str]:
 
 def _slope_and_floor(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(ns per byte, ns at zero bytes) of (size, time) points: the slope between the two largest
-    sizes, the floor the least of what the two smallest take beyond their bytes (at least 0).
-    Behind a shaper small sizes ride its bucket: on the test bed the floor between machines is 0
-    in every run; the smallest size alone (1 KiB: 49-579 us in four runs, mostly waking the
-    ranks on 2 cores) moved the what-if errors both ways, within their run-to-run spread."""
+    sizes, the floor the least of what the two smallest take beyond their bytes (at least 0; behind
+    a shaper small sizes ride its bucket, and the smallest alone, 1 KiB, took 49-579 us in four
+    runs on the test bed, mostly waking ranks on 2 cores)."""
     points = sorted(points)
     if len(points) < 2:
         raise InputError("the probe measured one size only: latency and bandwidth cannot be told apart")
@@ -375,15 +374,16 @@ def _floors(fabric: Fabric, times: dict[int, list[float]], fallback: tuple[float
 
 
 def _efficiency(rows: list[tuple], samples) -> tuple[float, tuple]:
-    """(efficiency, by size) of the bandwidth-bound sizes on the whole job (modelled over
-    measured bytes time, kept within EFFICIENCY_RANGE). `rows`: `_modelled` of `samples`."""
+    """(efficiency, by size) of the bandwidth-bound sizes on the whole job (module docstring), not
+    those timed alone after a pause: a shaper's bucket carried their bytes (a 16 KiB all-to-all at
+    100 Mbit/s: efficiency 3, pricing 32 KiB under its bytes), and the replay gives it itself."""
     world = max((r[4] for r in rows), default=0)
 
     def clamp(e: float) -> float:
         return min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], e))
 
     by_size = tuple(sorted((c.size, clamp(b / max(m - base, 1.0))) for (base, b, m, _, lv), c in zip(rows, samples)
-                           if _bound(b, m) and lv == world))
+                           if _bound(b, m) and lv == world and not c.timed_alone))
     return (median(e for _, e in by_size) if by_size else 1.0), by_size
 
 
