@@ -177,6 +177,19 @@ def test_timeline_worker_end_after_the_caller_resumed_is_cut_to_the_resume():
     assert t.comm_end_ns == {2: (T0 + 300) * 1000} and t.host_ns == {1: 100_000, 3: 5_000}
 
 
+def test_a_call_issued_after_a_blocking_call_shows_the_rank_back_from_it():
+    """A mixture of experts' backward (seed of bench/whatif_check.py's --job moeC): an async
+    gradient all-reduce (100..700), an all-to-all the rank blocks in (200..300), a second
+    all-reduce issued at 310, then the wait for the first at 700, an op that needs both. The
+    all-to-all ended at 300, not at the wait: taken to the wait, it held every rank of the
+    replay 28 ms past its end (+4.6% on the step)."""
+    nodes = [host(1, 0, 10), coll(2, 64, deps=(1,), start=T0 + 100, us=600),
+             coll(3, 64, deps=(1,), start=T0 + 200, us=100), coll(4, 64, deps=(3,), start=T0 + 310, us=300),
+             host(5, 700, 5, deps=(2, 3))]
+    t = read_timeline(nodes)
+    assert t.comm_end_ns[3] == (T0 + 300) * 1000
+
+
 def test_timeline_untraced_wait_for_an_async_call_is_blocked_time():
     """`work.wait()` is not traced and not linked: no host op ran during the call, the last one
     had ended, so the rank was waiting for it."""
