@@ -207,7 +207,7 @@ def main() -> int:
     p.add_argument("--jobs", default=None, help=f"comma-separated, of {','.join(JOBS)}")
     p.add_argument("--work", type=Path, default=None, help="keep everything here")
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--runs", type=int, default=2, help="real runs per target (their mean is the real step)")
+    p.add_argument("--runs", type=int, default=2, help="real runs per target (the mean of their median steps is the real step)")
     p.add_argument("--job", type=parse_job, action="append", default=[], metavar="NAME=ARGS",
                    help="a job of your own: the surrogate's arguments (python -m chakra_tools.testbed.surrogate "
                         "--help), e.g. 'mydp=--layers 4 --bucket-kib 512'; repeatable; without --jobs only these run")

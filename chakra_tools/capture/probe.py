@@ -45,9 +45,8 @@ FLOAT = 4
 #: a repetition's length: short calls are repeated back to back until they fill it
 REPETITION_NS = 20e6
 MAX_ITERS = 50
-#: sizes up to this are timed alone, after an idle pause (latency-bound: they set the floors of a
-#: round) ...
-SMALL = TIMED_ALONE_BYTES
+#: sizes up to `TIMED_ALONE_BYTES` are timed alone, after an idle pause (latency-bound: they set
+#: the floors of a round) ...
 IDLE_S = 0.005
 #: ... and `ALONE_REPEATS` times as often: between machines a round's floor is the mean of a
 #: long-tailed wait (mostly well under a millisecond, now and then 3-4 ms: clusterfit.py); timed 3 x
@@ -248,7 +247,7 @@ class Probe:
                     run()  # warm: buffers and connections; and how many calls make one repetition
                     self._sync()
                 iters = self._iterations(time.perf_counter_ns() - t, src=ranks[0])
-                slowest = (self._alone(run, member) if size <= SMALL else
+                slowest = (self._alone(run, member) if size <= TIMED_ALONE_BYTES else
                            self._back_to_back(run, member, iters))
                 samples.append({"kind": kind, "ranks": list(ranks), "size": comm_size, "ns": slowest})
                 if min(slowest) > self.slow_ns:

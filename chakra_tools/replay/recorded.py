@@ -28,11 +28,11 @@ in between, the rank did nothing traced from the call's start until that op, so 
 completed, for this rank, when that op started, and everything in between (the wait's return,
 the wrapper) is the call's. A call issued in between shows the rank back from it (a mixture of
 experts' all-to-all, then a gradient all-reduce issued, then the wait for an earlier one: taken
-to the wait, the all-to-all held every rank 28 ms past its end, +4.6% on the step). Recorded ends are not
-used there: a gloo call runs on a worker thread whose record_function can close milliseconds after
-the caller was woken (it waits for a core), and an async call whose worker op fell outside the
-captured window is recorded as its launch alone. Otherwise the call completed at its recorded end,
-or earlier where a host op that depends on it started earlier.
+to the wait, the all-to-all held every rank 28 ms past its end, +4.5% on the step). Recorded ends
+are not used there: a gloo call runs on a worker thread whose record_function can close
+milliseconds after the caller was woken (it waits for a core), and an async call whose worker op
+fell outside the captured window is recorded as its launch alone. Otherwise the call completed at
+its recorded end, or earlier where a host op that depends on it started earlier.
 
 **Blocking.** A call *blocks* its rank from its start to its completion when no host op starts in
 between and the rank was not busy in another traced op when it began. The last host op to start
@@ -133,7 +133,7 @@ def read_timeline(nodes: Iterable[Node], window_end_ns: int | None = None,
     for (_, end), nid, deps, start in comms:
         if end is None:  # its launch alone was recorded: done when the next op needed it, if it did
             waiter = waiters.get(nid)
-            if waiter is None or _host_starts_inside(starts, (start, waiter)):
+            if waiter is None or _starts_inside(starts, (start, waiter)):
                 ends[nid] = UNKNOWN_END
                 continue
             end = waiter
@@ -197,7 +197,7 @@ def _completion(starts: Sequence[int], issued: Sequence[int], start: int, end: i
     docstring)."""
     if waiter is None:
         return end
-    if not _host_starts_inside(starts, (start, waiter)) and not _host_starts_inside(issued, (start, waiter)):
+    if not _starts_inside(starts, (start, waiter)) and not _starts_inside(issued, (start, waiter)):
         return waiter
     return min(end, waiter)
 
@@ -348,6 +348,8 @@ def _independent_starts_inside(host: list, starts: Sequence[int], iv: tuple[int,
     return False
 
 
-def _host_starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:
+def _starts_inside(starts: Sequence[int], iv: tuple[int, int]) -> bool:
+    """Whether any of the sorted instants `starts` (host ops' starts, or calls' issues) lies
+    strictly inside `iv`."""
     i = bisect.bisect_right(starts, iv[0])
     return i < len(starts) and starts[i] < iv[1]
