@@ -119,9 +119,21 @@ class CallNodes:
         return ev.ts, ev.dur
 
     def _call_event(self, call: CommCall, op: HostOp) -> Event | None:
-        if call.backend is not None and call.backend in self.lk.op_event:
-            return self.lk.op_event[call.backend]
-        return self.lk.op_event.get(op.id)
+        """The event whose span is the call's: its backend op's, or where gloo ran the call as
+        several (a reduce_scatter of a list: one all_reduce per rank, on both worker threads at
+        once) from the first one's start to the last one's end: the call is done only when all
+        are, and the one attached first is not always the one that ends last (a 2-rank
+        reduce_scatter's two all_reduces took 1.5 and 4.8 ms in one step)."""
+        events = self.lk.op_event
+        if call.backend is None or call.backend not in events:
+            return events.get(op.id)
+        first, by_id = events[call.backend], self.host_by_id
+        name = by_id[call.backend].name if call.backend in by_id else first.name
+        parts = [events[m] for m in call.members if m in events and m in by_id and by_id[m].name == name]
+        if len(parts) < 2:
+            return first
+        start, end = min(e.ts for e in parts), max(e.end for e in parts)
+        return Event(first.idx, first.name, first.cat, first.tid, start, end - start, first.args)
 
     def _emit_kernel_call(self, op_id: int, g: Event) -> None:
         """A communication kernel launched outside any recognised call: a collective of its own,

@@ -111,6 +111,21 @@ def test_a_list_reduce_scatter_is_one_collective_however_its_all_reduces_nest(tm
     assert [c.comm_type for c in colls] == [CommType.REDUCE_SCATTER]
 
 
+def test_a_list_reduce_scatter_lasts_until_its_last_all_reduce_ends(tmp_path):
+    """Its two all_reduces run on both workers at once and the one attached first is not the one
+    that ends last (a captured 2-rank step: 1.5 and 4.8 ms): the call spans both, or the replay
+    as captured let the rank past its wait 3.3 ms early."""
+    nodes = [_node(1, "[pytorch|profiler|execution_trace|thread]", 0), _node(2, "ProfilerStep#3", 1),
+             _node(3, _annotation("reduce_scatter", True), 2), _node(4, "c10d::reduce_scatter_", 3),
+             _node(5, "gloo:all_reduce", 3, [BUCKET]), _node(6, "gloo:all_reduce", 2, [BUCKET])]
+    events = [_event(2, "ProfilerStep#3", 0, 2000), _event(3, nodes[2]["name"], 10, 30),
+              _event(4, "c10d::reduce_scatter_", 12, 25), _event(5, "gloo:all_reduce", 20, 300, tid=200),
+              _event(6, "gloo:all_reduce", 60, 1200, tid=201)]
+    g = _convert(tmp_path, nodes, events)
+    (coll,) = [n for n in g if n.type is NodeType.COMM_COLL_NODE]
+    assert coll.duration_micros == 1240  # from 20, the first's start, to 1260, the second's end
+
+
 def _async_all_gather(tmp_path, next_op_at: float, gloo_tid: int = 200):
     """all_gather(async_op=True) (3-5, the worker runs it 20..3500 µs), `work.wait()` (untraced),
     then the thread's next op 6 at `next_op_at`; gloo's record on thread `gloo_tid` of the
