@@ -8,11 +8,12 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
    sizes (where the rate shows, past any burst a shaped link lets through at line rate), the
    latency the least of what the two smallest sizes take beyond their bytes.
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
-3. Per collective kind, on the library's own algorithm over that fabric (library.py): an
-   efficiency per size, read on the sizes timed back to back whose bytes take most of the
-   modelled time (modelled over measured bytes time, a size's repetitions at their lower
-   quartile: core/timings.py; within [1/3, 3]; a call between two sizes interpolated, so a 256
-   KiB call gets what the probe's 256 KiB calls got, not what 4 MiB ones did); and a floor per
+3. Per collective kind, on the library's own algorithm over that fabric (library.py; the fit is
+   kindfit.py): an efficiency per size, read on the sizes timed back to back whose bytes take
+   most of the modelled time and well over their rounds' floors (modelled over measured bytes
+   time, a size's repetitions at their lower quartile: core/timings.py; within [1/3, 3]; a call
+   between two sizes interpolated, so a 256 KiB call gets what the probe's 256 KiB calls got,
+   not what 4 MiB ones did); and a floor per
    round for each level, from the time per round of the other sizes (latency-bound calls, which
    on a shared host take what waking the members takes, not what the links do) on the groups
    spanning that level: the world for rounds between machines, one machine's ranks for rounds
@@ -49,6 +50,7 @@ from chakra_tools.core.probe import ProbeResult, read_probe
 from chakra_tools.core.timings import undisturbed
 
 from .fabric import Fabric, Level
+from .kindfit import NoCompute, fit_kinds
 from .library import P2P, KindCost, LibraryBackend, floors_changed, library_of
 from .links import LinkChange, changed_fabric
 
@@ -61,7 +63,6 @@ ONE_SIZE_WARNING = (
     "(docs/howto/what-if.md).")
 
 INTRA, INTER = "intra-node", "inter-node"
-EFFICIENCY_RANGE = (1 / 3, 3.0)
 
 
 @dataclass(frozen=True)
@@ -232,31 +233,10 @@ def fit_probe(probe: ProbeResult) -> ClusterFit:
     levels = (Level(INTRA, k, *intra), Level(INTER, nodes, *(inter or (0.0, 0.0)), shared=True, burst_ns=burst))
     reduce = _slope_and_floor([(r.size, median(r.ns)) for r in probe.reduce])[0] if len(probe.reduce) > 1 else 0.0
     fabric = Fabric(levels)
-    kinds: dict[str, KindCost] = {P2P: KindCost()}
-    by_kind: dict[str, list] = {}
-    for c in probe.collectives:
-        by_kind.setdefault(c.kind, []).append(c)
-    # ring kinds send alike in every round (one share to the next rank): their rounds' floors
-    # are pooled, three kinds' repetitions steadier than one's; the others keep their own
-    modelled = {kind: _modelled(fabric, library, kind, samples, reduce) for kind, samples in by_kind.items()}
-    pooled: dict[int, list[float]] = {}
-    for kind in RING_KINDS:
-        for level, xs in _round_times(modelled.get(kind, []), by_kind.get(kind, [])).items():
-            pooled.setdefault(level, []).extend(xs)
-    ring_floors = _floors(fabric, pooled, ())
-    for kind, samples in sorted(by_kind.items()):
-        floors = ring_floors if kind in RING_KINDS else _kind_floors(fabric, modelled[kind], samples, ring_floors)
-        kinds[kind] = KindCost(floors, *_efficiency(modelled[kind], samples), per_peer=kind in PER_PEER_KINDS)
+    kinds = {P2P: KindCost(), **fit_kinds(fabric, library, probe.collectives, reduce)}
     fit = ClusterFit(fabric, library, kinds, reduce, inter is not None, (),
                      _window(probe, {True: (*intra, 0.0), False: inter and (*inter, burst)}))
     return replace(fit, rows=tuple(fit.priced(probe)))
-
-
-#: the kinds gloo runs as rings of one share per round (reduce-scatter as an all-reduce)
-RING_KINDS = ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER")
-#: the kinds whose floor is per peer (KindCost.per_peer): gloo's all-to-all, one round in which
-#: each member sends to every other
-PER_PEER_KINDS = ("ALL_TO_ALL",)
 
 
 def _passed(samples, hosts, link: tuple[float, float], same_host: bool, latencies: int) -> list[tuple[int, float]]:
@@ -296,105 +276,3 @@ def _window(probe: ProbeResult, links: Mapping[bool, tuple[float, float, float] 
         for size, free in _passed(probe.late_recv, probe.hosts, (latency, per_byte), same, 1):
             ahead.append(min(float(size), max(0.0, free - (burst / per_byte if per_byte > 0 else 0.0))))
     return int(median(ahead)) if ahead else None
-
-
-def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -> list[tuple]:
-    """Per sample: (latency part, bytes part, measured (`undisturbed`), floors it pays at each
-    level (`floor_units`), outermost level its ranks span)."""
-    free = Fabric(tuple(Level(lv.name, lv.npus, lv.latency_ns, 0.0, lv.shared) for lv in fabric.levels))
-    full_model = LibraryBackend(NoCompute(), fabric, library, {}, reduce)
-    free_model = LibraryBackend(NoCompute(), free, library, {}, reduce)
-    unfitted = KindCost(per_peer=kind in PER_PEER_KINDS)  # how its rounds pay floors, none fitted yet
-    rows = []
-    for c in samples:
-        full = full_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        base = free_model.collective_ns(int(CommType[kind]), c.size, c.ranks)
-        units = full_model.floor_units(int(CommType[kind]), c.size, c.ranks, unfitted)
-        spans = max((fabric.level_between(c.ranks[0], r) for r in c.ranks), default=0)
-        rows.append((base, full - base, undisturbed(c.ns), units, max(0, spans)))
-    return rows
-
-
-def _bound(b: float, m: float) -> bool:
-    """A size is bandwidth-bound where its bytes take at least half of what it measured."""
-    return b > 0 and b >= 0.5 * m
-
-
-def _round_times(rows: list[tuple], samples, inner: tuple[float, ...] | None = None) -> dict[int, list[float]]:
-    """level -> every repetition of the latency-bound sizes of the groups spanning that level,
-    per round (on a busy host each varies several-fold: the median of them all is steadier
-    than that of a few sizes' medians). `rows`: `_modelled` of `samples`. A call whose rounds
-    cross different levels (a broadcast's tree: its first round within a machine) counts each
-    round at the spanned level, or, given the `inner` levels' floors, only what is left of it
-    once its inner rounds have taken theirs."""
-    out: dict[int, list[float]] = {}
-    for (base, b, m, units, level), c in zip(rows, samples):
-        if _bound(b, m):
-            continue
-        n = max(1, sum(units.values()))
-        ahead = {lv: u for lv, u in units.items() if lv < level} if inner is not None else {}
-        if ahead and units.get(level):
-            own = units[level]
-            out.setdefault(level, []).extend(
-                max(0.0, x - sum(u * min(inner[lv], x / n) for lv, u in ahead.items())) / own for x in c.ns)
-        else:
-            out.setdefault(level, []).extend(x / n for x in c.ns)
-    return out
-
-
-def _kind_floors(fabric: Fabric, rows: list[tuple], samples, rings: tuple[float, ...]) -> tuple[float, ...]:
-    """A kind's floors where its calls' rounds may cross different levels (a broadcast's tree).
-    A level it was not measured on alone takes the rings' floor there, but no more than the
-    kind's own rounds take on average (on the test bed a broadcast's whole tree of 3 rounds
-    took 0.3-0.5 ms, the rings' round within a machine 0.63); then the rounds between machines
-    are what their calls took beyond their rounds within."""
-    alone = _round_times(rows, samples)
-    floors = list(_floors(fabric, alone, rings))
-    outer = len(floors) - 1
-    if alone.get(outer):
-        for lv in range(outer):
-            if not alone.get(lv):
-                floors[lv] = min(floors[lv], median(alone[outer]))
-        split = _round_times(rows, samples, tuple(floors))
-        floors[outer] = _floors(fabric, {outer: split[outer]}, tuple(floors))[outer]
-    return tuple(floors)
-
-
-def _floors(fabric: Fabric, times: dict[int, list[float]], fallback: tuple[float, ...]) -> tuple[float, ...]:
-    """The floor of each level: the median of its round times, the mean of them between
-    machines (the module's docstring says why); a level none measured takes `fallback`'s, else
-    the next level out's, else 0."""
-    outer = len(fabric.levels) - 1
-    floors: list[float | None] = [(fmean if i == outer and i > 0 else median)(times[i]) if times.get(i) else None
-                                  for i in range(len(fabric.levels))]
-    for i in range(len(floors) - 1, -1, -1):
-        if floors[i] is None:
-            floors[i] = fallback[i] if i < len(fallback) else (floors[i + 1] if i + 1 < len(floors) else 0.0)
-    return tuple(float(f) for f in floors)
-
-
-def _efficiency(rows: list[tuple], samples) -> tuple[float, tuple]:
-    """(efficiency, by size) of the bandwidth-bound sizes on the whole job (module docstring), not
-    those timed alone after a pause: a shaper's bucket carried their bytes (a 16 KiB all-to-all at
-    100 Mbit/s: efficiency 3, pricing 32 KiB under its bytes), and the replay gives it itself."""
-    world = max((r[4] for r in rows), default=0)
-
-    def clamp(e: float) -> float:
-        return min(EFFICIENCY_RANGE[1], max(EFFICIENCY_RANGE[0], e))
-
-    by_size = tuple(sorted((c.size, clamp(b / max(m - base, 1.0))) for (base, b, m, _, lv), c in zip(rows, samples)
-                           if _bound(b, m) and lv == world and not c.timed_alone))
-    return (median(e for _, e in by_size) if by_size else 1.0), by_size
-
-
-class NoCompute:
-    """The base a communication-only LibraryBackend needs (no compute, scales of 1)."""
-
-    class _Scales:
-        comm = 1.0
-
-    scales = _Scales()
-    system = None
-
-    def describe(self) -> dict:
-        return {}

@@ -33,7 +33,8 @@ from typing import Sequence
 
 from chakra_tools.core.model import CommType
 
-from .clusterfit import RING_KINDS, ClusterFit, NoCompute
+from .clusterfit import ClusterFit
+from .kindfit import RING_KINDS, NoCompute
 from .commsamples import CommSample
 from .library import KindCost
 
