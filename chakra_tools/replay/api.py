@@ -191,6 +191,8 @@ def replay_rankset(path: str | Path, spec: SystemSpec | None = None, *,
         mark_what_if(result.fidelity, ", ".join(c.text for c in spec.links))
     for note in getattr(backend, "unused_scales", list)() if on_warning is not None else ():
         on_warning(Diagnostic("warning", "scale-unused", note, file=str(path)))
+    for note in getattr(backend, "extrapolated", list)() if on_warning is not None else ():
+        on_warning(Diagnostic("warning", "extrapolated", note, file=str(path)))
     if on_warning is not None and not any(r["nodes"] for r in result.ranks):
         on_warning(Diagnostic("warning", "nothing-to-replay", "no rank file holds a node: the makespan "
                               "is 0 (a device trace with no host op and no device work?)", file=str(path)))

@@ -93,7 +93,8 @@ class ClusterFit:
             raise InputError(f"{world} ranks at {self.ranks_per_node} per machine span "
                              f"{fabric.levels[-1].npus} machines, but the probe ran on one: the network "
                              "between machines was not measured (probe a multi-node launch)")
-        return LibraryBackend(base, fabric, self.library, kinds, self.reduce_ns_per_byte, self.p2p_window_bytes)
+        return LibraryBackend(base, fabric, self.library, kinds, self.reduce_ns_per_byte, self.p2p_window_bytes,
+                              probed_nodes=self.fabric.levels[-1].npus)
 
     def priced(self, probe: ProbeResult, changes: tuple[LinkChange, ...] = ()) -> list[dict]:
         """Each collective `probe` measured against this fit's price for it on as many ranks (with

@@ -85,12 +85,13 @@ def _prediction(path, cal, fit_file, manifest, comm_group, links=()) -> dict | N
                               "replay it on the calibrated network and predict its step"]}
         npus = max(cal.npus, len(rs))
         spec = SystemSpec(kind_fit=fit_file, links=tuple(links))
-        doc = replay(path, spec.backend(npus, str(path)), comm_group=comm_group,
-                     record_events=False).to_dict(events=False)
+        backend = spec.backend(npus, str(path))
+        doc = replay(path, backend, comm_group=comm_group, record_events=False).to_dict(events=False)
         changes = "".join(f" --{c.what} {c.text}" for c in links)
         what = "the probed cluster" if cal.cluster is not None else "the per-kind fit"
         network = f"trace-replay --network-fit {fit_file}{changes} ({what}, {npus} ranks)"
         out = _compared(str(path), doc, info, steps, network, manifest)
+        out["notes"] += getattr(backend, "extrapolated", list)()  # what trace-replay warns of
         files = {k: Path(v) for k, v in (cal.files or {}).items()}
         if not links and files.get("network") and files["network"].is_file() and files["system"].is_file():
             try:  # as ASTRA-sim runs it on the files calibrate wrote
