@@ -10,7 +10,7 @@ over a sweep of sizes, and every collective kind over the same sweep. The fit, i
 2. The reduction's cost per byte, from the probe's local additions (the same slope).
 3. Per collective kind, on the library's own algorithm over that fabric (library.py; the fit is
    kindfit.py): an efficiency per size, read on the sizes timed back to back whose bytes take
-   most of the modelled time and well over their rounds' floors (modelled over measured bytes
+   most of the modelled time and no less than their rounds' floors (modelled over measured bytes
    time, a size's repetitions at their lower quartile: core/timings.py; within [1/3, 3]; a call
    between two sizes interpolated, so a 256 KiB call gets what the probe's 256 KiB calls got,
    not what 4 MiB ones did); and a floor per

@@ -61,11 +61,12 @@ def _modelled(fabric: Fabric, library: str, kind: str, samples, reduce: float) -
 
 
 def _bound(b: float, m: float, floors: float = 0.0) -> bool:
-    """Bandwidth-bound: its bytes take half of what it measured and 1.5x its rounds' `floors` (ns
-    in all); else its rounds wait on floors, and what they took past them is not the rate (a 16 KiB
-    all-gather at 200 Mbit/s, 0.68 ms of bytes a round and a 0.98 ms floor, read as efficiency
-    0.58, priced the call at 50 Mbit/s 55% over what it took)."""
-    return b > 0 and b >= 0.5 * m and b >= 1.5 * floors
+    """Bandwidth-bound: its bytes take half of what it measured and no less than its rounds'
+    `floors` (ns in all), as a round takes the larger of the two; else its rounds wait on floors,
+    and what they took past them is not the rate (a 16 KiB all-gather at 200 Mbit/s, 0.68 ms of
+    bytes a round and a 0.98 ms floor, read as efficiency 0.58, priced the call at 50 Mbit/s 55%
+    over what it took)."""
+    return b > 0 and b >= 0.5 * m and b >= floors
 
 
 def _paid(units: dict[int, int], floors: tuple[float, ...]) -> float:
