@@ -320,10 +320,10 @@ class LibraryBackend:
         all-to-all on more machines than the probe's puts more flows on each uplink, and what
         they get of it was not measured: on the test bed 512 KiB all-to-alls on 3 and 4 machines
         took 12-25% longer than the fit on 2 priced them (docs/validation.md)."""
-        return [f"{kind.lower().replace('_', '-')} calls here span up to {n} machines, the probe measured them on {self.probed_nodes}: "
-                f"with more flows on each uplink, what they get of its rate is extrapolated (on the test bed "
-                f"large all-to-alls on 3-4 machines ran 12-25% longer than so predicted)"
-                for kind, n in sorted(self._beyond.items())]
+        return [f"{kind.lower().replace('_', '-')} calls here span up to {n} machines, the probe measured "
+                f"them on {self.probed_nodes}: with more flows on each uplink, what they get of its rate is "
+                f"extrapolated (on the test bed large all-to-alls on 3-4 machines ran 12-25% longer than so "
+                f"predicted)" for kind, n in sorted(self._beyond.items())]
 
     def unused_scales(self) -> list[str]:
         return self.base.unused_scales()
