@@ -312,7 +312,7 @@ class LibraryBackend:
     def _note_beyond(self, kind: str, ranks: Sequence[int]) -> None:
         outer = len(self.fabric.levels) - 1
         nodes = len({self.fabric.unit(r, outer) for r in ranks})
-        if nodes > (self.probed_nodes or nodes):
+        if nodes > self.probed_nodes:
             self._beyond[kind] = max(nodes, self._beyond.get(kind, 0))
 
     def extrapolated(self) -> list[str]:
