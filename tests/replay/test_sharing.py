@@ -42,6 +42,25 @@ def test_a_call_alone_takes_its_time_alone(tmp_path):
     assert rs == b
 
 
+def test_calls_short_of_the_links_rate_alone_fill_each_others_gaps(tmp_path):
+    """At efficiency 0.8 a call alone takes a and keeps the uplink busy 0.8 of it (the link idle
+    between its rounds); two started together keep it full and end when their bytes are through
+    at its rate, 1.6a, where two calls each keeping it busy all along would end at 2a."""
+    from chakra_tools.replay.library import KindCost
+
+    ends = {}
+    for n in (1, 2):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        prefix = write_rankset(folder, {r: [coll(i + 1, 1 << 20) for i in range(n)] for r in range(4)})
+        be = LibraryBackend(backend(), FABRIC, kinds={"ALL_REDUCE": KindCost(efficiency=0.8)})
+        feeders, groups = open_rankset(prefix)
+        ends[n] = [c["end_ns"] for c in run_replay(prefix, feeders, be, groups=groups, modes=CaptureModes()).collectives]
+    a = be._call(int(CommType.ALL_REDUCE), 1 << 20, (0, 1, 2, 3))[0]
+    assert ends[1] == [a]
+    assert all(abs(end - 1.6 * a) <= 3 for end in ends[2]), (ends[2], a)
+
+
 def test_calls_that_cross_no_shared_link_do_not_slow_each_other(tmp_path):
     """Groups within one machine each: their rings never leave it."""
     prefix = write_rankset(tmp_path, {r: [coll(1, 1 << 20, pg="1" if r < 2 else "2")] for r in range(4)},
