@@ -133,6 +133,9 @@ class LibraryBackend:
     #: the machines the probe ran on (None: no probe's fit): a kind whose cost is per peer (an
     #: all-to-all's flows grow with the machines) is extrapolated on more (`extrapolated`)
     probed_nodes: int | None = None
+    #: what this backend prices from the capture past where it was read, said after a replay
+    #: (`extrapolated`; `clusterfit.sharing_carried`)
+    carried_over: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.system = self.base.system
@@ -321,14 +324,15 @@ class LibraryBackend:
             self._beyond[kind] = max(nodes, self._beyond.get(kind, 0))
 
     def extrapolated(self) -> list[str]:
-        """After a replay: the kinds it priced past what the probe measured, once each. An
-        all-to-all on more machines than the probe's puts more flows on each uplink, and what
-        they get of it was not measured: on the test bed 512 KiB all-to-alls on 3 and 4 machines
-        took 12-25% longer than the fit on 2 priced them (docs/validation.md)."""
+        """After a replay: the kinds it priced past what the probe measured, once each, and what
+        it carried over from the capture (`carried_over`). An all-to-all on more machines than
+        the probe's puts more flows on each uplink, and what they get of it was not measured: on
+        the test bed 512 KiB all-to-alls on 3 and 4 machines took 12-25% longer than the fit on 2
+        priced them (docs/validation.md)."""
         return [f"{kind.lower().replace('_', '-')} calls here span up to {n} machines, the probe measured "
                 f"them on {self.probed_nodes}: with more flows on each uplink, what they get of its rate is "
                 f"extrapolated (on the test bed large all-to-alls on 3-4 machines ran 12-25% longer than so "
-                f"predicted)" for kind, n in sorted(self._beyond.items())]
+                f"predicted)" for kind, n in sorted(self._beyond.items())] + list(self.carried_over)
 
     def unused_scales(self) -> list[str]:
         return self.base.unused_scales()

@@ -575,3 +575,37 @@ def test_an_all_to_all_on_more_machines_than_the_probe_ran_on_is_said_to_be_extr
     assert note in pred["notes"]  # the report says what trace-replay warns of
     assert said([a2a, ring], 4, range(4)) == []  # 2 machines, as probed
     assert said([ring], 8, range(8)) == []
+
+
+def test_a_sharing_loss_carried_to_a_rate_far_from_the_captures_is_said_to_be_extrapolated(tmp_path):
+    """Calls that lost 20% of the uplink to each other in the capture lose it in the replay at any
+    rate, which the bed showed does not hold at twice the rate or half of it: the replay says so
+    there, and not nearer the capture's rate, nor where nothing was lost."""
+    from dataclasses import replace
+
+    from chakra_tools.core.graph import Graph, RankSet
+    from chakra_tools.core.model import Node, NodeType, make_attrs
+    from chakra_tools.replay.api import replay_rankset
+    from chakra_tools.replay.calfile import write_calibration
+    from chakra_tools.replay.netfit import Calibration, NetworkFit
+    from chakra_tools.replay.spec import SystemSpec
+
+    nodes = [Node(1, "c", NodeType.COMM_COLL_NODE, attrs=make_attrs(comm_type=CommType.ALL_REDUCE,
+                                                                    comm_size=1 << 20, pg_name="1", is_cpu_op=False))]
+    RankSet({r: Graph(nodes, rank=r) for r in range(4)}, {"1": (0, 1, 2, 3)}).write(tmp_path, "t")
+
+    def said(efficiency, rate):
+        lossy = Fabric((TRUE.levels[0], replace(TRUE.levels[1], shared_efficiency=efficiency)))
+        net = tmp_path / f"net-{efficiency}-{rate}"
+        net.mkdir()
+        write_calibration(Calibration(NetworkFit(1000.0, 0.1, 0.0), 4, [], {}, cluster=ClusterFit(lossy, "gloo", {}, 0.0)),
+                          net)
+        heard = []
+        replay_rankset(tmp_path / "t", SystemSpec(kind_fit=net, links=parse_changes([f"inter-node={rate}"])),
+                       on_warning=heard.append)
+        return [d.message for d in heard if d.code == "extrapolated"]
+
+    (note,) = said(0.8, "x4")
+    assert "calls sharing the inter-node links got 80% of their rate together in the capture; at 4x" in note
+    assert len(said(0.8, "x0.5")) == 1
+    assert said(0.8, "x1.5") == [] and said(1.0, "x4") == []
