@@ -15,7 +15,9 @@ experts), on the test bed
    is counted apart, not averaged in) and error per case, and how busy the real runs kept the
    host's cores: the bed's nodes share one machine, and a target that keeps it near saturation is
    paced by the machine, not by the network the bed models (`HOST_BOUND`: reported, not counted
-   in the goal);
+   in the goal); a case marked + extrapolated what trace-replay warns of (all-to-alls on more
+   machines than the probe's, a sharing loss carried to a rate 2x or more from the capture's),
+   each said under the table, and counted in the goal;
    then the capture replayed as it ran, against the steps its manifest measured: on the probed
    network (`--network-fit NET --manifest`) and with its own recorded communication
    (`--as-captured --manifest`).
@@ -90,6 +92,8 @@ class Case:
     spread: float = 0.0  # (max - min) / mean of the real runs: how much the target itself varies
     host_load: float = 0.0  # the share of the host's cores the real runs' ranks kept busy (mean)
     stalled: int = 0  # timed steps the host stalled, over the real runs (left out of real_ns)
+    #: what the prediction extrapolated, as trace-replay warns of it (`LibraryBackend.extrapolated`)
+    extrapolated: tuple[str, ...] = ()
 
     @property
     def error(self) -> float:
@@ -172,7 +176,10 @@ def probe(work: Path, cluster=CAPTURE, name: str = "probe") -> Path:
     return out
 
 
-def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes, capture=CAPTURE) -> float:
+def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes,
+            capture=CAPTURE) -> tuple[float, tuple[str, ...]]:
+    """The predicted step on `target`, and what the prediction extrapolated (trace-replay's
+    `extrapolated` warnings)."""
     nodes, nproc, rate = target
     world = nodes * nproc
     et = work / f"et-{job}"
@@ -185,8 +192,9 @@ def predict(work: Path, job: str, args, net: Path, target, modes: CaptureModes, 
                   all_to_all="per-rank" if "--moe" in args else "refuse")
         et = scaled
     spec = SystemSpec(kind_fit=net, links=parse_changes([f"inter-node=x{rate / capture[2]:g}"]))
-    doc = replay(et, spec.backend(world), modes=modes, record_events=False).to_dict(events=False)
-    return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS
+    backend = spec.backend(world)
+    doc = replay(et, backend, modes=modes, record_events=False).to_dict(events=False)
+    return max(r["finish_ns"] for r in doc["ranks"]) / CAPTURED_STEPS, tuple(backend.extrapolated())
 
 
 def _count(n: int, what: str) -> str:
@@ -264,9 +272,9 @@ def main() -> int:
             runs = real_steps(work, job, target, args, a.runs)
             reals = [step for step, _, _ in runs]
             real = fmean(reals)
-            pred = predict(work, job, args, net, target, CaptureModes(), capture)
+            pred, notes = predict(work, job, args, net, target, CaptureModes(), capture)
             cases.append(Case(job, _label(target), pred, real, (max(reals) - min(reals)) / real,
-                              fmean(load for _, load, _ in runs), sum(n for _, _, n in runs)))
+                              fmean(load for _, load, _ in runs), sum(n for _, _, n in runs), notes))
             print(f"  {job:<9} {_label(target):<20} predicted {pred / 1e6:8.1f} ms  real {real / 1e6:8.1f} ms  "
                   f"(runs {', '.join(f'{r / 1e6:.1f}' for r in reals)})  error {cases[-1].error:+6.1%}  "
                   f"host {cases[-1].host_load:.0%} busy, {_count(cases[-1].stalled, 'stalled step')}", flush=True)
@@ -275,7 +283,8 @@ def main() -> int:
           f"{'stalled':>9}")
     for c in cases:
         print(f"{c.job:<10}{c.target:<22}{c.predicted_ns / 1e6:>10.1f}ms{c.real_ns / 1e6:>10.1f}ms{c.error:>+9.1%}"
-              f"{c.spread:>13.1%}{c.host_load:>10.0%}{c.stalled:>9}{' *' if c.host_bound else ''}")
+              f"{c.spread:>13.1%}{c.host_load:>10.0%}{c.stalled:>9}{' *' if c.host_bound else ''}"
+              f"{' +' if c.extrapolated else ''}")
     faithful = [abs(c.error) for c in cases if not c.host_bound]
     if faithful:
         print(f"mean |error| {fmean(faithful):.1%}, max {max(faithful):.1%}, {sum(e <= 0.10 for e in faithful)} of "
@@ -285,6 +294,9 @@ def main() -> int:
         print(f"* {len(bound)} more whose real runs kept over {HOST_BOUND:.0%} of this machine's {_cores()} cores busy: "
               f"the bed's shared cores, not the network it models, set their pace (mean |error| "
               f"{fmean(abs(c.error) for c in bound):.1%}); a machine with more cores runs them faithfully")
+    for c in cases:
+        for note in c.extrapolated:
+            print(f"+ {c.job} {c.target}, extrapolated (trace-replay warns): {note}")
     for label, errors in captured.items():
         print(f"the capture against its own measured steps, {label}: "
               + ", ".join(f"{j} {e:+.1%}" for j, e in errors.items()))
