@@ -279,16 +279,19 @@ class LibraryBackend:
 
     def _call(self, comm_type: int, size: int, ranks: tuple[int, ...]) -> tuple[int, dict[tuple, int], int]:
         """One pass over the call's rounds, cached: its ns alone (each round the larger of its
-        floor and its messages, plus the reduction), ns each shared link is busy carrying its
-        bytes at the link's rate, and the sum of its rounds' floors: the members' own time,
-        which however fast a shaper's bucket lets the bytes go no call takes less than. Two
-        calls in flight overlap their floors: on the test bed at 500 Mbit/s a reduce-scatter and an all-gather whose rounds are floor-bound alone ended
-        within 6-8 ms of each other's start, where taking turns on their floors gave 10. A kind's
-        efficiency below 1 lengthens the call, not what it keeps the link busy: it is the link
-        idle between the call's rounds, which another call's traffic fills. On the test bed two
-        1 MiB all-reduces at 80 Mbit/s took 187 ms alone and 353 together, their bytes at the
-        link's rate and 7% (the loss sharefit.py reads); charged as busy all along they take 374,
-        and a data-parallel job with 1 MiB buckets came out 14% long on twice the machines."""
+        floor and its messages, plus the reduction), ns each shared link is busy carrying its bytes
+        at the link's rate, and the sum of its rounds' floors: the members' own time, which however
+        fast a shaper's bucket lets the bytes go no call takes less than. Two calls in flight
+        overlap their floors: on the test bed at 500 Mbit/s a reduce-scatter and an all-gather
+        whose rounds are floor-bound alone ended within 6-8 ms of each other's start, where taking
+        turns on their floors gave 10. A kind's efficiency is what a call gets of the link alone
+        (the probe's calls, one at a time): it lengthens the call, not what the call keeps the link
+        busy, so calls in flight together get the link's rate less what the capture shows they lose
+        together (`Level.shared_efficiency`, sharefit.py), not their efficiencies alone stacked.
+        Stacked, a data-parallel job with two 1 MiB all-reduces in flight (0.87 alone in its probe)
+        replayed its own capture 9.6% long, which the sharing fit, which only slows calls, could
+        not mend, and came out 14% long on twice the machines; so, the fit reads 94%, the capture
+        replays within 0.1% and the what-if +4%."""
         key = (comm_type, size, ranks)
         got = self._cache.get(key)
         if got is None:

@@ -42,10 +42,10 @@ def test_a_call_alone_takes_its_time_alone(tmp_path):
     assert rs == b
 
 
-def test_calls_short_of_the_links_rate_alone_fill_each_others_gaps(tmp_path):
-    """At efficiency 0.8 a call alone takes a and keeps the uplink busy 0.8 of it (the link idle
-    between its rounds); two started together keep it full and end when their bytes are through
-    at its rate, 1.6a, where two calls each keeping it busy all along would end at 2a."""
+def test_calls_together_get_the_links_rate_not_their_efficiencies_alone_stacked(tmp_path):
+    """At efficiency 0.8 a call alone takes a and keeps the uplink busy 0.8 of it; two started
+    together get the link's rate (less what the capture says calls lose together: nothing here)
+    and end when their bytes are through, 1.6a, not their efficiencies stacked, 2a."""
     from chakra_tools.replay.library import KindCost
 
     ends = {}
