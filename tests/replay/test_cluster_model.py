@@ -580,7 +580,7 @@ def test_an_all_to_all_on_more_machines_than_the_probe_ran_on_is_said_to_be_extr
 def test_a_sharing_loss_carried_to_a_rate_far_from_the_captures_is_said_to_be_extrapolated(tmp_path):
     """Calls that lost 20% of the uplink to each other in the capture lose it in the replay at any
     rate, which the bed showed does not hold at twice the rate or half of it: the replay says so
-    there, and not nearer the capture's rate, nor where nothing was lost."""
+    there, and not nearer the capture's rate, nor where they lost next to nothing."""
     from dataclasses import replace
 
     from chakra_tools.core.graph import Graph, RankSet
@@ -608,4 +608,4 @@ def test_a_sharing_loss_carried_to_a_rate_far_from_the_captures_is_said_to_be_ex
     (note,) = said(0.8, "x4")
     assert "calls sharing the inter-node links got 80% of their rate together in the capture; at 4x" in note
     assert len(said(0.8, "x0.5")) == 1
-    assert said(0.8, "x1.5") == [] and said(1.0, "x4") == []
+    assert said(0.8, "x1.5") == [] and said(1.0, "x4") == [] and said(0.97, "x4") == []
