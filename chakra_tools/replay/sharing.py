@@ -12,11 +12,11 @@ first out put its all-gathers late and its reduce-scatters early and came out 10
 The model, per call: its time alone `alone` (the library's rounds on the fabric, each at least its
 floor: `LibraryBackend._call`), of which `load[link] / alone` is the share it keeps each shared
 link busy (a call whose rounds are floor-bound keeps it little busy; one whose kind reaches 0.87 of
-the rate alone keeps it 0.87 busy: what calls get together is the capture's, below). A
-call progresses through its time alone at the rate `1 / max(1, the largest sum of those shares over
-its links)`: two bandwidth-bound calls on one uplink go at half speed each, two latency-bound ones
-do not slow each other. Flows that overlap on a shaped uplink also lose some of its rate to each
-other (`Level.shared_efficiency`, read off the capture by sharefit.py: FSDP's reduce-scatters and
+the rate alone keeps it 0.87 busy: what calls get together is the capture's, below). A call
+progresses through its time alone at the rate `1 / max(1, the largest sum of those shares over its
+links)`: two bandwidth-bound calls on one uplink go at half speed each, two latency-bound ones do
+not slow each other. Flows that overlap on a shaped uplink also lose some of its rate to each other
+(`Level.shared_efficiency`, read off the capture by sharefit.py: FSDP's reduce-scatters and
 all-gathers on the test bed got 85-90% of it together, where the model had given them all of it and
 the job came out 11% short on its own cluster). Whenever a call starts or ends on a link, every
 call on that link is re-timed. What a shaped link's bucket lets through at once after an idle spell
